@@ -1,0 +1,105 @@
+"""The lab's exception tree.
+
+Filesystem findings (lost fsync'd data, an unrepairable image) are *outcomes*, never
+exceptions. Exceptions are for the two other things that can go wrong, kept apart so a
+harness failure is never reported as a filesystem finding::
+
+    CrashlabError                 message + hint; never shown as a traceback
+     ├── InputError               exit 2: a bad scenario, option, file or value
+     └── HarnessError             exit 3: the lab itself could not do its job
+          ├── ToolMissing         a host program is not installed (names its package)
+          ├── CommandFailed       a host command failed (argv, status, output)
+          ├── ImageError          the guest image could not be built or is missing
+          └── GuestError          the guest misbehaved
+               ├── GuestBootFailed   QEMU or the kernel did not come up
+               ├── GuestPanic        kernel panic or oops (console tail attached)
+               ├── GuestTimeout      no answer within the timeout: a hang
+               └── GuestAgentError   the command channel broke
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FINDING = 1
+EXIT_INPUT = 2
+EXIT_HARNESS = 3
+
+
+class CrashlabError(Exception):
+    """Base of every error the CLI reports without a traceback."""
+
+    exit_status = EXIT_HARNESS
+
+    def __init__(self, message: str, *, hint: str | None = None, detail: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InputError(CrashlabError):
+    """Bad input: a file, key or value the user can fix."""
+
+    exit_status = EXIT_INPUT
+
+
+class HarnessError(CrashlabError):
+    """The lab failed; says nothing about the filesystem under test."""
+
+    exit_status = EXIT_HARNESS
+
+
+class ToolMissing(HarnessError):
+    def __init__(self, tool: str, package: str | None):
+        hint = (
+            f"install it with: apt-get install {package}  (or run scripts/install-host-deps)"
+            if package
+            else "install it and make sure it is on PATH"
+        )
+        super().__init__(f"required program {tool!r} was not found", hint=hint)
+        self.tool = tool
+        self.package = package
+
+
+class CommandFailed(HarnessError):
+    def __init__(self, argv: list[str], returncode: int, stdout: str, stderr: str):
+        tail = (stderr or stdout).strip().splitlines()[-15:]
+        super().__init__(
+            f"command failed with exit status {returncode}: {argv[0]}",
+            detail="$ " + " ".join(argv) + "\n" + "\n".join(tail),
+        )
+        self.argv = argv
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+class ImageError(HarnessError):
+    pass
+
+
+class GuestError(HarnessError):
+    """The guest did not do what it was asked; ``console`` holds the console tail."""
+
+    def __init__(self, message: str, *, console: str = "", hint: str | None = None):
+        super().__init__(message, hint=hint, detail=console or None)
+        self.console = console
+
+
+class GuestBootFailed(GuestError):
+    pass
+
+
+class GuestPanic(GuestError):
+    pass
+
+
+class GuestTimeout(GuestError):
+    pass
+
+
+class GuestAgentError(GuestError):
+    pass

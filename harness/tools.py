@@ -1,0 +1,46 @@
+"""Which Debian package provides each program the lab runs: one registry for install hints."""
+
+from __future__ import annotations
+
+import shutil
+
+from harness.errors import ToolMissing
+
+PACKAGES: dict[str, str] = {
+    "qemu-system-x86_64": "qemu-system-x86",
+    "qemu-img": "qemu-utils",
+    "mmdebstrap": "mmdebstrap",
+    "mkfs.ext4": "e2fsprogs",
+    "e2fsck": "e2fsprogs",
+    "e2undo": "e2fsprogs",
+    "debugfs": "e2fsprogs",
+    "mkfs.xfs": "xfsprogs",
+    "xfs_repair": "xfsprogs",
+    "mkfs.btrfs": "btrfs-progs",
+    "btrfs": "btrfs-progs",
+    "zdb": "zfsutils-linux (contrib, bookworm-backports)",
+    "busybox": "busybox-static",
+    "cpio": "cpio",
+    "sqlite3": "sqlite3",
+}
+
+
+def require(tool: str) -> str:
+    """Return the full path of ``tool`` or raise ToolMissing naming its package."""
+    path = shutil.which(tool, path=_search_path())
+    if path is None:
+        raise ToolMissing(tool, PACKAGES.get(tool))
+    return path
+
+
+def available(tool: str) -> bool:
+    return shutil.which(tool, path=_search_path()) is not None
+
+
+def _search_path() -> str:
+    import os
+
+    # fsck tools live in /usr/sbin, which a non-login root shell may not have on PATH.
+    extra = ["/usr/sbin", "/sbin"]
+    parts = os.environ.get("PATH", "").split(os.pathsep)
+    return os.pathsep.join(parts + [p for p in extra if p not in parts])

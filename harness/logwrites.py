@@ -1,0 +1,276 @@
+"""Parse a dm-log-writes log: the record of every write a workload sent to the device.
+
+On-disk format, as written by the kernel (drivers/md/dm-log-writes.c, the 5.18+/6.x
+version: ``log_writes_ctr``, ``log_writes_kthread``, ``log_one_block``) and read by
+fstests (src/log-writes/log-writes.c: ``log_open``, ``log_replay_next_entry``)::
+
+    byte 0          super: le64 magic, le64 version, le64 nr_entries, le32 sectorsize
+    byte sectorsize entry 0: one sector = 32-byte header (le64 sector, nr_sectors, flags,
+                    data_len) + mark text for MARK entries, zero padded
+                    then nr_sectors * sectorsize bytes of written data, except for
+                    DISCARD (no data in the log) and MARK / bare FLUSH (nr_sectors = 0)
+                    entry 1 ...
+
+Units: ``sectorsize`` is the *logical block size of the recorded device*
+(``bdev_logical_block_size``), and the kernel stores ``sector`` and ``nr_sectors`` in
+those units (``bio_to_dev_sectors`` shifts the bio's 512-byte sectors right by
+``sectorshift - 9``); replay-log multiplies both by ``log->sectorsize``. They are 512-byte
+units only when the device has 512-byte logical blocks. We normalise both to 512-byte
+sectors so the rest of the lab never sees the log's unit.
+
+``data_len`` in the header is *not* the length of the written data: the kernel only sets
+it for MARK entries (the length of the mark text). The data of a write always occupies
+``nr_sectors * sectorsize`` bytes.
+
+``nr_entries`` is rewritten only after a FUA or a MARK entry (``log_super``), and the
+target logs a final ``dm-log-writes-end`` mark on teardown; like replay-log we trust it
+and ignore whatever lies beyond the last counted entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import mmap
+import os
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from types import TracebackType
+
+from harness.errors import InputError
+
+FLUSH = 1 << 0
+FUA = 1 << 1
+DISCARD = 1 << 2
+MARK = 1 << 3
+METADATA = 1 << 4
+KNOWN_FLAGS = FLUSH | FUA | DISCARD | MARK | METADATA
+
+MAGIC = 0x6A736677736872
+VERSION = 1
+SECTOR = 512
+
+_SUPER = struct.Struct("<QQQI")
+_HEADER = struct.Struct("<QQQQ")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One logged request; ``sector`` and ``nr_sectors`` are in 512-byte units."""
+
+    index: int
+    sector: int
+    nr_sectors: int
+    flags: int
+    data_offset: int  # byte offset of the written data in the log file; 0 if none
+    data_len: int  # bytes of written data in the log (== length for writes, else 0)
+    mark: str | None
+
+    @property
+    def offset(self) -> int:
+        """Byte offset on the device."""
+        return self.sector * SECTOR
+
+    @property
+    def length(self) -> int:
+        """Bytes on the device this entry covers (written or discarded)."""
+        return self.nr_sectors * SECTOR
+
+    @property
+    def is_flush(self) -> bool:
+        return bool(self.flags & FLUSH)
+
+    @property
+    def is_fua(self) -> bool:
+        return bool(self.flags & FUA)
+
+    @property
+    def is_mark(self) -> bool:
+        return bool(self.flags & MARK)
+
+    @property
+    def is_discard(self) -> bool:
+        return bool(self.flags & DISCARD)
+
+    @property
+    def is_write(self) -> bool:
+        """Carries data to put on the device (a FLUSH may carry data too)."""
+        return self.data_len > 0
+
+
+@dataclass(frozen=True, slots=True)
+class LogStats:
+    entries: int
+    writes: int
+    flushes: int
+    fuas: int
+    marks: int
+    discards: int
+    metadata: int
+    bytes_written: int
+    bytes_discarded: int
+
+
+class Log:
+    """An open, validated log; a context manager holding a read-only mmap of the file.
+
+    Memoryviews returned by :meth:`data` borrow the mmap: release them before
+    :meth:`close` (or let them go out of scope).
+    """
+
+    def __init__(self, path: Path, mm: mmap.mmap | None, size: int, sectorsize: int,
+                 entries: list[Entry]) -> None:
+        self.path = path
+        self.sectorsize = sectorsize
+        self.entries: Sequence[Entry] = entries
+        self.size = size
+        self._mm = mm
+        self._view = memoryview(mm) if mm is not None else memoryview(b"")
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def close(self) -> None:
+        self._view.release()
+        if self._mm is not None:
+            # A caller may still hold a view of the data; the mmap is then unmapped
+            # when that view is collected, so there is nothing worth failing for.
+            with contextlib.suppress(BufferError):
+                self._mm.close()
+            self._mm = None
+
+    def data(self, e: Entry) -> memoryview:
+        """The bytes entry ``e`` wrote (empty for discards, marks and bare flushes).
+
+        :raise ValueError: the log is closed.
+        """
+        if self._mm is None:
+            raise ValueError(f"log {self.path} is closed")
+        return self._view[e.data_offset : e.data_offset + e.data_len]
+
+    @cached_property
+    def hash(self) -> str:
+        """sha256 of the whole log file, hex; computed once, in chunks."""
+        with self.path.open("rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+
+    def stats(self) -> LogStats:
+        writes = flushes = fuas = marks = discards = meta = written = discarded = 0
+        for e in self.entries:
+            f = e.flags
+            if e.data_len:
+                writes += 1
+                written += e.data_len
+            if f & FLUSH:
+                flushes += 1
+            if f & FUA:
+                fuas += 1
+            if f & MARK:
+                marks += 1
+            if f & DISCARD:
+                discards += 1
+                discarded += e.nr_sectors * SECTOR
+            if f & METADATA:
+                meta += 1
+        return LogStats(len(self.entries), writes, flushes, fuas, marks, discards, meta,
+                        written, discarded)
+
+    def find_mark(self, text: str) -> int | None:
+        """Index of the first MARK entry whose text is ``text``."""
+        for e in self.entries:
+            if e.mark == text:
+                return e.index
+        return None
+
+    def extent(self) -> int:
+        """Bytes of device the log touches: the end of its furthest write or discard."""
+        return max((e.offset + e.length for e in self.entries), default=0)
+
+
+def _corrupt(path: Path, what: str, *, index: int | None = None, offset: int) -> InputError:
+    where = f"entry {index} at byte offset {offset}" if index is not None else (
+        f"byte offset {offset}")
+    return InputError(
+        f"{path}: not a valid dm-log-writes log: {where}: {what}",
+        hint="the log is truncated or corrupt; record the workload again",
+    )
+
+
+def open_log(path: Path) -> Log:
+    """Open and validate a log; every entry header is parsed, no data is read.
+
+    :raise InputError: the file is missing, not a log, truncated or corrupt.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise InputError(f"cannot open log {path}: {e.strerror}") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size < _SUPER.size:
+            raise _corrupt(path, f"file is {size} bytes, too short for the super block",
+                           offset=0)
+        mm = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    try:
+        sectorsize, entries = _parse(path, mm, size)
+    except BaseException:
+        mm.close()
+        raise
+    return Log(path, mm, size, sectorsize, entries)
+
+
+def _parse(path: Path, mm: mmap.mmap, size: int) -> tuple[int, list[Entry]]:
+    magic, version, nr_entries, sectorsize = _SUPER.unpack_from(mm, 0)
+    if magic != MAGIC:
+        raise _corrupt(path, f"bad magic {magic:#x}, expected {MAGIC:#x}", offset=0)
+    if version != VERSION:
+        raise _corrupt(path, f"unsupported version {version}, expected {VERSION}", offset=8)
+    if sectorsize < SECTOR or sectorsize & (sectorsize - 1):
+        raise _corrupt(path, f"sectorsize {sectorsize} is not a power of two >= 512",
+                       offset=24)
+    scale = sectorsize // SECTOR
+    max_mark = sectorsize - _HEADER.size
+    unpack = _HEADER.unpack_from
+    entries: list[Entry] = []
+    append = entries.append
+    pos = sectorsize
+    # The hot loop: one unpack per entry, no per-sector work, locals only.
+    for i in range(nr_entries):
+        if pos + sectorsize > size:
+            raise _corrupt(path, f"header sector past end of file ({size} bytes); the "
+                           f"super block claims {nr_entries} entries", index=i, offset=pos)
+        sector, nr_sectors, flags, data_len = unpack(mm, pos)
+        if flags & ~KNOWN_FLAGS or (not flags and not nr_sectors):
+            # replay-log's log_entry_valid also rejects the all-zero header: it is what
+            # reading an unwritten part of the log device looks like.
+            raise _corrupt(path, f"malformed header (flags {flags:#x}, nr_sectors "
+                           f"{nr_sectors})", index=i, offset=pos)
+        mark = None
+        if flags & MARK:
+            if data_len > max_mark:
+                raise _corrupt(path, f"mark length {data_len} exceeds the header sector",
+                               index=i, offset=pos)
+            mark = mm[pos + 32 : pos + 32 + data_len].decode("utf-8", "replace")
+        pos += sectorsize
+        if flags & DISCARD or not nr_sectors:
+            append(Entry(i, sector * scale, nr_sectors * scale, flags, 0, 0, mark))
+            continue
+        length = nr_sectors * sectorsize
+        if pos + length > size:
+            raise _corrupt(path, f"{length} data bytes at byte offset {pos} run past end "
+                           f"of file ({size} bytes)", index=i, offset=pos - sectorsize)
+        append(Entry(i, sector * scale, nr_sectors * scale, flags, pos, length, mark))
+        pos += length
+    return sectorsize, entries

@@ -1,14 +1,236 @@
-"""Placeholder: filled in by its owner."""
+"""``scenario results``: look at stored runs, as rich tables or as JSON.
+
+The JSON carries at least what the tables show a person (and more: every state, every
+check), so a script never has to scrape a table.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
 from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from harness.outcome import Outcome, is_finding, is_harness
+from harness.paths import default_db
+from harness.store import RunDetail, RunRow, Store
+
+# Rows of non-consistent states printed before pointing at --json for the rest.
+SHOWN_STATES = 50
 
 
 def register(sub: Any) -> None:
-    del sub
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", type=Path, default=None, metavar="PATH",
+                        help="results database (default: $CRASHLAB_RESULTS/lab.sqlite,"
+                        " i.e. results/lab.sqlite in the repo)")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("results", help="list and inspect stored runs")
+    rsub = p.add_subparsers(dest="results_command", metavar="ACTION", required=True)
+
+    runs = rsub.add_parser("runs", parents=[common], help="list recent runs")
+    runs.add_argument("--limit", type=_positive, default=20, metavar="N",
+                      help="how many runs, newest first (default 20)")
+    runs.set_defaults(func=cmd_runs)
+
+    show = rsub.add_parser("show", parents=[common], help="one run in detail")
+    show.add_argument("run", metavar="RUN", help="run id, or a unique prefix of one")
+    show.set_defaults(func=cmd_show)
 
 
-def _unused(args: argparse.Namespace) -> int:
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {n}")
+    return n
+
+
+def _open(args: argparse.Namespace) -> Store:
+    return Store.open(args.db or default_db(), create=False)
+
+
+def _console() -> Console:
+    # soft_wrap: long JSON strings must never be broken by the console's line width.
+    console = Console(highlight=False, soft_wrap=True)
+    # Piped into a file or `less`, rich assumes 80 columns and folds ids and kernel
+    # versions into unreadable slivers; long lines are the lesser evil there.
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = 160
+    return console
+
+
+# --- runs ---------------------------------------------------------------------------
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        rows = store.runs(args.limit)
+        path = store.path
+    console = _console()
+    if args.json:
+        console.out(json.dumps({"db": str(path), "runs": [r.to_json() for r in rows]}, indent=2))
+        return 0
+    if not rows:
+        console.print(f"no runs in {path}")
+        return 0
+    t = Table(title=f"runs in {path}", title_justify="left", box=box.SIMPLE_HEAD)
+    # The id and the time never wrap: a person copies the id into `results show`.
+    t.add_column("id", no_wrap=True)
+    t.add_column("scenario", overflow="fold")
+    t.add_column("started", no_wrap=True)
+    t.add_column("duration", no_wrap=True)
+    t.add_column("accel", no_wrap=True)
+    t.add_column("kernel", overflow="fold")
+    t.add_column("states", no_wrap=True)
+    t.add_column("status", no_wrap=True)
+    for r in rows:
+        t.add_row(
+            r.id, r.scenario, _local(r.started_at), _duration(r), r.accelerator or "-",
+            r.guest_kernel or "-", _counts_markup(r.outcome_counts, "\n") or "-",
+            _status_markup(r),
+        )
+    console.print(t)
     return 0
+
+
+# --- show ---------------------------------------------------------------------------
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        detail = store.run_detail(args.run)
+    console = _console()
+    if args.json:
+        console.out(json.dumps(detail.to_json(), indent=2))
+        return 0
+    _print_detail(console, detail)
+    return 0
+
+
+def _print_detail(console: Console, d: RunDetail) -> None:
+    r = d.run
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    for key, value in (
+        ("run", r.id),
+        ("scenario", f"{r.scenario} ({r.kind})"),
+        ("fs", r.fs or "-"),
+        ("status", _status_markup(r)),
+        ("started", _local(r.started_at)),
+        ("duration", _duration(r)),
+        ("seed", "-" if r.seed is None else str(r.seed)),
+        ("host", r.host or "-"),
+        ("accelerator", r.accelerator or "-"),
+        ("guest kernel", r.guest_kernel or "-"),
+        ("qemu", r.qemu_version or "-"),
+        ("image", r.image_hash or "-"),
+        ("tools", ", ".join(f"{k} {v}" for k, v in sorted(r.tool_versions.items())) or "-"),
+        ("outcomes", _counts_markup(r.outcome_counts) or "no states checked"),
+    ):
+        head.add_row(key, value)
+    console.print(head)
+
+    params = Table(title="parameters", title_justify="left")
+    params.add_column("key")
+    params.add_column("value", overflow="fold")
+    for key, value in sorted(_flatten(r.params).items()):
+        params.add_row(key, json.dumps(value))
+    if r.params:
+        console.print(params)
+
+    if d.recovery:
+        rec = Table(title="recovery time (seconds)", title_justify="left")
+        rec.add_column("phase")
+        for col in ("n", "mean", "p50", "p95", "max"):
+            rec.add_column(col, justify="right")
+        for ph in d.recovery:
+            rec.add_row(
+                ph.phase, str(ph.n), *(f"{v:.3f}" for v in (ph.mean, ph.p50, ph.p95, ph.max))
+            )
+        console.print(rec)
+
+    flagged = [s for s in d.states if s.outcome not in (Outcome.CONSISTENT, None)]
+    unchecked = sum(1 for s in d.states if s.outcome is None)
+    if flagged:
+        st = Table(title="states that were not consistent", title_justify="left")
+        for col in ("state", "outcome", "generator", "last mark", "description", "checks"):
+            st.add_column(col, overflow="fold")
+        for s in flagged[:SHOWN_STATES]:
+            st.add_row(
+                s.id, _outcome_markup(s.outcome or ""), s.generator, s.last_mark or "-",
+                s.description,
+                ", ".join(f"{c.stage}/{c.checker}: {c.outcome}" for c in s.checks
+                          if c.outcome != Outcome.CONSISTENT),
+            )
+        console.print(st)
+        if len(flagged) > SHOWN_STATES:
+            console.print(f"… and {len(flagged) - SHOWN_STATES} more: use --json for all")
+    elif d.states:
+        console.print("every checked state was consistent")
+    if unchecked:
+        console.print(f"{unchecked} state(s) recorded but not checked (resume the run)")
+
+
+# --- formatting ---------------------------------------------------------------------
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict) or not d:
+        return {prefix: d} if prefix else {}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def _local(iso: str) -> str:
+    return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def _duration(r: RunRow) -> str:
+    seconds = r.duration
+    if seconds is None:
+        return "-"
+    s = round(seconds)
+    if s < 60:
+        return f"{seconds:.1f}s"
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{sec:02d}s"
+
+
+def _style(outcome: str) -> str:
+    try:
+        o = Outcome(outcome)
+    except ValueError:
+        return "magenta"
+    if is_finding(o):
+        return "bold red"
+    if is_harness(o):
+        return "yellow"
+    return "green" if o is Outcome.CONSISTENT else "dim"
+
+
+def _outcome_markup(outcome: str) -> str:
+    return f"[{_style(outcome)}]{outcome}[/]"
+
+
+def _counts_markup(counts: Mapping[str, int], sep: str = "  ") -> str:
+    return sep.join(f"[{_style(o)}]{o} {n}[/]" for o, n in counts.items())
+
+
+def _status_markup(r: RunRow) -> str:
+    colour = {"done": "green", "running": "cyan", "failed": "red", "interrupted": "yellow"}
+    return f"[{colour.get(str(r.status), 'white')}]{r.status}[/]"

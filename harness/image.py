@@ -205,13 +205,15 @@ def _mmdebstrap_argv(r: Recipe, chroot: Path) -> list[str | Path]:
         *r.packages,
         f"linux-image-{r.kernel}",
         f"linux-headers-{r.kernel}",
-        *(f"{p}/{r.suite}-backports" for p in r.backports),
+        *r.backports,
     ]
     return [
         "mmdebstrap",
         "--mode=root",
         f"--variant={r.variant}",
         "--include=" + ",".join(include),
+        # backports packages are pinned by images/zfs.pref, written before apt resolves.
+        "--setup-hook=" + str(r.path.parent / "setup-hook"),
         "--customize-hook=" + str(r.path.parent / "customize"),
         r.suite,
         chroot,

@@ -1,0 +1,34 @@
+# crashlab: `make run` sets up the host, builds the guest image and runs the default scenario;
+# `make test` runs the tests (the unit tests and the ones that boot real guests).
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+SCENARIO := $(VENV)/bin/scenario
+DEFAULT_SCENARIO ?= ext4-ordered-fsync
+
+.PHONY: run setup image test lint doctor
+
+run: image
+	$(SCENARIO) run $(DEFAULT_SCENARIO)
+
+# Host packages (needs root: enables Debian contrib and bookworm-backports) and a venv.
+setup: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml scripts/install-host-deps
+	scripts/install-host-deps
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+# Cached under ~/.cache/crashlab by recipe hash: a no-op unless images/ changed.
+image: setup
+	$(SCENARIO) image build
+
+doctor: setup
+	$(SCENARIO) doctor
+
+test: image
+	$(PY) -m pytest
+
+lint: setup
+	$(VENV)/bin/ruff check harness faults tests bench
+	$(VENV)/bin/mypy

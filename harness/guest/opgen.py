@@ -220,7 +220,11 @@ class Model:
         """Durable files as path -> (inode, sha256, size)."""
         out: dict[str, tuple[int, str, int]] = {}
         for path, inode in self.files.items():
-            if inode.data_durable and self.file_name_durable[path] and self.dir_durable(parent(path)):
+            if (
+                inode.data_durable
+                and self.file_name_durable[path]
+                and self.dir_durable(parent(path))
+            ):
                 out[path] = (inode.ino, inode.sha256(), len(inode.data))
         return out
 
@@ -277,16 +281,25 @@ class Generator:
         size = len(m.files[path].data)
         if kind == "write":
             offset = rng.randrange(self.max_size)
-            return Op("write", path, offset=offset, data=rng.randbytes(self._length(self.max_size - offset)))
+            return Op(
+                "write",
+                path,
+                offset=offset,
+                data=rng.randbytes(self._length(self.max_size - offset)),
+            )
         if kind == "append":
             if size >= self.max_size:
                 return None
-            return Op("append", path, offset=size, data=rng.randbytes(self._length(self.max_size - size)))
+            return Op(
+                "append", path, offset=size, data=rng.randbytes(self._length(self.max_size - size))
+            )
         if kind == "overwrite":
             if size == 0:
                 return None
             offset = rng.randrange(size)
-            return Op("overwrite", path, offset=offset, data=rng.randbytes(self._length(size - offset)))
+            return Op(
+                "overwrite", path, offset=offset, data=rng.randbytes(self._length(size - offset))
+            )
         if kind == "truncate":
             return Op("truncate", path, size=rng.randint(0, self.max_size))
         if kind == "rename":
@@ -365,7 +378,9 @@ class Recorder:
         self.mark_cmd = mark_cmd
         self.dm_name = dm_name
         self.marks: list[dict[str, Any]] = []
-        self._pending: tuple[dict[str, Any], dict[str, tuple[int, str, int]], list[str]] | None = None
+        self._pending: tuple[dict[str, Any], dict[str, tuple[int, str, int]], list[str]] | None = (
+            None
+        )
         self._paths: set[str] = set()
         self._inodes: set[int] = set()
 
@@ -535,12 +550,26 @@ def verify(root: str, oracle: dict[str, Any], mark: str | None) -> dict[str, Any
             try:
                 got, size = file_digest(full)
             except OSError as e:
-                mismatched.append({"path": path, "expected": want["sha256"], "got": None,
-                                   "size": None, "error": e.strerror})
+                mismatched.append(
+                    {
+                        "path": path,
+                        "expected": want["sha256"],
+                        "got": None,
+                        "size": None,
+                        "error": e.strerror,
+                    }
+                )
                 continue
             if got != want["sha256"]:
-                mismatched.append({"path": path, "expected": want["sha256"], "got": got,
-                                   "size": size, "expected_size": want["size"]})
+                mismatched.append(
+                    {
+                        "path": path,
+                        "expected": want["sha256"],
+                        "got": got,
+                        "size": size,
+                        "expected_size": want["size"],
+                    }
+                )
     return {
         "mark": mark,
         "known": entry is not None,
@@ -560,7 +589,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="opgen", description=__doc__.splitlines()[0] if __doc__ else "")
+    p = argparse.ArgumentParser(
+        prog="opgen", description=__doc__.splitlines()[0] if __doc__ else ""
+    )
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run the seeded workload and write the oracle")
     r.add_argument("--root", required=True, help="directory on the file system under test")

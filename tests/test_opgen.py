@@ -1,0 +1,364 @@
+"""The guest's op generator, run on the host with --mark-cmd none."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness.guest import opgen
+from harness.guest.opgen import Op
+
+OPGEN = Path(opgen.__file__)
+
+
+def run(root: Path, oracle: Path, seed: int = 1, ops: int = 200, *extra: str) -> int:
+    root.mkdir(parents=True, exist_ok=True)
+    return opgen.main(
+        [
+            "run",
+            "--root",
+            str(root),
+            "--seed",
+            str(seed),
+            "--ops",
+            str(ops),
+            "--mark-cmd",
+            "none",
+            "--oracle",
+            str(oracle),
+            *extra,
+        ]
+    )
+
+
+def verify(root: Path, oracle: Path, mark: str, capsys: pytest.CaptureFixture[str]) -> Any:
+    capsys.readouterr()
+    assert opgen.main(["verify", "--root", str(root), "--oracle", str(oracle), "--mark", mark]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def on_disk(root: Path) -> dict[str, str]:
+    out = {}
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            p = Path(dirpath, n)
+            out[p.relative_to(root).as_posix()] = opgen.file_digest(str(p))[0]
+    return out
+
+
+def marks(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m["mark"]: m for m in body["marks"]}
+
+
+def test_final_mark_matches_the_real_files(tmp_path: Path) -> None:
+    assert run(tmp_path / "root", tmp_path / "o.json", seed=3, ops=300) == 0
+    o = json.loads((tmp_path / "o.json").read_text())
+    assert o["complete"] and o["error"] is None
+    final = marks(o)[o["final_mark"]]
+    assert final["mark"] == f"crashlab:sync:{len(o['marks'])}"
+    assert {p: f["sha256"] for p, f in final["files"].items()} == on_disk(tmp_path / "root")
+    assert len(o["ops"]) == 301 and o["ops"][-1] == {
+        "i": 300,
+        "op": "sync",
+        "final": True,
+        "mark": o["final_mark"],
+    }
+
+
+def test_marks_are_numbered_after_each_sync_op(tmp_path: Path) -> None:
+    run(tmp_path / "r", tmp_path / "o.json", seed=5, ops=150)
+    o = json.loads((tmp_path / "o.json").read_text())
+    synced = [op for op in o["ops"] if op["op"] in opgen.SYNC_OPS]
+    assert [op["mark"] for op in synced] == [
+        f"crashlab:sync:{n}" for n in range(1, len(synced) + 1)
+    ]
+    assert [m["after_op"] for m in o["marks"]] == [op["i"] for op in synced]
+
+
+def test_same_seed_same_oracle_other_seed_differs(tmp_path: Path) -> None:
+    run(tmp_path / "a", tmp_path / "a.json", seed=11)
+    run(tmp_path / "b", tmp_path / "b.json", seed=11)
+    run(tmp_path / "c", tmp_path / "c.json", seed=12)
+    a, b, c = ((tmp_path / f"{x}.json").read_text() for x in "abc")
+    assert a == b
+    assert json.loads(a)["ops"] != json.loads(c)["ops"]
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(seed=st.integers(0, 2**32), ops=st.integers(0, 120), files=st.integers(1, 8))
+def test_any_seed_final_oracle_matches(
+    tmp_path_factory: pytest.TempPathFactory, seed: int, ops: int, files: int
+) -> None:
+    d = tmp_path_factory.mktemp("h")
+    assert run(d / "r", d / "o.json", seed, ops, "--files", str(files), "--max-size", "20000") == 0
+    o = json.loads((d / "o.json").read_text())
+    final = marks(o)[o["final_mark"]]
+    assert {p: f["sha256"] for p, f in final["files"].items()} == on_disk(d / "r")
+    assert len(on_disk(d / "r")) <= files
+
+
+def test_verify_detects_deleted_and_modified(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, oracle = tmp_path / "r", tmp_path / "o.json"
+    run(root, oracle, seed=2, ops=200)
+    o = json.loads(oracle.read_text())
+    final = o["final_mark"]
+    assert verify(root, oracle, final, capsys)["ok"] is True
+    nonempty = sorted(p for p, f in marks(o)[final]["files"].items() if f["size"] > 0)
+    gone, changed = nonempty[0], nonempty[1]
+    (root / gone).unlink()
+    with open(root / changed, "r+b") as f:
+        b = f.read(1)
+        f.seek(0)
+        f.write(bytes([b[0] ^ 1]))
+    v = verify(root, oracle, final, capsys)
+    assert v["ok"] is False
+    assert v["missing"] == [gone]
+    assert [m["path"] for m in v["mismatched"]] == [changed]
+    assert v["mismatched"][0]["expected"] == marks(o)[final]["files"][changed]["sha256"]
+    assert v["checked"] == len(marks(o)[final]["files"]) + len(marks(o)[final]["dirs"])
+
+
+def test_unknown_or_no_mark_requires_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, oracle = tmp_path / "r", tmp_path / "o.json"
+    run(root, oracle, ops=50)
+    for m in ("", "crashlab:sync:99999", "bogus"):
+        v = verify(root, oracle, m, capsys)
+        assert v["ok"] is True and v["checked"] == 0 and v["known"] is False
+
+
+def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        opgen.main(["verify", "--root", str(tmp_path), "--oracle", str(tmp_path / "no.json")]) == 2
+    )
+    (tmp_path / "bad.json").write_text("{not json")
+    assert (
+        opgen.main(["verify", "--root", str(tmp_path), "--oracle", str(tmp_path / "bad.json")]) == 2
+    )
+    assert (
+        opgen.main(
+            [
+                "run",
+                "--root",
+                str(tmp_path),
+                "--seed",
+                "1",
+                "--ops",
+                "1",
+                "--oracle",
+                str(tmp_path / "o.json"),
+            ]
+        )
+        == 2
+    )  # dmsetup without --dm-name
+    assert "--dm-name" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        opgen.main(["run", "--root", str(tmp_path)])
+    assert e.value.code == 2
+
+
+def test_runs_as_a_standalone_script(tmp_path: Path) -> None:
+    """The guest has no harness package: the file must work on its own."""
+    (tmp_path / "r").mkdir()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            str(OPGEN),
+            "run",
+            "--root",
+            str(tmp_path / "r"),
+            "--seed",
+            "4",
+            "--ops",
+            "30",
+            "--mark-cmd",
+            "none",
+            "--oracle",
+            str(tmp_path / "o.json"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["complete"] is True
+
+
+def test_mark_goes_through_dmsetup_without_udev(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls: list[tuple[list[str], dict[str, str]]] = []
+
+    def fake_run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        calls.append((argv, kw["env"]))
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    body = opgen.execute(
+        str(tmp_path), [Op("create", "a"), Op("fsync", "a")], mark_cmd="dmsetup", dm_name="logw"
+    )
+    assert [c[0] for c in calls] == [
+        ["dmsetup", "message", "logw", "0", "mark", "crashlab:sync:1"],
+        ["dmsetup", "message", "logw", "0", "mark", "crashlab:sync:2"],
+    ]
+    assert all(env["DM_DISABLE_UDEV"] == "1" for _, env in calls)
+    assert body["final_mark"] == "crashlab:sync:2"
+
+
+# Soundness on hand-made sequences: what is required at each mark.
+
+
+def required(tmp_path: Path, ops: list[Op]) -> dict[str, set[str]]:
+    body = opgen.execute(str(tmp_path), ops)
+    assert body["complete"], body["error"]
+    return {m["mark"]: set(m["files"]) | {d + "/" for d in m["dirs"]} for m in body["marks"]}
+
+
+def m(n: int) -> str:
+    return f"crashlab:sync:{n}"
+
+
+def test_write_without_fsync_is_not_required(tmp_path: Path) -> None:
+    r = required(
+        tmp_path,
+        [
+            Op("create", "a"),
+            Op("write", "a", data=b"x" * 10),
+            Op("fsync", "a"),
+            Op("write", "a", offset=10, data=b"y"),
+            Op("fsync_dir", ""),
+        ],
+    )
+    assert r[m(1)] == set()  # written again before mark 2
+    assert r[m(2)] == set()  # data not durable at mark 2
+    assert r[m(3)] == {"a"}  # the final sync
+
+
+def test_fsynced_file_is_required_until_touched(tmp_path: Path) -> None:
+    body = opgen.execute(
+        str(tmp_path),
+        [
+            Op("create", "a"),
+            Op("write", "a", data=b"hello"),
+            Op("fsync", "a"),
+            Op("create", "b"),
+            Op("fsync_dir", ""),
+            Op("truncate", "a", size=2),
+            Op("sync"),
+        ],
+    )
+    files = {mk["mark"]: mk["files"] for mk in body["marks"]}
+    assert files[m(1)] == {"a": {"size": 5, "sha256": hashlib.sha256(b"hello").hexdigest()}}
+    assert files[m(2)] == {}  # a is truncated before mark 3; b was never synced
+    assert files[m(3)]["a"]["size"] == 2 and set(files[m(3)]) == {"a", "b"}
+
+
+def test_fdatasync_does_not_make_a_new_name_durable(tmp_path: Path) -> None:
+    r = required(
+        tmp_path,
+        [Op("create", "a"), Op("write", "a", data=b"1"), Op("fdatasync", "a"), Op("fsync_dir", "")],
+    )
+    assert r[m(1)] == set()
+    assert r[m(2)] == {"a"}  # the directory fsync made the name durable
+
+
+def test_file_in_unsynced_new_directory_waits_for_the_directory(tmp_path: Path) -> None:
+    r = required(
+        tmp_path,
+        [
+            Op("mkdir", "d"),
+            Op("mkdir", "d/e"),
+            Op("create", "d/e/f"),
+            Op("write", "d/e/f", data=b"z"),
+            Op("fsync", "d/e/f"),
+            Op("fsync_dir", "d"),
+            Op("fsync_dir", ""),
+        ],
+    )
+    assert r[m(1)] == set()  # d and d/e are not durable
+    assert r[m(2)] == set()  # d/e's name is, d's is not
+    assert r[m(3)] == {"d/", "d/e/", "d/e/f"}
+
+
+def test_dir_fsync_does_not_make_its_own_name_durable(tmp_path: Path) -> None:
+    r = required(tmp_path, [Op("mkdir", "d"), Op("fsync_dir", "d"), Op("sync")])
+    assert r[m(1)] == set()
+    assert r[m(2)] == {"d/"}
+
+
+def test_file_renamed_after_a_mark_is_not_required_there(tmp_path: Path) -> None:
+    r = required(
+        tmp_path,
+        [
+            Op("create", "a"),
+            Op("write", "a", data=b"q"),
+            Op("fsync", "a"),
+            Op("rename", "a", dst="b"),
+            Op("fsync_dir", ""),
+        ],
+    )
+    assert r[m(1)] == set()
+    assert r[m(2)] == {"b"}
+
+
+def test_rename_over_touches_the_destination(tmp_path: Path) -> None:
+    r = required(
+        tmp_path,
+        [
+            Op("create", "a"),
+            Op("create", "b"),
+            Op("write", "b", data=b"old"),
+            Op("sync"),
+            Op("write", "a", data=b"new"),
+            Op("fsync", "a"),
+            Op("rename", "a", dst="b"),
+            Op("fsync", "b"),
+        ],
+    )
+    assert r[m(1)] == {"b"}  # a is written before mark 2
+    assert r[m(2)] == set()  # both a and b change before mark 3
+    assert r[m(3)] == {"b"}  # fsync of b made its new name durable
+
+
+def test_write_through_one_link_touches_the_other(tmp_path: Path) -> None:
+    r = required(
+        tmp_path,
+        [
+            Op("create", "a"),
+            Op("link", "a", dst="b"),
+            Op("sync"),
+            Op("append", "b", data=b"+"),
+            Op("fsync_dir", ""),
+        ],
+    )
+    assert r[m(1)] == set()
+    assert r[m(2)] == set()
+    assert r[m(3)] == {"a", "b"}
+
+
+def test_unlinked_file_is_not_required(tmp_path: Path) -> None:
+    r = required(tmp_path, [Op("create", "a"), Op("sync"), Op("unlink", "a"), Op("sync")])
+    assert r[m(1)] == set() and r[m(2)] == set()
+
+
+def test_failed_op_stops_the_run_and_keeps_settled_marks(tmp_path: Path) -> None:
+    body = opgen.execute(str(tmp_path), [Op("create", "a"), Op("sync"), Op("create", "a")])
+    assert body["complete"] is False and "op 2 create 'a'" in body["error"]
+    assert body["final_mark"] is None
+    assert [mk["files"] for mk in body["marks"]] == [{}]  # a was touched by the failed op

@@ -324,12 +324,10 @@ def _strs(where: str, key: str, v: object, allowed: Iterable[str]) -> list[str]:
 
 
 def _percents(where: str, v: object) -> list[float]:
-    ok = isinstance(v, list) and v and all(
-        isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x <= 100 for x in v)
-    if not ok:
-        raise InputError(f"{where}: at must be a non-empty list of numbers in 0..100, "
-                         f"got {v!r}")
-    return [float(x) for x in v]  # type: ignore[union-attr]
+    if isinstance(v, list) and v and all(
+            isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x <= 100 for x in v):
+        return [float(x) for x in v]
+    raise InputError(f"{where}: at must be a non-empty list of numbers in 0..100, got {v!r}")
 
 
 Generator = Callable[[Log, Mapping[str, object], int, str], list[CrashState]]

@@ -772,7 +772,7 @@ class Store:
         )
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Read-only ad-hoc query (e.g. the ``v_*`` views) for reports and tests."""
+        """An ad-hoc query (e.g. on the ``v_*`` views) for reports and tests; autocommitted."""
         return list(self._conn.execute(sql, params))
 
 

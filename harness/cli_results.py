@@ -140,6 +140,11 @@ def _print_detail(console: Console, d: RunDetail) -> None:
         ("outcomes", _counts_markup(r.outcome_counts) or "no states checked"),
     ):
         head.add_row(key, value)
+    # The summary repeats the counts for a finished run; show only what it adds (an
+    # error message of a failed run, say).
+    extra = {k: v for k, v in (r.summary or {}).items() if k != "outcome_counts"}
+    for key, value in sorted(_flatten(extra).items()):
+        head.add_row(key, str(value))
     console.print(head)
 
     params = Table(title="parameters", title_justify="left")

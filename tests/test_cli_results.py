@@ -127,6 +127,14 @@ def test_show_table(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "fua-3" not in out  # consistent states are not listed
 
 
+def test_show_failed_run_summary(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with Store.open(db) as store:
+        failed = store.runs()[1].id
+    assert run_cli(["results", "show", failed, "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "image missing" in out and "no states checked" in out
+
+
 def test_unknown_run_is_input_error(db: Path) -> None:
     with pytest.raises(InputError) as e:
         run_cli(["results", "show", "nosuchrun", "--db", str(db)])

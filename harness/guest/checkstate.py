@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Check one crash image inside the guest (stdlib only; copied in by the host).
+
+mount (the kernel's own journal/log replay, timed) -> verify the oracle for the state's
+last mark -> umount (timed) -> the filesystem's checker, read-only (timed) -> if it found
+damage, its repair mode, then the read-only check again. Prints one JSON object of raw
+facts; the host turns them into an outcome, so this script never judges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import opgen  # noqa: E402  (the sibling script, copied into the same directory)
+
+ENV = {**os.environ, "DM_DISABLE_UDEV": "1"}
+
+
+def run(argv: list[str], timeout: float) -> dict[str, Any]:
+    start = time.monotonic()
+    try:
+        p = subprocess.run(argv, capture_output=True, timeout=timeout, env=ENV, check=False)
+        rc, out, err = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, out, err = -1, e.stdout or b"", (e.stderr or b"") + b"\n[timed out]"
+    return {
+        "argv": argv,
+        "rc": rc,
+        "seconds": time.monotonic() - start,
+        "output": (out + err).decode(errors="replace")[-2000:],
+    }
+
+
+def fsck_argv(fs: str, dev: str, repair: bool) -> list[str]:
+    if fs.startswith("ext"):
+        return ["e2fsck", "-f", "-y" if repair else "-n", dev]
+    if fs == "xfs":
+        return ["xfs_repair", dev] if repair else ["xfs_repair", "-n", dev]
+    if fs == "btrfs":
+        return ["btrfs", "check", "--repair", "--force", dev] if repair else ["btrfs", "check", "--readonly", dev]
+    raise SystemExit(f"checkstate: unknown fs {fs}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dev", required=True)
+    ap.add_argument("--fs", required=True)
+    ap.add_argument("--mount-opts", default="")
+    ap.add_argument("--mountpoint", default="/mnt/check")
+    ap.add_argument("--oracle", default="")
+    ap.add_argument("--mark", default="")
+    ap.add_argument("--timeout", type=float, default=300)
+    a = ap.parse_args()
+    os.makedirs(a.mountpoint, exist_ok=True)
+    dev = os.path.realpath(a.dev)
+    facts: dict[str, Any] = {"dev": dev}
+    opts = ["-o", a.mount_opts] if a.mount_opts else []
+    facts["mount"] = m = run(["mount", "-t", a.fs, *opts, dev, a.mountpoint], a.timeout)
+    if m["rc"] == 0:
+        if a.oracle:
+            try:
+                facts["verify"] = opgen.verify(a.mountpoint, opgen.load_oracle(a.oracle), a.mark or None)
+            except Exception as e:  # an unreadable tree is a finding, reported as such
+                facts["verify"] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        facts["umount"] = run(["umount", a.mountpoint], a.timeout)
+    facts["fsck"] = f = run(fsck_argv(a.fs, dev, repair=False), a.timeout)
+    if f["rc"] != 0:
+        facts["repair"] = run(fsck_argv(a.fs, dev, repair=True), a.timeout)
+        facts["fsck_after_repair"] = run(fsck_argv(a.fs, dev, repair=False), a.timeout)
+    json.dump(facts, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""The disposable guest, booted for real (TCG here): commands, disks, files, panic, hang."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import image
+from harness.backend import Disk, GuestSpec, start_guest
+from harness.errors import GuestPanic, GuestTimeout
+
+pytestmark = pytest.mark.vm
+
+
+def test_command_disks_and_files(guest_image: image.Image, tmp_path: Path) -> None:
+    disk = tmp_path / "scratch.raw"
+    disk.write_bytes(b"")
+    with open(disk, "wb") as f:
+        f.truncate(64 << 20)
+    spec = GuestSpec(disks=(Disk(disk, "scratch"),))
+    with start_guest(spec) as guest:
+        # A command's own exit status and output come back untouched.
+        r = guest.run(["sh", "-c", "echo out; echo err >&2; exit 7"])
+        assert (r.exitcode, r.out, r.err) == (7, "out\n", "err\n")
+        # The disk is found by its serial, with the size the host gave it.
+        dev = guest.run(["readlink", "-f", guest.disk("scratch")], check=True).out.strip()
+        size = guest.run(["blockdev", "--getsize64", dev], check=True).out.strip()
+        assert int(size) == 64 << 20
+        # Files both ways, binary-safe.
+        payload = bytes(range(256)) * 4096
+        guest.write_file("/tmp/payload", payload)
+        assert guest.run(["sha256sum", "/tmp/payload"], check=True).out.split()[0] == \
+            __import__("hashlib").sha256(payload).hexdigest()
+        assert guest.read_file("/tmp/payload") == payload
+        # What the guest writes to the disk reaches the host's file.
+        guest.run(["sh", "-c", f"printf crashlab | dd of={dev} bs=512 seek=1 conv=fsync"], check=True)
+        uname = guest.run(["uname", "-r"], check=True).out.strip()
+        assert uname == guest_image.manifest["kernel"]
+    with open(disk, "rb") as f:
+        f.seek(512)
+        assert f.read(8) == b"crashlab"
+
+
+def test_panic_is_reported_as_panic() -> None:
+    with start_guest(GuestSpec()) as guest, pytest.raises(GuestPanic) as exc:
+        guest.run(["sh", "-c", "echo c > /proc/sysrq-trigger"], timeout=60)
+    assert "panic" in exc.value.message.lower() or "oops" in exc.value.message.lower()
+    assert "sysrq" in exc.value.console.lower()
+
+
+def test_hang_is_a_timeout_not_a_failure() -> None:
+    with start_guest(GuestSpec()) as guest:
+        start = time.monotonic()
+        with pytest.raises(GuestTimeout):
+            guest.run(["sleep", "600"], timeout=3)
+        assert time.monotonic() - start < 30

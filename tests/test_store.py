@@ -318,3 +318,26 @@ def test_helpers() -> None:
     assert cut.startswith("A" * 50) and cut.endswith("B" * 50) and "cut" in cut
     assert percentile([1.0], 0.95) == 1.0
     assert percentile([1.0, 2.0, 3.0], 0.5) == 2.0
+
+
+_OPENER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from harness.store import RunKind, Store
+    with Store.open(Path(sys.argv[1])) as store:
+        store.begin_run("race", RunKind.CRASH, {}, int(sys.argv[2]))
+""")
+
+
+def test_concurrent_first_open_migrates_once(db: Path) -> None:
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _OPENER, str(db), str(i)], cwd=REPO,
+                         stderr=subprocess.PIPE, text=True)
+        for i in range(6)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+    with Store.open(db) as store:
+        assert store.execute("PRAGMA user_version") == [(SCHEMA_VERSION,)]
+        assert sorted(r.seed or 0 for r in store.runs()) == list(range(6))

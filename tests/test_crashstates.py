@@ -89,11 +89,11 @@ def test_torn_states(tmp_path: Path) -> None:
         # Multi-sector writes after mkfs: entries 4 (8 sectors) and 6 (16 sectors).
         assert {s.torn for s in states} == {4, 6}
         for s in states:
-            assert s.prefix == s.torn + 1 if s.torn is not None else False
+            assert s.torn is not None and s.prefix == s.torn + 1
             nr = log.entries[s.torn].nr_sectors
             kept = sum(c for _, c in s.torn_runs)
             assert 0 < kept < nr
-            assert all(0 <= a and a + c <= nr for a, c in s.torn_runs)
+            assert all(a >= 0 and a + c <= nr for a, c in s.torn_runs)
         halves = torn(log, modes=["half"])
         assert {(s.torn, s.torn_runs) for s in halves} == {(4, ((0, 4),)), (6, ((0, 8),))}
         blocks = [s for s in torn(log, modes=["blocks"]) if s.torn == 6]
@@ -189,6 +189,6 @@ def test_bad_specs(rlog: Log, spec: dict[str, object], message: str) -> None:
 
 
 def test_log_without_mkfs_mark(tmp_path: Path) -> None:
-    with open_log(LogBuilder().write(0, b"x" * 512).flush().build(tmp_path / "l")) as log:
-        with pytest.raises(InputError, match="no 'crashlab:mkfs' mark"):
-            generate(log, [{"kind": "flush"}])
+    path = LogBuilder().write(0, b"x" * 512).flush().build(tmp_path / "l")
+    with open_log(path) as log, pytest.raises(InputError, match="no 'crashlab:mkfs' mark"):
+        generate(log, [{"kind": "flush"}])

@@ -362,3 +362,11 @@ def test_failed_op_stops_the_run_and_keeps_settled_marks(tmp_path: Path) -> None
     assert body["complete"] is False and "op 2 create 'a'" in body["error"]
     assert body["final_mark"] is None
     assert [mk["files"] for mk in body["marks"]] == [{}]  # a was touched by the failed op
+
+
+def test_rename_onto_another_link_of_the_same_file_is_a_no_op(tmp_path: Path) -> None:
+    body = opgen.execute(
+        str(tmp_path), [Op("create", "a"), Op("link", "a", dst="b"), Op("rename", "a", dst="b")]
+    )
+    assert body["complete"] and set(body["marks"][-1]["files"]) == {"a", "b"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]

@@ -164,6 +164,8 @@ class Model:
                 inode.data.extend(bytes(op.size - len(inode.data)))
             inode.changed()
         elif k == "rename":
+            if op.dst in self.files and self.files[op.dst] is self.files[op.path]:
+                return  # POSIX: renaming a name onto another link of the same file does nothing
             self.files[op.dst] = self.files.pop(op.path)
             del self.file_name_durable[op.path]
             self.file_name_durable[op.dst] = False

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import InputError
-from harness.logwrites import SECTOR, Log
+from harness.logwrites import FLUSH, FUA, SECTOR, Log
 
 MKFS_MARK = "crashlab:mkfs"
 SYNC_MARK_PREFIX = "crashlab:sync:"
@@ -152,8 +152,8 @@ class _Index:
             raise InputError(
                 f"{log.path}: the log has no {MKFS_MARK!r} mark, so no entry is known to "
                 "follow a complete mkfs", hint="record the workload with crashlab")
-        marks = [e.index for e in log.entries if e.is_mark]
-        flushes = [e.index for e in log.entries if e.is_flush]
+        marks = list(log.marks)
+        flushes = log.having(FLUSH)
         return cls(log, mkfs, marks, flushes)
 
     @property
@@ -167,7 +167,7 @@ class _Index:
         drop = tuple(sorted(dropped))
         k = bisect.bisect_left(self.marks, prefix) - 1
         mark_index = self.marks[k] if k >= 0 else None
-        mark = self.log.entries[mark_index].mark if mark_index is not None else None
+        mark = self.log.marks[mark_index] if mark_index is not None else None
         sid = state_id(self.log.hash, prefix, drop, torn, torn_runs)
         return CrashState(sid, self.log.hash, prefix, drop, torn, torn_runs, mark,
                           mark_index, gen, params, seed)
@@ -195,7 +195,7 @@ def at_flushes(log: Log, seed: int = 0) -> list[CrashState]:
 def at_fuas(log: Log, seed: int = 0) -> list[CrashState]:
     """Just after each FUA write completed: fstests' generic/482 recipe."""
     ix = _Index.of(log)
-    return _prefixes(ix, "fua", "{}", seed, (e.index + 1 for e in log.entries if e.is_fua))
+    return _prefixes(ix, "fua", "{}", seed, (i + 1 for i in log.having(FUA)))
 
 
 def at_marks(log: Log, seed: int = 0) -> list[CrashState]:
@@ -248,16 +248,16 @@ def reorder(log: Log, seed: int = 0, max_states: int = 64,
     params = _canonical({"max_states": max_states, "per_point": per_point})
     entries = log.entries
     points = sorted({f for f in ix.flushes if f > ix.first} | {len(entries)})
-    states: list[CrashState] = []
+    picks: list[tuple[int, tuple[int, ...]]] = []
     for p in points:
         k = bisect.bisect_left(ix.flushes, p) - 1
         start = max(ix.flushes[k] if k >= 0 else 0, ix.first)
         droppable = [i for i in range(start, p)
                      if (entries[i].is_write or entries[i].is_discard) and not entries[i].is_fua]
-        for subset in _subsets(_rng(seed, "reorder", p), droppable, per_point):
-            states.append(ix.state("reorder", params, seed, p, subset))
-    if len(states) > max_states:
-        states = _rng(seed, "reorder-cap").sample(states, max_states)
+        picks += ((p, sub) for sub in _subsets(_rng(seed, "reorder", p), droppable, per_point))
+    if len(picks) > max_states:
+        picks = _rng(seed, "reorder-cap").sample(picks, max_states)
+    states = [ix.state("reorder", params, seed, p, sub) for p, sub in picks]
     return sorted(states, key=lambda s: (s.prefix, s.id))
 
 

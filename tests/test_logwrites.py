@@ -131,3 +131,15 @@ def test_random_logs_roundtrip_and_truncation(tmp_path_factory: pytest.TempPathF
         path.write_bytes(raw[:n])
         with pytest.raises(InputError):
             open_log(path)
+
+
+def test_entries_sequence_and_flag_index(tmp_path: Path) -> None:
+    with open_log(small().build(tmp_path / "log")) as log:
+        entries = log.entries
+        assert entries[-1] is entries[5] and entries[-1].index == 5
+        assert [e.index for e in entries[1:4]] == [1, 2, 3]
+        assert [e.index for e in entries] == list(range(6))
+        with pytest.raises(IndexError):
+            entries[6]
+        assert log.having(FLUSH) == [1, 5] and log.having(FUA | DISCARD) == [3, 4]
+        assert dict(log.marks) == {2: "crashlab:mkfs"}

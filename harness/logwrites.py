@@ -299,11 +299,12 @@ def _parse(path: Path, mm: mmap.mmap, size: int
     add_raw = raw.append
     add_pos = positions.append
     marks: dict[int, str] = {}
-    bad_flags = ~KNOWN_FLAGS
+    slow = ~KNOWN_FLAGS | MARK | DISCARD
     last_header = size - ss
     pos = ss
-    # The hot loop: one unpack and two appends per entry, locals only, the rare cases
-    # (marks, errors) out of the way. 110k entries take ~50 ms.
+    # The hot loop: one unpack, two appends and one flag test per plain write, locals
+    # only, the rare cases (marks, discards, errors) out of the way. 110k entries take
+    # ~55 ms.
     for i in range(nr_entries):
         if pos > last_header:
             raise _past_eof(path, raw, positions, nr_entries, ss, size, i, pos)
@@ -311,17 +312,20 @@ def _parse(path: Path, mm: mmap.mmap, size: int
         add_raw(t)
         add_pos(pos)
         flags = t[2]
+        if flags & slow:
+            if flags & ~KNOWN_FLAGS:
+                raise _corrupt(path, f"malformed header (flags {flags:#x})", index=i,
+                               offset=pos)
+            if flags & MARK:
+                marks[i] = _mark(path, mm, i, pos, t[3], ss)
+            pos += ss  # a discard's range is not in the log; a mark has no data
+            continue
         nr = t[1]
-        if flags & bad_flags or not (flags or nr):
+        if not nr and not flags:
             # replay-log's log_entry_valid also rejects the all-zero header: it is what
             # reading an unwritten part of the log device looks like.
-            raise _corrupt(path, f"malformed header (flags {flags:#x}, nr_sectors {nr})",
-                           index=i, offset=pos)
-        if flags & MARK:
-            marks[i] = _mark(path, mm, i, pos, t[3], ss)
-        pos += ss
-        if nr and not flags & DISCARD:
-            pos += nr * ss
+            raise _corrupt(path, "malformed header (all zero)", index=i, offset=pos)
+        pos += (nr + 1) * ss
     if pos > size:
         raise _past_eof(path, raw, positions, nr_entries, ss, size, nr_entries, pos)
     return ss, raw, positions, marks

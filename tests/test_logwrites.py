@@ -83,7 +83,7 @@ def corrupt_cases(tmp_path: Path) -> list[tuple[bytes, str]]:
         (raw[: 6144 + ss + 4096], "entry 3 at byte offset 6144: 8192 data bytes"),
         (raw[:-1], "entry 5 at byte offset 15360: 4096 data bytes"),
         (zero_hdr, "entry 1 at byte offset 5120: malformed header"),
-        (bad_flags, "entry 1 at byte offset 5120: malformed header (flags 0x200"),
+        (bad_flags, "entry 1 at byte offset 5120: malformed header (flags 0x200)"),
         (too_many, "entry 6 at byte offset 19968: header sector past end"),
     ]
 

@@ -37,7 +37,8 @@ def write_log(path: Path, entries: int, write_bytes: int) -> None:
             if i % 1000 == 0:
                 text = (f"crashlab:sync:{i // 1000}" if i else "crashlab:mkfs").encode()
                 chunk += (struct.pack("<QQQQ", 0, 0, MARK, len(text)) + text).ljust(
-                    SECTORSIZE, b"\0")
+                    SECTORSIZE, b"\0"
+                )
             elif i % 16 == 0:
                 chunk += struct.pack("<QQQQ", 0, 0, FLUSH, 0).ljust(SECTORSIZE, b"\0")
             else:
@@ -90,15 +91,21 @@ def main() -> None:
             t_hash = time.perf_counter() - t
             t = time.perf_counter()
             specs: list[dict[str, object]] = [
-                {"kind": "flush"}, {"kind": "mark"}, {"kind": "every", "n": 100},
-                {"kind": "reorder", "max_states": 256}, {"kind": "torn", "max_states": 64}]
+                {"kind": "flush"},
+                {"kind": "mark"},
+                {"kind": "every", "n": 100},
+                {"kind": "reorder", "max_states": 256},
+                {"kind": "torn", "max_states": 64},
+            ]
             states = generate(log, specs, seed=1)
             t_gen = time.perf_counter() - t
         mib = size / (1 << 20)
         print(f"log: {args.entries} entries, {mib:.0f} MiB")
         print(f"sequential read: {t_read * 1000:8.1f} ms  {mib / t_read:8.0f} MiB/s")
-        print(f"parse (open_log): {t_parse * 1000:7.1f} ms  {mib / t_parse:8.0f} MiB/s  "
-              f"{args.entries / t_parse / 1e6:.2f} M entries/s")
+        print(
+            f"parse (open_log): {t_parse * 1000:7.1f} ms  {mib / t_parse:8.0f} MiB/s  "
+            f"{args.entries / t_parse / 1e6:.2f} M entries/s"
+        )
         print(f"sha256 (log.hash): {t_hash * 1000:6.1f} ms")
         print(f"generate ({len(states)} states, log hashed): {t_gen * 1000:6.1f} ms")
         print(f"ratio parse/read throughput: {t_read / t_parse:.2f}  (goal >= 0.5)")

@@ -48,10 +48,16 @@ def _canonical(obj: object) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
-def state_id(log_hash: str, prefix: int, dropped: Sequence[int], torn: int | None,
-             torn_runs: Runs) -> str:
-    key = {"log": log_hash, "prefix": prefix, "dropped": list(dropped), "torn": torn,
-           "torn_runs": [list(r) for r in torn_runs]}
+def state_id(
+    log_hash: str, prefix: int, dropped: Sequence[int], torn: int | None, torn_runs: Runs
+) -> str:
+    key = {
+        "log": log_hash,
+        "prefix": prefix,
+        "dropped": list(dropped),
+        "torn": torn,
+        "torn_runs": [list(r) for r in torn_runs],
+    }
     return hashlib.sha256(_canonical(key).encode()).hexdigest()[:16]
 
 
@@ -73,14 +79,15 @@ class CrashState:
     def first_divergent(self) -> int:
         """First entry this state does not apply in full; entries before it are exactly
         the log's, so a replayer may apply them for good."""
-        return min((*self.dropped, *(() if self.torn is None else (self.torn,))),
-                   default=self.prefix)
+        return min(
+            (*self.dropped, *(() if self.torn is None else (self.torn,))), default=self.prefix
+        )
 
     @property
     def sync(self) -> int | None:
         """n of the last ``crashlab:sync:<n>`` mark; None right after mkfs."""
         if self.mark and self.mark.startswith(SYNC_MARK_PREFIX):
-            tail = self.mark[len(SYNC_MARK_PREFIX):]
+            tail = self.mark[len(SYNC_MARK_PREFIX) :]
             return int(tail) if tail.isdigit() else None
         return None
 
@@ -100,11 +107,17 @@ class CrashState:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "log_hash": self.log_hash, "prefix": self.prefix,
-            "dropped": list(self.dropped), "torn": self.torn,
-            "torn_runs": [list(r) for r in self.torn_runs], "mark": self.mark,
-            "mark_index": self.mark_index, "generator": self.generator,
-            "params": json.loads(self.params), "seed": self.seed,
+            "id": self.id,
+            "log_hash": self.log_hash,
+            "prefix": self.prefix,
+            "dropped": list(self.dropped),
+            "torn": self.torn,
+            "torn_runs": [list(r) for r in self.torn_runs],
+            "mark": self.mark,
+            "mark_index": self.mark_index,
+            "generator": self.generator,
+            "params": json.loads(self.params),
+            "seed": self.seed,
         }
 
     @classmethod
@@ -119,20 +132,26 @@ class CrashState:
             torn = d["torn"]
             mark_index = d["mark_index"]
             state = cls(
-                id=str(d["id"]), log_hash=str(d["log_hash"]), prefix=int(d["prefix"]),
+                id=str(d["id"]),
+                log_hash=str(d["log_hash"]),
+                prefix=int(d["prefix"]),
                 dropped=tuple(int(i) for i in d["dropped"]),
-                torn=None if torn is None else int(torn), torn_runs=runs,
+                torn=None if torn is None else int(torn),
+                torn_runs=runs,
                 mark=None if d["mark"] is None else str(d["mark"]),
                 mark_index=None if mark_index is None else int(mark_index),
-                generator=str(d["generator"]), params=_canonical(d["params"]),
+                generator=str(d["generator"]),
+                params=_canonical(d["params"]),
                 seed=int(d["seed"]),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise InputError(f"malformed crash state record: {e!r}") from None
         want = state_id(state.log_hash, state.prefix, state.dropped, state.torn, runs)
         if want != state.id:
-            raise InputError(f"crash state record {state.id} does not match its content "
-                             f"(content hashes to {want})")
+            raise InputError(
+                f"crash state record {state.id} does not match its content "
+                f"(content hashes to {want})"
+            )
         return state
 
 
@@ -151,7 +170,9 @@ class _Index:
         if mkfs is None:
             raise InputError(
                 f"{log.path}: the log has no {MKFS_MARK!r} mark, so no entry is known to "
-                "follow a complete mkfs", hint="record the workload with crashlab")
+                "follow a complete mkfs",
+                hint="record the workload with crashlab",
+            )
         marks = list(log.marks)
         flushes = log.having(FLUSH)
         return cls(log, mkfs, marks, flushes)
@@ -161,16 +182,24 @@ class _Index:
         """Smallest prefix that is a filesystem crash state: mkfs and its mark applied."""
         return self.mkfs + 1
 
-    def state(self, gen: str, params: str, seed: int, prefix: int,
-              dropped: Iterable[int] = (), torn: int | None = None,
-              torn_runs: Runs = ()) -> CrashState:
+    def state(
+        self,
+        gen: str,
+        params: str,
+        seed: int,
+        prefix: int,
+        dropped: Iterable[int] = (),
+        torn: int | None = None,
+        torn_runs: Runs = (),
+    ) -> CrashState:
         drop = tuple(sorted(dropped))
         k = bisect.bisect_left(self.marks, prefix) - 1
         mark_index = self.marks[k] if k >= 0 else None
         mark = self.log.marks[mark_index] if mark_index is not None else None
         sid = state_id(self.log.hash, prefix, drop, torn, torn_runs)
-        return CrashState(sid, self.log.hash, prefix, drop, torn, torn_runs, mark,
-                          mark_index, gen, params, seed)
+        return CrashState(
+            sid, self.log.hash, prefix, drop, torn, torn_runs, mark, mark_index, gen, params, seed
+        )
 
 
 def _rng(seed: int, *parts: object) -> random.Random:
@@ -180,8 +209,9 @@ def _rng(seed: int, *parts: object) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "little"))
 
 
-def _prefixes(ix: _Index, gen: str, params: str, seed: int,
-              prefixes: Iterable[int]) -> list[CrashState]:
+def _prefixes(
+    ix: _Index, gen: str, params: str, seed: int, prefixes: Iterable[int]
+) -> list[CrashState]:
     keep = sorted({p for p in prefixes if ix.first <= p <= len(ix.log.entries)})
     return [ix.state(gen, params, seed, p) for p in keep]
 
@@ -236,8 +266,7 @@ def _subsets(rng: random.Random, items: Sequence[int], limit: int) -> list[tuple
     return list(chosen)
 
 
-def reorder(log: Log, seed: int = 0, max_states: int = 64,
-            per_point: int = 16) -> list[CrashState]:
+def reorder(log: Log, seed: int = 0, max_states: int = 64, per_point: int = 16) -> list[CrashState]:
     """Power fails just before a FLUSH completes (and at the end of the log): any subset
     of the writes and discards since the previous FLUSH, FUA writes excepted, is lost.
 
@@ -252,8 +281,11 @@ def reorder(log: Log, seed: int = 0, max_states: int = 64,
     for p in points:
         k = bisect.bisect_left(ix.flushes, p) - 1
         start = max(ix.flushes[k] if k >= 0 else 0, ix.first)
-        droppable = [i for i in range(start, p)
-                     if (entries[i].is_write or entries[i].is_discard) and not entries[i].is_fua]
+        droppable = [
+            i
+            for i in range(start, p)
+            if (entries[i].is_write or entries[i].is_discard) and not entries[i].is_fua
+        ]
         picks += ((p, sub) for sub in _subsets(_rng(seed, "reorder", p), droppable, per_point))
     if len(picks) > max_states:
         picks = _rng(seed, "reorder-cap").sample(picks, max_states)
@@ -286,17 +318,25 @@ def torn_runs(mode: str, nr_sectors: int, rng: random.Random) -> Runs:
     return _runs(keep, unit, nr_sectors)
 
 
-def torn(log: Log, seed: int = 0, max_states: int = 64,
-         modes: Sequence[str] = TORN_MODES, only: Sequence[str] = ()) -> list[CrashState]:
+def torn(
+    log: Log,
+    seed: int = 0,
+    max_states: int = 64,
+    modes: Sequence[str] = TORN_MODES,
+    only: Sequence[str] = (),
+) -> list[CrashState]:
     """Power fails during a multi-sector write, which persists only in part; the
     entries before it are applied. ``only`` restricts the candidates to writes carrying
     one of the flags ``fua``, ``flush``, ``metadata`` (journal commits, say)."""
     ix = _Index.of(log)
     params = _canonical({"max_states": max_states, "modes": list(modes), "only": list(only)})
     want = sum(TORN_ONLY[o] for o in only)
-    candidates = [(e.index, m) for e in log.entries[ix.first:]
-                  if e.is_write and e.nr_sectors >= 2 and (not want or e.flags & want)
-                  for m in modes]
+    candidates = [
+        (e.index, m)
+        for e in log.entries[ix.first :]
+        if e.is_write and e.nr_sectors >= 2 and (not want or e.flags & want)
+        for m in modes
+    ]
     if len(candidates) > max_states:
         candidates = _rng(seed, "torn-cap").sample(candidates, max_states)
     states = {}
@@ -324,8 +364,11 @@ def _strs(where: str, key: str, v: object, allowed: Iterable[str]) -> list[str]:
 
 
 def _percents(where: str, v: object) -> list[float]:
-    if isinstance(v, list) and v and all(
-            isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x <= 100 for x in v):
+    if (
+        isinstance(v, list)
+        and v
+        and all(isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x <= 100 for x in v)
+    ):
         return [float(x) for x in v]
     raise InputError(f"{where}: at must be a non-empty list of numbers in 0..100, got {v!r}")
 
@@ -336,19 +379,30 @@ _KINDS: dict[str, tuple[frozenset[str], Generator]] = {
     "flush": (frozenset(), lambda log, s, seed, w: at_flushes(log, seed)),
     "fua": (frozenset(), lambda log, s, seed, w: at_fuas(log, seed)),
     "mark": (frozenset(), lambda log, s, seed, w: at_marks(log, seed)),
-    "every": (frozenset({"n"}),
-              lambda log, s, seed, w: every(log, _int(w, "n", s.get("n")), seed)),
-    "percent": (frozenset({"at"}),
-                lambda log, s, seed, w: at_percent(log, _percents(w, s.get("at")), seed)),
-    "reorder": (frozenset({"max_states", "per_point"}),
-                lambda log, s, seed, w: reorder(
-                    log, seed, _int(w, "max_states", s.get("max_states", 64)),
-                    _int(w, "per_point", s.get("per_point", 16)))),
-    "torn": (frozenset({"max_states", "modes", "only"}),
-             lambda log, s, seed, w: torn(
-                 log, seed, _int(w, "max_states", s.get("max_states", 64)),
-                 _strs(w, "modes", s.get("modes", list(TORN_MODES)), TORN_MODES),
-                 _strs(w, "only", s.get("only", []), TORN_ONLY))),
+    "every": (frozenset({"n"}), lambda log, s, seed, w: every(log, _int(w, "n", s.get("n")), seed)),
+    "percent": (
+        frozenset({"at"}),
+        lambda log, s, seed, w: at_percent(log, _percents(w, s.get("at")), seed),
+    ),
+    "reorder": (
+        frozenset({"max_states", "per_point"}),
+        lambda log, s, seed, w: reorder(
+            log,
+            seed,
+            _int(w, "max_states", s.get("max_states", 64)),
+            _int(w, "per_point", s.get("per_point", 16)),
+        ),
+    ),
+    "torn": (
+        frozenset({"max_states", "modes", "only"}),
+        lambda log, s, seed, w: torn(
+            log,
+            seed,
+            _int(w, "max_states", s.get("max_states", 64)),
+            _strs(w, "modes", s.get("modes", list(TORN_MODES)), TORN_MODES),
+            _strs(w, "only", s.get("only", []), TORN_ONLY),
+        ),
+    ),
 }
 KINDS = tuple(_KINDS)
 

@@ -28,6 +28,7 @@ PROBE_TIMEOUT = 30.0
 _INIT = f"""#!/bin/busybox sh
 /bin/busybox mkdir -p /proc
 /bin/busybox mount -t proc proc /proc
+/bin/busybox mount -t devtmpfs dev /dev
 echo {PROBE_OK} > /dev/ttyS0
 /bin/busybox poweroff -f
 """
@@ -70,15 +71,34 @@ def floor_boot(kernel: Path, accelerator: str, timeout: float = PROBE_TIMEOUT) -
         con = Path(tmp) / "console.log"
         argv = [
             tools.require("qemu-system-x86_64"),
-            "-machine", f"q35,accel={accelerator}", "-cpu", "host" if accelerator == "kvm" else "max",
-            "-m", "512", "-nodefaults", "-no-user-config", "-display", "none", "-nic", "none",
-            "-no-reboot", "-kernel", str(kernel), "-initrd", str(initrd),
-            "-append", "console=ttyS0 loglevel=4 panic=-1 rdinit=/init",
-            "-chardev", f"file,id=con,path={con}", "-serial", "chardev:con",
+            "-machine",
+            f"q35,accel={accelerator}",
+            "-cpu",
+            "host" if accelerator == "kvm" else "max",
+            "-m",
+            "512",
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-nic",
+            "none",
+            "-no-reboot",
+            "-kernel",
+            str(kernel),
+            "-initrd",
+            str(initrd),
+            "-append",
+            "console=ttyS0 loglevel=4 panic=-1 rdinit=/init",
+            "-chardev",
+            f"file,id=con,path={con}",
+            "-serial",
+            "chardev:con",
         ]
         start = time.monotonic()
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+        p = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         try:
             while time.monotonic() - start < timeout:
                 if con.exists() and PROBE_OK in con.read_text(errors="replace"):
@@ -112,11 +132,21 @@ def probe(image: Image, *, refresh: bool = False) -> ProbeResult:
         with _ignore_bad_cache():
             data = json.loads(cf.read_text())
             if data.get("key") == key:
-                return ProbeResult(data["accelerator"], data["kvm_works"], data["reason"], cached=True)
+                return ProbeResult(
+                    data["accelerator"], data["kvm_works"], data["reason"], cached=True
+                )
     result = _probe_now(image)
     cf.parent.mkdir(parents=True, exist_ok=True)
-    cf.write_text(json.dumps({"key": key, "accelerator": result.accelerator,
-                              "kvm_works": result.kvm_works, "reason": result.reason}))
+    cf.write_text(
+        json.dumps(
+            {
+                "key": key,
+                "accelerator": result.accelerator,
+                "kvm_works": result.kvm_works,
+                "reason": result.reason,
+            }
+        )
+    )
     return result
 
 

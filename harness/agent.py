@@ -83,7 +83,9 @@ class Agent:
                 return
 
     # -- calls --------------------------------------------------------------------------
-    def call(self, command: str, arguments: dict[str, Any] | None = None, *, timeout: float = 30) -> Any:
+    def call(
+        self, command: str, arguments: dict[str, Any] | None = None, *, timeout: float = 30
+    ) -> Any:
         msg: dict[str, Any] = {"execute": command}
         if arguments:
             msg["arguments"] = arguments
@@ -112,11 +114,15 @@ class Agent:
         pid = self.call("guest-exec", args, timeout=timeout)["pid"]
         delay = 0.002
         while True:
-            st = self.call("guest-exec-status", {"pid": pid}, timeout=max(1.0, deadline - time.monotonic()))
+            st = self.call(
+                "guest-exec-status", {"pid": pid}, timeout=max(1.0, deadline - time.monotonic())
+            )
             if st.get("exited"):
                 break
             if time.monotonic() > deadline:
-                raise GuestTimeout(f"guest command did not finish within {timeout:g} s: {' '.join(argv)}")
+                raise GuestTimeout(
+                    f"guest command did not finish within {timeout:g} s: {' '.join(argv)}"
+                )
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
         return ExecResult(
@@ -142,7 +148,9 @@ class Agent:
         parts: list[bytes] = []
         try:
             while True:
-                r = self.call("guest-file-read", {"handle": handle, "count": _CHUNK}, timeout=timeout)
+                r = self.call(
+                    "guest-file-read", {"handle": handle, "count": _CHUNK}, timeout=timeout
+                )
                 parts.append(base64.b64decode(r.get("buf-b64", "")))
                 if r.get("eof") or not r.get("count"):
                     break

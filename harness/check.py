@@ -43,17 +43,33 @@ def host_check(fs: str, image: Path, scratch: Path) -> CheckResult:
             r = _check_ext(fs, image, scratch)
         elif fs == "xfs":
             r = _check_readonly(
-                "xfs_repair -n", ["xfs_repair", "-n", "-f", image], image, scratch,
-                repair=["xfs_repair", "-f"], dirty_log="metadata changes in a log")
+                "xfs_repair -n",
+                ["xfs_repair", "-n", "-f", image],
+                image,
+                scratch,
+                repair=["xfs_repair", "-f"],
+                dirty_log="metadata changes in a log",
+            )
         elif fs == "btrfs":
             r = _check_readonly(
-                "btrfs check", ["btrfs", "check", "--readonly", image], image, scratch,
-                repair=["btrfs", "check", "--repair", "--force"], dirty_log=None)
+                "btrfs check",
+                ["btrfs", "check", "--readonly", image],
+                image,
+                scratch,
+                repair=["btrfs", "check", "--repair", "--force"],
+                dirty_log=None,
+            )
         else:
             raise HarnessError(f"no host checker for filesystem type {fs!r}")
     except HarnessError as e:
-        return CheckResult("host", fs, Outcome.HARNESS_ERROR, None, time.monotonic() - start,
-                           f"{e.message}\n{e.detail or ''}"[-EXCERPT:])
+        return CheckResult(
+            "host",
+            fs,
+            Outcome.HARNESS_ERROR,
+            None,
+            time.monotonic() - start,
+            f"{e.message}\n{e.detail or ''}"[-EXCERPT:],
+        )
     return r
 
 
@@ -70,8 +86,16 @@ def _check_ext(fs: str, image: Path, scratch: Path) -> CheckResult:
         out.append(j.stdout + j.stderr)
         if j.returncode >= 8:
             _undo(undo, image)
-            return CheckResult("host", "e2fsck", Outcome.UNREPAIRABLE, j.returncode,
-                               j.seconds, _excerpt(out), phases, note="journal replay failed")
+            return CheckResult(
+                "host",
+                "e2fsck",
+                Outcome.UNREPAIRABLE,
+                j.returncode,
+                j.seconds,
+                _excerpt(out),
+                phases,
+                note="journal replay failed",
+            )
     try:
         f = proc.run(["e2fsck", "-f", "-n", image], check=False)
         phases["fsck"] = f.seconds
@@ -80,17 +104,27 @@ def _check_ext(fs: str, image: Path, scratch: Path) -> CheckResult:
             outcome, status = Outcome.CONSISTENT, 0
         else:
             outcome, status, rep = _repair_copy(
-                image, scratch, ["e2fsck", "-f", "-y"], ["e2fsck", "-f", "-n"], ok_codes=(0, 1, 2))
+                image, scratch, ["e2fsck", "-f", "-y"], ["e2fsck", "-f", "-n"], ok_codes=(0, 1, 2)
+            )
             phases["repair"] = rep.seconds
             out.append(rep.stdout + rep.stderr)
             status = f.returncode
     finally:
         _undo(undo, image)
-    return CheckResult("host", "e2fsck", outcome, status, sum(phases.values()), _excerpt(out), phases)
+    return CheckResult(
+        "host", "e2fsck", outcome, status, sum(phases.values()), _excerpt(out), phases
+    )
 
 
-def _check_readonly(name: str, argv: list[str | Path], image: Path, scratch: Path, *,
-                    repair: list[str], dirty_log: str | None) -> CheckResult:
+def _check_readonly(
+    name: str,
+    argv: list[str | Path],
+    image: Path,
+    scratch: Path,
+    *,
+    repair: list[str],
+    dirty_log: str | None,
+) -> CheckResult:
     r = proc.run(argv, check=False)
     phases = {"fsck": r.seconds}
     text = r.stdout + r.stderr
@@ -98,16 +132,34 @@ def _check_readonly(name: str, argv: list[str | Path], image: Path, scratch: Pat
         return CheckResult("host", name, Outcome.CONSISTENT, 0, r.seconds, _excerpt([text]), phases)
     if dirty_log and dirty_log in text:
         # Not corruption: the log must be replayed by a mount, which only the guest does.
-        return CheckResult("host", name, Outcome.SKIPPED, r.returncode, r.seconds, _excerpt([text]),
-                           phases, note="dirty log: judged by the guest's mount")
-    outcome, _, rep = _repair_copy(image, scratch, repair, [str(a) for a in argv[:-1]], ok_codes=(0,))
+        return CheckResult(
+            "host",
+            name,
+            Outcome.SKIPPED,
+            r.returncode,
+            r.seconds,
+            _excerpt([text]),
+            phases,
+            note="dirty log: judged by the guest's mount",
+        )
+    outcome, _, rep = _repair_copy(
+        image, scratch, repair, [str(a) for a in argv[:-1]], ok_codes=(0,)
+    )
     phases["repair"] = rep.seconds
-    return CheckResult("host", name, outcome, r.returncode, sum(phases.values()),
-                       _excerpt([text, rep.stdout + rep.stderr]), phases)
+    return CheckResult(
+        "host",
+        name,
+        outcome,
+        r.returncode,
+        sum(phases.values()),
+        _excerpt([text, rep.stdout + rep.stderr]),
+        phases,
+    )
 
 
-def _repair_copy(image: Path, scratch: Path, repair: list[str], recheck: list[str],
-                 ok_codes: tuple[int, ...]) -> tuple[Outcome, int, proc.Result]:
+def _repair_copy(
+    image: Path, scratch: Path, repair: list[str], recheck: list[str], ok_codes: tuple[int, ...]
+) -> tuple[Outcome, int, proc.Result]:
     """Damage found: try the repair on a sparse copy and check the result read-only."""
     copy = scratch / "repair.img"
     proc.run(["cp", "--sparse=always", image, copy])
@@ -116,7 +168,11 @@ def _repair_copy(image: Path, scratch: Path, repair: list[str], recheck: list[st
         if rep.returncode not in ok_codes:
             return Outcome.UNREPAIRABLE, rep.returncode, rep
         again = proc.run([*recheck, copy], check=False)
-        return (Outcome.REPAIRED if again.returncode == 0 else Outcome.UNREPAIRABLE), rep.returncode, rep
+        return (
+            (Outcome.REPAIRED if again.returncode == 0 else Outcome.UNREPAIRABLE),
+            rep.returncode,
+            rep,
+        )
     finally:
         copy.unlink(missing_ok=True)
 
@@ -134,5 +190,3 @@ def _excerpt(parts: list[str]) -> str:
 def copy_image(src: Path, dst: Path) -> None:
     """A sparse copy (the host fs has no reflinks here; holes stay holes)."""
     proc.run(["cp", "--sparse=always", src, dst])
-
-

@@ -47,7 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         report(e, debug=args.debug)
         return e.exit_status
     except KeyboardInterrupt:
-        err_console.print("[yellow]interrupted[/]: finished results are in the store; run again to resume")
+        err_console.print(
+            "[yellow]interrupted[/]: finished results are in the store; run again to resume"
+        )
         return 130
 
 

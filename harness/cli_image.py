@@ -18,10 +18,14 @@ STEPS = ["mmdebstrap", "kernel and initrd", "root filesystem", "qcow2"]
 def register(sub: Any) -> None:
     p = sub.add_parser("image", help="build or inspect the cached guest image")
     isub = p.add_subparsers(dest="image_command", metavar="ACTION", required=True)
-    b = isub.add_parser("build", help="build the guest image (no-op when the cache matches the recipe)")
+    b = isub.add_parser(
+        "build", help="build the guest image (no-op when the cache matches the recipe)"
+    )
     b.add_argument("--force", action="store_true", help="rebuild even if cached")
     b.set_defaults(func=cmd_build)
-    s = isub.add_parser("status", help="which image is cached, its recipe hash, kernel, ZFS version, size")
+    s = isub.add_parser(
+        "status", help="which image is cached, its recipe hash, kernel, ZFS version, size"
+    )
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_status)
 
@@ -35,9 +39,16 @@ def cmd_build(args: argparse.Namespace) -> int:
     logfile = paths.images_dir() / f"{recipe.hash}.build.log"
     result: dict[str, Any] = {}
 
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-                  TextColumn("[dim]{task.fields[last]}"), console=console, transient=False) as bar:
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        TextColumn("[dim]{task.fields[last]}"),
+        console=console,
+        transient=False,
+    ) as bar:
         task = bar.add_task(f"image {recipe.hash}", total=len(STEPS), last="")
         state = {"done": 0}
 
@@ -81,19 +92,21 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     recipe = image.load_recipe()
     imgs = image.all_cached()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for img in imgs:
         m = img.manifest
-        rows.append({
-            "hash": img.hash,
-            "current": img.hash == recipe.hash,
-            "kernel": m.get("kernel"),
-            "zfs": m.get("zfs_version"),
-            "size_bytes": m.get("size_bytes"),
-            "built_at": m.get("built_at"),
-            "build_seconds": m.get("build_seconds"),
-            "path": str(img.dir),
-        })
+        rows.append(
+            {
+                "hash": img.hash,
+                "current": img.hash == recipe.hash,
+                "kernel": m.get("kernel"),
+                "zfs": m.get("zfs_version"),
+                "size_bytes": m.get("size_bytes"),
+                "built_at": m.get("built_at"),
+                "build_seconds": m.get("build_seconds"),
+                "path": str(img.dir),
+            }
+        )
     if args.json:
         print(json.dumps({"recipe_hash": recipe.hash, "images": rows}, indent=2))
         return 0
@@ -104,9 +117,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     t = Table("hash", "current", "kernel", "ZFS", "size", "built", "build time")
     for r in rows:
-        t.add_row(r["hash"], "yes" if r["current"] else "", str(r["kernel"]), str(r["zfs"]),
-                  f"{(r['size_bytes'] or 0) / 2**20:.0f} MiB", str(r["built_at"]),
-                  f"{r['build_seconds']} s")
+        t.add_row(
+            r["hash"],
+            "yes" if r["current"] else "",
+            str(r["kernel"]),
+            str(r["zfs"]),
+            f"{(r['size_bytes'] or 0) / 2**20:.0f} MiB",
+            str(r["built_at"]),
+            f"{r['build_seconds']} s",
+        )
     console.print(t)
     if not any(r["current"] for r in rows):
         console.print("the recipe changed since: run [bold]scenario image build[/]")

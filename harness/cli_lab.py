@@ -32,12 +32,10 @@ def register(sub: Any) -> None:
 
 
 def register_run_commands(sub: Any) -> None:
-    """Hook for ``scenario run`` and ``scenario reproduce``; the lead adds them here.
+    """``scenario run`` and ``scenario reproduce`` live in harness/cli_run.py."""
+    from harness import cli_run
 
-    Use ``add_set_option`` and ``scenario.load(args.name, args.set)`` so ``--set``
-    behaves the same in every command.
-    """
-    del sub
+    cli_run.register(sub, add_set_option)
 
 
 def add_set_option(p: argparse.ArgumentParser) -> None:

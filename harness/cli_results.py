@@ -28,17 +28,27 @@ SHOWN_STATES = 50
 
 def register(sub: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", type=Path, default=None, metavar="PATH",
-                        help="results database (default: $CRASHLAB_RESULTS/lab.sqlite,"
-                        " i.e. results/lab.sqlite in the repo)")
+    common.add_argument(
+        "--db",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="results database (default: $CRASHLAB_RESULTS/lab.sqlite,"
+        " i.e. results/lab.sqlite in the repo)",
+    )
     common.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = sub.add_parser("results", help="list and inspect stored runs")
     rsub = p.add_subparsers(dest="results_command", metavar="ACTION", required=True)
 
     runs = rsub.add_parser("runs", parents=[common], help="list recent runs")
-    runs.add_argument("--limit", type=_positive, default=20, metavar="N",
-                      help="how many runs, newest first (default 20)")
+    runs.add_argument(
+        "--limit",
+        type=_positive,
+        default=20,
+        metavar="N",
+        help="how many runs, newest first (default 20)",
+    )
     runs.set_defaults(func=cmd_runs)
 
     show = rsub.add_parser("show", parents=[common], help="one run in detail")
@@ -96,8 +106,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
     t.add_column("status", no_wrap=True)
     for r in rows:
         t.add_row(
-            r.id, r.scenario, _local(r.started_at), _duration(r), r.accelerator or "-",
-            r.guest_kernel or "-", _counts_markup(r.outcome_counts, "\n") or "-",
+            r.id,
+            r.scenario,
+            _local(r.started_at),
+            _duration(r),
+            r.accelerator or "-",
+            r.guest_kernel or "-",
+            _counts_markup(r.outcome_counts, "\n") or "-",
             _status_markup(r),
         )
     console.print(t)
@@ -174,10 +189,16 @@ def _print_detail(console: Console, d: RunDetail) -> None:
             st.add_column(col, overflow="fold")
         for s in flagged[:SHOWN_STATES]:
             st.add_row(
-                s.id, _outcome_markup(s.outcome or ""), s.generator, s.last_mark or "-",
+                s.id,
+                _outcome_markup(s.outcome or ""),
+                s.generator,
+                s.last_mark or "-",
                 s.description,
-                ", ".join(f"{c.stage}/{c.checker}: {c.outcome}" for c in s.checks
-                          if c.outcome != Outcome.CONSISTENT),
+                ", ".join(
+                    f"{c.stage}/{c.checker}: {c.outcome}"
+                    for c in s.checks
+                    if c.outcome != Outcome.CONSISTENT
+                ),
             )
         console.print(st)
         if len(flagged) > SHOWN_STATES:

@@ -16,24 +16,48 @@ from harness import accel, image, tomlconf, tools
 from harness.backend import Disk, GuestSpec, start_guest
 from harness.errors import InputError
 
-REQUIRED = ["qemu-system-x86_64", "qemu-img", "mmdebstrap", "busybox", "cpio",
-            "mkfs.ext4", "e2fsck", "e2undo", "xfs_repair", "btrfs"]
-OPTIONAL = {"zdb": "host-side ZFS checks", "mkfs.xfs": "host-made xfs fixtures",
-            "sqlite3": "opening the store by hand"}
+REQUIRED = [
+    "qemu-system-x86_64",
+    "qemu-img",
+    "mmdebstrap",
+    "busybox",
+    "cpio",
+    "mkfs.ext4",
+    "e2fsck",
+    "e2undo",
+    "xfs_repair",
+    "btrfs",
+]
+OPTIONAL = {
+    "zdb": "host-side ZFS checks",
+    "mkfs.xfs": "host-made xfs fixtures",
+    "sqlite3": "opening the store by hand",
+}
 
 
 def register(sub: Any) -> None:
     d = sub.add_parser("doctor", help="check the host: QEMU, KVM or TCG, mmdebstrap, fs tools")
-    d.add_argument("--reprobe", action="store_true", help="probe KVM again instead of using the cached answer")
+    d.add_argument(
+        "--reprobe", action="store_true", help="probe KVM again instead of using the cached answer"
+    )
     d.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("vm", help="run commands in a fresh disposable guest")
     vsub = p.add_subparsers(dest="vm_command", metavar="ACTION", required=True)
-    r = vsub.add_parser("run", help="boot a fresh guest, run a command, print its output, tear down")
-    r.add_argument("--disk", action="append", default=[], metavar="SIZE|FILE",
-                   help="attach a disk: a size (e.g. 256M, a fresh sparse file) or an existing raw file; "
-                        "repeatable; serials disk0, disk1, … (/dev/disk/by-id/virtio-diskN)")
-    r.add_argument("--udev", action="store_true", help="start udev in the guest (ZFS on whole disks)")
+    r = vsub.add_parser(
+        "run", help="boot a fresh guest, run a command, print its output, tear down"
+    )
+    r.add_argument(
+        "--disk",
+        action="append",
+        default=[],
+        metavar="SIZE|FILE",
+        help="attach a disk: a size (e.g. 256M, a fresh sparse file) or an existing raw file; "
+        "repeatable; serials disk0, disk1, … (/dev/disk/by-id/virtio-diskN)",
+    )
+    r.add_argument(
+        "--udev", action="store_true", help="start udev in the guest (ZFS on whole disks)"
+    )
     r.add_argument("--memory", type=int, default=1024, metavar="MiB")
     r.add_argument("--timeout", type=float, default=300, help="seconds the command may take")
     r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND...")
@@ -45,7 +69,9 @@ def cmd_vm_run(args: argparse.Namespace) -> int:
     if not cmd:
         raise InputError("vm run: no command given", hint="scenario vm run --disk 256M -- lsblk")
     err = Console(stderr=True)
-    with tempfile.TemporaryDirectory(prefix="crashlab-disks-", dir=os.environ.get("CRASHLAB_WORK")) as tmp:
+    with tempfile.TemporaryDirectory(
+        prefix="crashlab-disks-", dir=os.environ.get("CRASHLAB_WORK")
+    ) as tmp:
         disks = []
         for i, spec in enumerate(args.disk):
             path = Path(spec)
@@ -53,14 +79,17 @@ def cmd_vm_run(args: argparse.Namespace) -> int:
                 try:
                     size = tomlconf.parse_size(spec)
                 except ValueError:
-                    raise InputError(f"--disk {spec!r}: neither an existing file nor a size",
-                                     hint="e.g. --disk 256M or --disk /path/to/disk.raw") from None
+                    raise InputError(
+                        f"--disk {spec!r}: neither an existing file nor a size",
+                        hint="e.g. --disk 256M or --disk /path/to/disk.raw",
+                    ) from None
                 path = Path(tmp) / f"disk{i}.raw"
                 with open(path, "wb") as f:
                     f.truncate(size)
             disks.append(Disk(path=path, serial=f"disk{i}"))
-        spec = GuestSpec(disks=tuple(disks), udev=args.udev, memory_mb=args.memory,
-                         command_timeout=args.timeout)
+        spec = GuestSpec(
+            disks=tuple(disks), udev=args.udev, memory_mb=args.memory, command_timeout=args.timeout
+        )
         with start_guest(spec) as guest:
             err.print(f"[dim]guest up in {guest.boot_seconds():.1f} s ({guest.accelerator})[/]")
             r = guest.run(cmd, timeout=args.timeout)
@@ -80,28 +109,45 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for tool in REQUIRED:
         ok = tools.available(tool)
         missing |= not ok
-        t.add_row(tool, "[green]ok[/]" if ok else "[red]missing[/]",
-                  "" if ok else f"apt-get install {tools.PACKAGES.get(tool, tool)}")
+        t.add_row(
+            tool,
+            "[green]ok[/]" if ok else "[red]missing[/]",
+            "" if ok else f"apt-get install {tools.PACKAGES.get(tool, tool)}",
+        )
     for tool, why in OPTIONAL.items():
         ok = tools.available(tool)
-        t.add_row(tool, "[green]ok[/]" if ok else "[yellow]missing[/]",
-                  why if ok else f"{why}: apt-get install {tools.PACKAGES.get(tool, tool)}")
+        t.add_row(
+            tool,
+            "[green]ok[/]" if ok else "[yellow]missing[/]",
+            why if ok else f"{why}: apt-get install {tools.PACKAGES.get(tool, tool)}",
+        )
     kvm = os.access("/dev/kvm", os.R_OK | os.W_OK)
     t.add_row("/dev/kvm", "present" if kvm else "absent", "")
     recipe = image.load_recipe()
     img = image.cached(recipe)
     if img is None:
-        t.add_row("guest image", "[yellow]not built[/]", f"recipe {recipe.hash}: run scenario image build")
+        t.add_row(
+            "guest image", "[yellow]not built[/]", f"recipe {recipe.hash}: run scenario image build"
+        )
         t.add_row("accelerator", "[yellow]not probed[/]", "needs the guest image's kernel")
     else:
-        t.add_row("guest image", "[green]cached[/]",
-                  f"{img.hash}, kernel {img.manifest.get('kernel')}, ZFS {img.manifest.get('zfs_version')}")
+        t.add_row(
+            "guest image",
+            "[green]cached[/]",
+            f"{img.hash}, kernel {img.manifest.get('kernel')},"
+            f" ZFS {img.manifest.get('zfs_version')}",
+        )
         if tools.available("qemu-system-x86_64"):
             res = accel.probe(img, refresh=args.reprobe)
-            t.add_row("accelerator", f"[bold]{res.accelerator}[/]",
-                      res.reason + (" (cached probe; --reprobe to redo)" if res.cached else ""))
+            t.add_row(
+                "accelerator",
+                f"[bold]{res.accelerator}[/]",
+                res.reason + (" (cached probe; --reprobe to redo)" if res.cached else ""),
+            )
     console.print(t)
     if missing:
-        console.print("[red]some required programs are missing[/]: run scripts/install-host-deps as root")
+        console.print(
+            "[red]some required programs are missing[/]: run scripts/install-host-deps as root"
+        )
         return 3
     return 0

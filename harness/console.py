@@ -15,7 +15,10 @@ class Trouble(StrEnum):
 
 _PATTERNS: list[tuple[Trouble, re.Pattern[str]]] = [
     (Trouble.PANIC, re.compile(r"Kernel panic - not syncing")),
-    (Trouble.OOPS, re.compile(r"(Oops: |BUG: |general protection fault|kernel BUG at|Call Trace:)")),
+    (
+        Trouble.OOPS,
+        re.compile(r"(Oops: |BUG: |general protection fault|kernel BUG at|Call Trace:)"),
+    ),
 ]
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import paths, proc, tomlconf
+from harness import paths, proc, tomlconf, tools
 from harness.errors import CommandFailed, ImageError
 
 SECURITY_MIRROR = "http://deb.debian.org/debian-security"
@@ -75,8 +75,22 @@ def load_recipe(recipe_dir: Path | None = None) -> Recipe:
         mirror=t.get("mirror", str, required=True),
         components=t.str_list("components", ["main"]),
         kernel=t.get("kernel", str, required=True),
-        variant=t.choice("variant", ["extract", "custom", "essential", "apt", "required",
-                                     "minbase", "buildd", "important", "debootstrap", "standard"], "apt"),
+        variant=t.choice(
+            "variant",
+            [
+                "extract",
+                "custom",
+                "essential",
+                "apt",
+                "required",
+                "minbase",
+                "buildd",
+                "important",
+                "debootstrap",
+                "standard",
+            ],
+            "apt",
+        ),
         rootfs_size=t.convert("rootfs_size", tomlconf.parse_size, "2G"),
         packages=t.str_list("packages"),
         backports=t.str_list("backports"),
@@ -124,17 +138,20 @@ def all_cached() -> list[Image]:
 Step = Callable[[str], None]
 
 
-def build(recipe: Recipe | None = None, *, force: bool = False,
-          on_step: Step = lambda s: None) -> tuple[Image, bool]:
+def build(
+    recipe: Recipe | None = None, *, force: bool = False, on_step: Step = lambda s: None
+) -> tuple[Image, bool]:
     """Build the image for ``recipe`` unless cached. Returns (image, built_now)."""
     recipe = recipe or load_recipe()
     if not force and (img := cached(recipe)) is not None:
         return img, False
     for tool in ("mmdebstrap", "mkfs.ext4", "qemu-img"):
-        proc.tools.require(tool)
+        tools.require(tool)
     if os.geteuid() != 0:
-        raise ImageError("building the image needs root (mmdebstrap in root mode)",
-                         hint="run it as root, e.g. sudo scenario image build")
+        raise ImageError(
+            "building the image needs root (mmdebstrap in root mode)",
+            hint="run it as root, e.g. sudo scenario image build",
+        )
 
     final = paths.images_dir() / recipe.hash
     work = final.with_name(recipe.hash + ".partial")
@@ -156,18 +173,22 @@ def build(recipe: Recipe | None = None, *, force: bool = False,
                 detail=e.stderr,
             ) from None
 
-    step("mmdebstrap: packages, kernel, zfs-dkms build", _mmdebstrap_argv(recipe, chroot),
-         env={"CRASHLAB_INITRD_MODULES": " ".join(recipe.initrd_modules)})
+    step(
+        "mmdebstrap: packages, kernel, zfs-dkms build",
+        _mmdebstrap_argv(recipe, chroot),
+        env={"CRASHLAB_INITRD_MODULES": " ".join(recipe.initrd_modules)},
+    )
 
     on_step("kernel and initrd")
     boot = chroot / "boot"
     try:
         shutil.copy2(boot / f"vmlinuz-{recipe.kernel}", work / "vmlinuz")
-        shutil.copy2(boot / f"initrd.img-{recipe.kernel}", work / "initrd.img")
+        shutil.copy2(boot / "crashlab-initrd.img", work / "initrd.img")
     except FileNotFoundError as e:
-        raise ImageError(f"image build: {e.filename} missing after mmdebstrap",
-                         hint=f"full log: {logfile}") from None
-    manifest = {
+        raise ImageError(
+            f"image build: {e.filename} missing after mmdebstrap", hint=f"full log: {logfile}"
+        ) from None
+    manifest: dict[str, object] = {
         "recipe_hash": recipe.hash,
         "suite": recipe.suite,
         "kernel": recipe.kernel,
@@ -177,8 +198,20 @@ def build(recipe: Recipe | None = None, *, force: bool = False,
     }
 
     raw = work / "rootfs.raw"
-    step("root filesystem (mkfs.ext4 -d)",
-         ["mkfs.ext4", "-q", "-F", "-L", "crashlab-root", "-d", chroot, raw, str(recipe.rootfs_size // 1024) + "K"])
+    step(
+        "root filesystem (mkfs.ext4 -d)",
+        [
+            "mkfs.ext4",
+            "-q",
+            "-F",
+            "-L",
+            "crashlab-root",
+            "-d",
+            chroot,
+            raw,
+            str(recipe.rootfs_size // 1024) + "K",
+        ],
+    )
     shutil.rmtree(chroot)
     step("qcow2", ["qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, work / "rootfs.qcow2"])
     raw.unlink()
@@ -229,11 +262,25 @@ def _package_versions(chroot: Path) -> dict[str, str]:
     status = chroot / "var/lib/dpkg/status"
     if not status.exists():
         return {}
-    wanted = {"zfsutils-linux", "zfs-dkms", "e2fsprogs", "xfsprogs", "btrfs-progs", "dmsetup",
-              "fio", "qemu-guest-agent", "udev", "python3"}
+    wanted = {
+        "zfsutils-linux",
+        "zfs-dkms",
+        "e2fsprogs",
+        "xfsprogs",
+        "btrfs-progs",
+        "dmsetup",
+        "fio",
+        "qemu-guest-agent",
+        "udev",
+        "python3",
+    }
     out: dict[str, str] = {}
     for stanza in status.read_text(errors="replace").split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and not line.startswith(" "))
+        fields = dict(
+            line.split(": ", 1)
+            for line in stanza.splitlines()
+            if ": " in line and not line.startswith(" ")
+        )
         name = fields.get("Package")
         if name and (name in wanted or name.startswith("linux-image-")):
             out[name] = fields.get("Version", "?")

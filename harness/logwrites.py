@@ -122,8 +122,13 @@ class _Entries(Sequence[Entry]):
 
     __slots__ = ("_cache", "_marks", "_pos", "_raw", "_scale", "_ss")
 
-    def __init__(self, raw: list[tuple[int, int, int, int]], pos: array[int],
-                 sectorsize: int, marks: dict[int, str]) -> None:
+    def __init__(
+        self,
+        raw: list[tuple[int, int, int, int]],
+        pos: array[int],
+        sectorsize: int,
+        marks: dict[int, str],
+    ) -> None:
         self._raw = raw
         self._pos = pos
         self._ss = sectorsize
@@ -147,9 +152,15 @@ class _Entries(Sequence[Entry]):
                 i += len(self._raw)
             sector, nr, flags, _ = self._raw[i]
             has_data = nr and not flags & DISCARD
-            e = Entry(i, sector * self._scale, nr * self._scale, flags,
-                      self._pos[i] + self._ss if has_data else 0,
-                      nr * self._ss if has_data else 0, self._marks.get(i))
+            e = Entry(
+                i,
+                sector * self._scale,
+                nr * self._scale,
+                flags,
+                self._pos[i] + self._ss if has_data else 0,
+                nr * self._ss if has_data else 0,
+                self._marks.get(i),
+            )
             self._cache[i] = e
         return e
 
@@ -165,9 +176,16 @@ class Log:
     :meth:`close` (or let them go out of scope).
     """
 
-    def __init__(self, path: Path, mm: mmap.mmap, size: int, sectorsize: int,
-                 raw: list[tuple[int, int, int, int]], pos: array[int],
-                 marks: dict[int, str]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        mm: mmap.mmap,
+        size: int,
+        sectorsize: int,
+        raw: list[tuple[int, int, int, int]],
+        pos: array[int],
+        marks: dict[int, str],
+    ) -> None:
         self.path = path
         self.sectorsize = sectorsize
         self.size = size
@@ -180,8 +198,12 @@ class Log:
     def __enter__(self) -> Log:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def __len__(self) -> int:
@@ -238,8 +260,9 @@ class Log:
                 marks += 1
             if f & METADATA:
                 meta += 1
-        return LogStats(len(self._raw), writes, flushes, fuas, marks, discards, meta,
-                        written, discarded)
+        return LogStats(
+            len(self._raw), writes, flushes, fuas, marks, discards, meta, written, discarded
+        )
 
     def find_mark(self, text: str) -> int | None:
         """Index of the first MARK entry whose text is ``text``."""
@@ -251,8 +274,9 @@ class Log:
 
 
 def _corrupt(path: Path, what: str, *, index: int | None = None, offset: int) -> InputError:
-    where = f"entry {index} at byte offset {offset}" if index is not None else (
-        f"byte offset {offset}")
+    where = (
+        f"entry {index} at byte offset {offset}" if index is not None else (f"byte offset {offset}")
+    )
     return InputError(
         f"{path}: not a valid dm-log-writes log: {where}: {what}",
         hint="the log is truncated or corrupt; record the workload again",
@@ -271,8 +295,7 @@ def open_log(path: Path) -> Log:
     try:
         size = os.fstat(fd).st_size
         if size < _SUPER.size:
-            raise _corrupt(path, f"file is {size} bytes, too short for the super block",
-                           offset=0)
+            raise _corrupt(path, f"file is {size} bytes, too short for the super block", offset=0)
         mm = mmap.mmap(fd, size, prot=mmap.PROT_READ)
     finally:
         os.close(fd)
@@ -284,8 +307,9 @@ def open_log(path: Path) -> Log:
     return Log(path, mm, size, sectorsize, raw, pos, marks)
 
 
-def _parse(path: Path, mm: mmap.mmap, size: int
-           ) -> tuple[int, list[tuple[int, int, int, int]], array[int], dict[int, str]]:
+def _parse(
+    path: Path, mm: mmap.mmap, size: int
+) -> tuple[int, list[tuple[int, int, int, int]], array[int], dict[int, str]]:
     magic, version, nr_entries, ss = _SUPER.unpack_from(mm, 0)
     if magic != MAGIC:
         raise _corrupt(path, f"bad magic {magic:#x}, expected {MAGIC:#x}", offset=0)
@@ -314,8 +338,7 @@ def _parse(path: Path, mm: mmap.mmap, size: int
         flags = t[2]
         if flags & slow:
             if flags & ~KNOWN_FLAGS:
-                raise _corrupt(path, f"malformed header (flags {flags:#x})", index=i,
-                               offset=pos)
+                raise _corrupt(path, f"malformed header (flags {flags:#x})", index=i, offset=pos)
             if flags & MARK:
                 marks[i] = _mark(path, mm, i, pos, t[3], ss)
             pos += ss  # a discard's range is not in the log; a mark has no data
@@ -333,20 +356,36 @@ def _parse(path: Path, mm: mmap.mmap, size: int
 
 def _mark(path: Path, mm: mmap.mmap, i: int, pos: int, length: int, ss: int) -> str:
     if length > ss - _HEADER.size:
-        raise _corrupt(path, f"mark length {length} exceeds the header sector", index=i,
-                       offset=pos)
+        raise _corrupt(path, f"mark length {length} exceeds the header sector", index=i, offset=pos)
     start = pos + _HEADER.size
     return mm[start : start + length].decode("utf-8", "replace")
 
 
-def _past_eof(path: Path, raw: list[tuple[int, int, int, int]], positions: array[int],
-              nr_entries: int, ss: int, size: int, i: int, pos: int) -> InputError:
+def _past_eof(
+    path: Path,
+    raw: list[tuple[int, int, int, int]],
+    positions: array[int],
+    nr_entries: int,
+    ss: int,
+    size: int,
+    i: int,
+    pos: int,
+) -> InputError:
     """Name what runs past the end: the previous entry's data, or entry ``i``'s header."""
     if i > 0:
         _, nr, flags, _ = raw[i - 1]
         start = positions[i - 1] + ss
         if nr and not flags & DISCARD and start + nr * ss > size:
-            return _corrupt(path, f"{nr * ss} data bytes at byte offset {start} run past "
-                            f"end of file ({size} bytes)", index=i - 1, offset=start - ss)
-    return _corrupt(path, f"header sector past end of file ({size} bytes); the super "
-                    f"block claims {nr_entries} entries", index=i, offset=pos)
+            return _corrupt(
+                path,
+                f"{nr * ss} data bytes at byte offset {start} run past end of file ({size} bytes)",
+                index=i - 1,
+                offset=start - ss,
+            )
+    return _corrupt(
+        path,
+        f"header sector past end of file ({size} bytes); the super "
+        f"block claims {nr_entries} entries",
+        index=i,
+        offset=pos,
+    )

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness import accel, console, tools
 from harness.agent import Agent, ExecResult
-from harness.backend import Disk, GuestSpec
+from harness.backend import GuestSpec
 from harness.errors import (
     GuestAgentError,
     GuestBootFailed,
@@ -35,44 +35,85 @@ GUEST_ENV = {"DM_DISABLE_UDEV": "1", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "H
 
 def qemu_argv(image: Image, spec: GuestSpec, accelerator: str, workdir: Path) -> list[str]:
     cmdline = [
-        "console=ttyS0", "root=/dev/vda", "rw", "init=/sbin/crashlab-init",
-        "loglevel=4", "panic=-1", "tsc=reliable", "mitigations=off",
+        "console=ttyS0",
+        "root=/dev/vda",
+        "rw",
+        "init=/sbin/crashlab-init",
+        "loglevel=4",
+        "panic=-1",
+        "tsc=reliable",
+        "mitigations=off",
         # Emulated hardware has no use for these probes, and they cost seconds under TCG.
-        "i8042.noaux", "i8042.nokbd", "i8042.nopnp", "random.trust_cpu=on",
+        "i8042.noaux",
+        "i8042.nokbd",
+        "i8042.nopnp",
+        "random.trust_cpu=on",
     ]
     if spec.udev:
         cmdline.append("crashlab.udev=1")
     cmdline += list(spec.extra_cmdline)
     argv = [
         tools.require("qemu-system-x86_64"),
-        "-machine", f"q35,accel={accelerator}",
-        "-cpu", "host" if accelerator == "kvm" else "max",
-        "-m", str(spec.memory_mb),
-        "-smp", str(spec.cpus),
-        "-nodefaults", "-no-user-config", "-display", "none", "-nic", "none",
+        "-machine",
+        f"q35,accel={accelerator}",
+        "-cpu",
+        "host" if accelerator == "kvm" else "max",
+        "-m",
+        str(spec.memory_mb),
+        "-smp",
+        str(spec.cpus),
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-nic",
+        "none",
         "-no-reboot",
-        "-kernel", str(image.kernel), "-initrd", str(image.initrd),
-        "-append", " ".join(cmdline),
-        "-chardev", f"file,id=con,path={workdir / 'console.log'}",
-        "-serial", "chardev:con",
-        "-qmp", f"unix:{workdir / 'qmp.sock'},server=on,wait=off",
-        "-chardev", f"socket,id=qga,path={workdir / 'qga.sock'},server=on,wait=off",
-        "-device", "virtio-serial-pci,id=vser",
-        "-device", "virtserialport,chardev=qga,name=org.qemu.guest_agent.0",
-        "-device", "virtio-rng-pci",
+        "-kernel",
+        str(image.kernel),
+        "-initrd",
+        str(image.initrd),
+        "-append",
+        " ".join(cmdline),
+        "-chardev",
+        f"file,id=con,path={workdir / 'console.log'}",
+        "-serial",
+        "chardev:con",
+        "-qmp",
+        f"unix:{workdir / 'qmp.sock'},server=on,wait=off",
+        "-chardev",
+        f"socket,id=qga,path={workdir / 'qga.sock'},server=on,wait=off",
+        "-device",
+        "virtio-serial-pci,id=vser",
+        "-device",
+        "virtserialport,chardev=qga,name=org.qemu.guest_agent.0",
+        "-device",
+        "virtio-rng-pci",
         # The root disk comes first so the guest names it vda; writes go to an overlay.
-        "-drive", f"if=none,id=root,file={image.rootfs},format=qcow2,snapshot=on",
-        "-device", "virtio-blk-pci,drive=root,serial=crashlab-root",
+        "-drive",
+        f"if=none,id=root,file={image.rootfs},format=qcow2,snapshot=on",
+        "-device",
+        "virtio-blk-pci,drive=root,serial=crashlab-root",
     ]
     for i, d in enumerate(spec.disks):
-        opts = ["if=none", f"id=d{i}", f"file={d.path}", f"format={d.format}",
-                "cache.direct=on" if d.format == "raw" and not d.snapshot else "cache=writeback",
-                "aio=threads"]
+        opts = [
+            "if=none",
+            f"id=d{i}",
+            f"file={d.path}",
+            f"format={d.format}",
+            "cache.direct=on" if d.format == "raw" and not d.snapshot else "cache=writeback",
+            "aio=threads",
+        ]
         if d.readonly:
             opts.append("readonly=on")
         if d.snapshot:
             opts.append("snapshot=on")
-        argv += ["-drive", ",".join(opts), "-device", f"virtio-blk-pci,drive=d{i},serial={d.serial}"]
+        argv += [
+            "-drive",
+            ",".join(opts),
+            "-device",
+            f"virtio-blk-pci,drive=d{i},serial={d.serial}",
+        ]
     return argv
 
 
@@ -107,7 +148,9 @@ class QemuGuest:
         while not path.exists():
             self._check_alive("QEMU did not start")
             if time.monotonic() > deadline:
-                raise GuestBootFailed("QEMU did not create its sockets", console=self._failure_text())
+                raise GuestBootFailed(
+                    "QEMU did not create its sockets", console=self._failure_text()
+                )
             time.sleep(0.01)
 
     def _wait_for_agent(self) -> None:
@@ -148,8 +191,12 @@ class QemuGuest:
         if self.proc is not None and self.proc.poll() is not None and self.proc.stdout:
             out = self.proc.stdout.read() or b""
         return "\n".join(
-            ["$ " + shlex.join(self.argv), out.decode(errors="replace").strip(),
-             "--- console ---", console.tail(self.console_log)]
+            [
+                "$ " + shlex.join(self.argv),
+                out.decode(errors="replace").strip(),
+                "--- console ---",
+                console.tail(self.console_log),
+            ]
         )
 
     def _check_console(self) -> None:
@@ -163,8 +210,10 @@ class QemuGuest:
         self._console_seen += len(new)
         found = console.scan(new.decode(errors="replace"))
         if found is not None:
-            raise GuestPanic(f"kernel {found.trouble.value}: {found.line}",
-                             console=console.tail(self.console_log))
+            raise GuestPanic(
+                f"kernel {found.trouble.value}: {found.line}",
+                console=console.tail(self.console_log),
+            )
 
     def shutdown(self) -> None:
         """Sync the guest, then QMP quit, then kill. Always leaves no QEMU behind."""
@@ -201,12 +250,19 @@ class QemuGuest:
         the command's own failure is its exit status (or GuestCommandFailed with check)."""
         self._check_alive("the guest is gone")
         try:
-            r = self.agent.exec(list(argv), input=input, env={**GUEST_ENV, **(env or {})},
-                                timeout=timeout or self.spec.command_timeout)
+            r = self.agent.exec(
+                list(argv),
+                input=input,
+                env={**GUEST_ENV, **(env or {})},
+                timeout=timeout or self.spec.command_timeout,
+            )
         except GuestTimeout as e:
             self._raise_if_dead_or_panicked()
-            raise GuestTimeout(e.message, console=console.tail(self.console_log),
-                               hint="a hang: the guest stopped answering") from None
+            raise GuestTimeout(
+                e.message,
+                console=console.tail(self.console_log),
+                hint="a hang: the guest stopped answering",
+            ) from None
         except GuestAgentError:
             self._raise_if_dead_or_panicked()
             raise
@@ -253,7 +309,9 @@ class QemuBackend:
         with contextlib.ExitStack() as stack:
             if spec.workdir is None:
                 # Unix socket paths must stay short (108 bytes): keep them under /tmp.
-                workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="crashlab-vm-")))
+                workdir = Path(
+                    stack.enter_context(tempfile.TemporaryDirectory(prefix="crashlab-vm-"))
+                )
             else:
                 workdir = spec.workdir
                 workdir.mkdir(parents=True, exist_ok=True)

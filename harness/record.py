@@ -77,8 +77,9 @@ class Recording:
     notes: list[str] = field(default_factory=list)
 
 
-def record(workdir: Path, fs: FsSpec, workload: WorkloadSpec, seed: int,
-           *, timeout: float = 1800) -> Recording:
+def record(
+    workdir: Path, fs: FsSpec, workload: WorkloadSpec, seed: int, *, timeout: float = 1800
+) -> Recording:
     """Boot a guest, run mkfs + workload on dm-log-writes, return the log on the host."""
     workdir.mkdir(parents=True, exist_ok=True)
     dut = workdir / "dut.raw"
@@ -87,15 +88,23 @@ def record(workdir: Path, fs: FsSpec, workload: WorkloadSpec, seed: int,
         path.unlink(missing_ok=True)
         with open(path, "wb") as f:
             f.truncate(size)
-    spec = GuestSpec(disks=(Disk(dut, "dut"), Disk(logdev, "log")), command_timeout=timeout,
-                     workdir=None)
+    spec = GuestSpec(
+        disks=(Disk(dut, "dut"), Disk(logdev, "log")), command_timeout=timeout, workdir=None
+    )
     with start_guest(spec) as guest:
         seconds: dict[str, float] = {"boot": guest.boot_seconds()}
         kernel = guest.run(["uname", "-r"], check=True).out.strip()
         oracle, output = _record_in(guest, fs, workload, seed, seconds)
         accelerator = guest.accelerator
-    return Recording(log_path=logdev, device_size=fs.disk_size, oracle=oracle, seconds=seconds,
-                     guest_kernel=kernel, accelerator=accelerator, workload_output=output)
+    return Recording(
+        log_path=logdev,
+        device_size=fs.disk_size,
+        oracle=oracle,
+        seconds=seconds,
+        guest_kernel=kernel,
+        accelerator=accelerator,
+        workload_output=output,
+    )
 
 
 def install_scripts(guest: Guest) -> None:
@@ -105,8 +114,9 @@ def install_scripts(guest: Guest) -> None:
             guest.write_file(f"{GUEST_DIR}/{script.name}", script.read_bytes())
 
 
-def _record_in(guest: Guest, fs: FsSpec, workload: WorkloadSpec, seed: int,
-               seconds: dict[str, float]) -> tuple[dict[str, Any], str]:
+def _record_in(
+    guest: Guest, fs: FsSpec, workload: WorkloadSpec, seed: int, seconds: dict[str, float]
+) -> tuple[dict[str, Any], str]:
     def step(name: str, argv: list[str], timeout: float | None = None) -> str:
         start = time.monotonic()
         r = guest.run(argv, timeout=timeout)
@@ -122,24 +132,53 @@ def _record_in(guest: Guest, fs: FsSpec, workload: WorkloadSpec, seed: int,
     dut = step("resolve", ["readlink", "-f", guest.disk("dut")]).strip()
     log = step("resolve", ["readlink", "-f", guest.disk("log")]).strip()
     sectors = step("resolve", ["blockdev", "--getsz", dut]).strip()
-    step("dm-create", ["dmsetup", "create", DM_NAME, "--table", f"0 {sectors} log-writes {dut} {log}"])
+    step(
+        "dm-create",
+        ["dmsetup", "create", DM_NAME, "--table", f"0 {sectors} log-writes {dut} {log}"],
+    )
     dev = f"/dev/mapper/{DM_NAME}"
     step("mkfs", fs.mkfs_argv(dev))
     step("mark", ["dmsetup", "message", DM_NAME, "0", "mark", MKFS_MARK])
     step("mount", fs.mount_argv(dev, MOUNTPOINT))
     oracle_path = f"{GUEST_DIR}/oracle.json"
     if workload.type == "ops":
-        output = step("workload", [
-            "python3", f"{GUEST_DIR}/opgen.py", "run", "--root", MOUNTPOINT, "--seed", str(seed),
-            "--ops", str(workload.ops), "--files", str(workload.files),
-            "--max-size", str(workload.max_size), "--mark-cmd", "dmsetup", "--dm-name", DM_NAME,
-            "--oracle", oracle_path,
-        ])
+        output = step(
+            "workload",
+            [
+                "python3",
+                f"{GUEST_DIR}/opgen.py",
+                "run",
+                "--root",
+                MOUNTPOINT,
+                "--seed",
+                str(seed),
+                "--ops",
+                str(workload.ops),
+                "--files",
+                str(workload.files),
+                "--max-size",
+                str(workload.max_size),
+                "--mark-cmd",
+                "dmsetup",
+                "--dm-name",
+                DM_NAME,
+                "--oracle",
+                oracle_path,
+            ],
+        )
         oracle = json.loads(guest.read_file(oracle_path))
     elif workload.type == "fio":
         guest.write_file(f"{GUEST_DIR}/job.fio", workload.fio_job.encode())
-        output = step("workload", ["fio", f"--directory={MOUNTPOINT}", "--output-format=terse",
-                                   f"--randseed={seed}", f"{GUEST_DIR}/job.fio"])
+        output = step(
+            "workload",
+            [
+                "fio",
+                f"--directory={MOUNTPOINT}",
+                "--output-format=terse",
+                f"--randseed={seed}",
+                f"{GUEST_DIR}/job.fio",
+            ],
+        )
         step("sync", ["sync"])
         step("mark", ["dmsetup", "message", DM_NAME, "0", "mark", "crashlab:sync:1"])
         oracle = {}
@@ -151,6 +190,8 @@ def _record_in(guest: Guest, fs: FsSpec, workload: WorkloadSpec, seed: int,
     # dm-log-writes reports a full log device only in the kernel log.
     dmesg = guest.run(["dmesg"]).out
     if "log-writes" in dmesg and ("error" in dmesg.lower() and "log device" in dmesg.lower()):
-        raise HarnessError("dm-log-writes reported an error while logging",
-                           detail="\n".join(line for line in dmesg.splitlines() if "log" in line)[-2000:])
+        raise HarnessError(
+            "dm-log-writes reported an error while logging",
+            detail="\n".join(line for line in dmesg.splitlines() if "log" in line)[-2000:],
+        )
     return oracle, output

@@ -93,8 +93,10 @@ class Replayer:
 
     def __init__(self, log: Log, image: Path, device_size: int) -> None:
         if log.extent() > device_size:
-            raise InputError(f"{log.path}: the log writes up to byte {log.extent()}, past "
-                             f"the end of a {device_size}-byte device")
+            raise InputError(
+                f"{log.path}: the log writes up to byte {log.extent()}, past "
+                f"the end of a {device_size}-byte device"
+            )
         self.log = log
         self.image = image
         self.size = device_size
@@ -107,8 +109,12 @@ class Replayer:
     def __enter__(self) -> Replayer:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def close(self) -> None:
@@ -127,8 +133,9 @@ class Replayer:
         for start, n, is_data in _data_extents(self._fd, offset, length):
             self._journal.append((start, n, _pread(self._fd, start, n) if is_data else None))
 
-    def _apply(self, e: Entry, journal: bool, runs: Iterable[tuple[int, int]] | None = None
-               ) -> None:
+    def _apply(
+        self, e: Entry, journal: bool, runs: Iterable[tuple[int, int]] | None = None
+    ) -> None:
         if e.is_discard:
             if journal:
                 self.save_range(e.offset, e.length)
@@ -148,18 +155,24 @@ class Replayer:
 
     def _check(self, state: CrashState) -> None:
         n = len(self.log.entries)
-        bad = (state.prefix > n or any(not 0 <= i < state.prefix for i in state.dropped)
-               or (state.torn is not None and not 0 <= state.torn < state.prefix))
+        bad = (
+            state.prefix > n
+            or any(not 0 <= i < state.prefix for i in state.dropped)
+            or (state.torn is not None and not 0 <= state.torn < state.prefix)
+        )
         if state.log_hash != self.log.hash:
-            raise InputError(f"crash state {state.id} belongs to another log "
-                             f"(log hash {state.log_hash[:16]}, this log {self.log.hash[:16]})")
+            raise InputError(
+                f"crash state {state.id} belongs to another log "
+                f"(log hash {state.log_hash[:16]}, this log {self.log.hash[:16]})"
+            )
         if bad:
             raise InputError(f"crash state {state.id} refers to entries beyond the log's {n}")
         if state.torn is not None:
             nr = self.log.entries[state.torn].nr_sectors
             if any(s < 0 or c < 1 or s + c > nr for s, c in state.torn_runs):
-                raise InputError(f"crash state {state.id}: torn runs exceed entry "
-                                 f"{state.torn}'s {nr} sectors")
+                raise InputError(
+                    f"crash state {state.id}: torn runs exceed entry {state.torn}'s {nr} sectors"
+                )
 
     def _zero(self) -> None:
         os.ftruncate(self._fd, 0)

@@ -65,6 +65,8 @@ class Phase(StrEnum):
     MOUNT = "mount"
     UMOUNT = "umount"
     FSCK_AFTER = "fsck_after"
+    REPAIR = "repair"  # host: e2fsck -fy / xfs_repair / btrfs check --repair on a copy
+    GUEST_REPAIR = "guest_repair"  # the same in the guest, after the kernel's own recovery
 
 
 class ScanKind(StrEnum):
@@ -204,7 +206,8 @@ _MIGRATION_1 = [
     """
     CREATE VIEW v_recovery AS
     SELECT r.id AS run_id, r.scenario, r.fs,
-           json_extract(r.params, '$.data_mode') AS data_mode,
+           COALESCE(json_extract(r.params, '$.fs.data_mode'),
+                    json_extract(r.params, '$.data_mode')) AS data_mode,
            t.state_id, t.phase, t.seconds
       FROM recovery_times t
       JOIN runs r ON r.id = t.run_id
@@ -214,8 +217,16 @@ _MIGRATION_1 = [
 MIGRATIONS: list[list[str]] = [_MIGRATION_1]
 SCHEMA_VERSION = len(MIGRATIONS)
 _TABLES = frozenset(
-    {"runs", "logs", "run_logs", "crash_states", "checks", "recovery_times", "verdicts",
-     "zfs_scans"}
+    {
+        "runs",
+        "logs",
+        "run_logs",
+        "crash_states",
+        "checks",
+        "recovery_times",
+        "verdicts",
+        "zfs_scans",
+    }
 )
 
 
@@ -514,9 +525,20 @@ class Store:
                 " pid, accelerator, guest_kernel, qemu_version, tool_versions, image_hash, fs)"
                 " VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    run_id, scenario, str(kind), canonical_json(params), seed, _now(),
-                    env.host, os.getpid(), _opt_str(env.accelerator), env.guest_kernel,
-                    env.qemu_version, canonical_json(env.tool_versions), env.image_hash, fs,
+                    run_id,
+                    scenario,
+                    str(kind),
+                    canonical_json(params),
+                    seed,
+                    _now(),
+                    env.host,
+                    os.getpid(),
+                    _opt_str(env.accelerator),
+                    env.guest_kernel,
+                    env.qemu_version,
+                    canonical_json(env.tool_versions),
+                    env.image_hash,
+                    fs,
                 ),
             )
         return run_id
@@ -528,8 +550,13 @@ class Store:
                 "UPDATE runs SET host = ?, accelerator = ?, guest_kernel = ?, qemu_version = ?,"
                 " tool_versions = ?, image_hash = ? WHERE id = ?",
                 (
-                    env.host, _opt_str(env.accelerator), env.guest_kernel, env.qemu_version,
-                    canonical_json(env.tool_versions), env.image_hash, run_id,
+                    env.host,
+                    _opt_str(env.accelerator),
+                    env.guest_kernel,
+                    env.qemu_version,
+                    canonical_json(env.tool_versions),
+                    env.image_hash,
+                    run_id,
                 ),
             )
 
@@ -560,8 +587,17 @@ class Store:
             c.execute(
                 "INSERT INTO logs (hash, path, entries, flushes, fuas, marks, discards, bytes,"
                 " added_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING",
-                (log.hash, log.path, log.entries, log.flushes, log.fuas, log.marks,
-                 log.discards, log.bytes, _now()),
+                (
+                    log.hash,
+                    log.path,
+                    log.entries,
+                    log.flushes,
+                    log.fuas,
+                    log.marks,
+                    log.discards,
+                    log.bytes,
+                    _now(),
+                ),
             )
             if run_id is not None:
                 c.execute(
@@ -599,14 +635,21 @@ class Store:
                 "INSERT INTO checks (run_id, state_id, stage, checker, outcome, exit_status,"
                 " seconds, output, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (*key, str(Stage(ch.stage)), ch.checker, str(Outcome(ch.outcome)),
-                     ch.exit_status, ch.seconds, excerpt(ch.output), now)
+                    (
+                        *key,
+                        str(Stage(ch.stage)),
+                        ch.checker,
+                        str(Outcome(ch.outcome)),
+                        ch.exit_status,
+                        ch.seconds,
+                        excerpt(ch.output),
+                        now,
+                    )
                     for ch in checks
                 ],
             )
             c.executemany(
-                "INSERT INTO recovery_times (run_id, state_id, phase, seconds)"
-                " VALUES (?, ?, ?, ?)",
+                "INSERT INTO recovery_times (run_id, state_id, phase, seconds) VALUES (?, ?, ?, ?)",
                 [(*key, str(p), s) for p, s in phases.items()],
             )
             c.execute(
@@ -634,8 +677,19 @@ class Store:
                 "INSERT INTO zfs_scans (run_id, repetition, kind, layout, fill, seconds,"
                 " examined, issued, repaired, errors, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, repetition, str(ScanKind(kind)), layout, fill, seconds, examined,
-                 issued, repaired, canonical_json(errors or {}), _now()),
+                (
+                    run_id,
+                    repetition,
+                    str(ScanKind(kind)),
+                    layout,
+                    fill,
+                    seconds,
+                    examined,
+                    issued,
+                    repaired,
+                    canonical_json(errors or {}),
+                    _now(),
+                ),
             )
 
     # -- resuming
@@ -678,13 +732,17 @@ class Store:
         exact = self._conn.execute("SELECT id FROM runs WHERE id = ?", (prefix,)).fetchone()
         if exact:
             return str(exact[0])
-        matches = [
-            str(r[0])
-            for r in self._conn.execute(
-                "SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY started_at DESC",
-                (len(prefix), prefix),
-            )
-        ] if prefix else []
+        matches = (
+            [
+                str(r[0])
+                for r in self._conn.execute(
+                    "SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY started_at DESC",
+                    (len(prefix), prefix),
+                )
+            ]
+            if prefix
+            else []
+        )
         if len(matches) == 1:
             return matches[0]
         if matches:
@@ -692,12 +750,17 @@ class Store:
                 f"run id {prefix!r} is ambiguous in {self.path}",
                 hint="it matches " + ", ".join(matches[:8]) + "; give more characters",
             )
-        recent = [str(r[0]) for r in self._conn.execute(
-            "SELECT id FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 5")]
+        recent = [
+            str(r[0])
+            for r in self._conn.execute(
+                "SELECT id FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 5"
+            )
+        ]
         raise InputError(
             f"no run {prefix!r} in {self.path}",
             hint=("recent runs: " + ", ".join(recent) + "  (see `scenario results runs`)")
-            if recent else "the database has no runs yet",
+            if recent
+            else "the database has no runs yet",
         )
 
     def runs(self, limit: int | None = 20) -> list[RunRow]:
@@ -760,13 +823,40 @@ class Store:
         return _ordered_counts((str(o), int(n)) for o, n in rows)
 
     def _run_row(self, r: sqlite3.Row | tuple[Any, ...]) -> RunRow:
-        (rid, scenario, kind, params, seed, started, finished, status, host, accel, kernel,
-         qemu, tools, image, fs, summary) = r
+        (
+            rid,
+            scenario,
+            kind,
+            params,
+            seed,
+            started,
+            finished,
+            status,
+            host,
+            accel,
+            kernel,
+            qemu,
+            tools,
+            image,
+            fs,
+            summary,
+        ) = r
         return RunRow(
-            id=rid, scenario=scenario, kind=kind, params=json.loads(params), seed=seed,
-            started_at=started, finished_at=finished, status=RunStatus(status), host=host,
-            accelerator=accel, guest_kernel=kernel, qemu_version=qemu,
-            tool_versions=json.loads(tools), image_hash=image, fs=fs,
+            id=rid,
+            scenario=scenario,
+            kind=kind,
+            params=json.loads(params),
+            seed=seed,
+            started_at=started,
+            finished_at=finished,
+            status=RunStatus(status),
+            host=host,
+            accelerator=accel,
+            guest_kernel=kernel,
+            qemu_version=qemu,
+            tool_versions=json.loads(tools),
+            image_hash=image,
+            fs=fs,
             summary=json.loads(summary) if summary is not None else None,
             outcome_counts=self._outcome_counts(rid),
         )
@@ -795,6 +885,7 @@ def _ordered_counts(pairs: Iterable[tuple[str, int]]) -> dict[str, int]:
             return Outcome(name).severity
         except ValueError:
             return 1_000
+
     return {k: counts[k] for k in sorted(counts, key=rank)}
 
 
@@ -816,8 +907,16 @@ def _upsert_state(c: sqlite3.Connection, run_id: str, s: CrashState) -> None:
         " ON CONFLICT (run_id, id) DO UPDATE SET log_hash = excluded.log_hash,"
         " generator = excluded.generator, params = excluded.params, prefix = excluded.prefix,"
         " last_mark = excluded.last_mark, description = excluded.description",
-        (run_id, s.id, s.log_hash, s.generator, canonical_json(s.params), s.prefix,
-         s.last_mark, s.description),
+        (
+            run_id,
+            s.id,
+            s.log_hash,
+            s.generator,
+            canonical_json(s.params),
+            s.prefix,
+            s.last_mark,
+            s.description,
+        ),
     )
 
 
@@ -867,9 +966,7 @@ def _adopt(path: Path, conn: sqlite3.Connection) -> None:
             _migrate(conn, target)
         # A file with our id but without one of our tables was damaged by hand or by a
         # tool; do not guess how to repair it.
-        tables = {
-            r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
-        }
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
         if missing := _TABLES - tables:
             raise _refuse(
                 path,

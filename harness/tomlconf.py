@@ -28,7 +28,9 @@ def load(path: Path) -> Table:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise InputError(f"{path}: not valid TOML: {e}", hint="see https://toml.io for the syntax") from None
+        raise InputError(
+            f"{path}: not valid TOML: {e}", hint="see https://toml.io for the syntax"
+        ) from None
     return Table(path, data, prefix="")
 
 
@@ -45,14 +47,14 @@ class Table:
         return f"{self.prefix}{name}"
 
     def error(self, name: str, value: Any, problem: str, hint: str | None = None) -> InputError:
-        return InputError(
-            f"{self.path}: key {self.key(name)!r} = {value!r}: {problem}", hint=hint
-        )
+        return InputError(f"{self.path}: key {self.key(name)!r} = {value!r}: {problem}", hint=hint)
 
     def has(self, name: str) -> bool:
         return name in self.data
 
-    def get(self, name: str, kind: type[T], default: T | None = None, *, required: bool = False) -> T:
+    def get(
+        self, name: str, kind: type[T], default: T | None = None, *, required: bool = False
+    ) -> T:
         self._read.add(name)
         if name not in self.data:
             if required:
@@ -63,13 +65,17 @@ class Table:
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self.error(name, value, f"expected {_kind_name(kind)}, got {_kind_name(type(value))}")
+            raise self.error(
+                name, value, f"expected {_kind_name(kind)}, got {_kind_name(type(value))}"
+            )
         return value
 
     def choice(self, name: str, choices: Sequence[str], default: str | None = None) -> str:
         value = self.get(name, str, default, required=default is None)
         if value not in choices:
-            raise self.error(name, value, "not one of " + ", ".join(choices), hint=_closest(value, choices))
+            raise self.error(
+                name, value, "not one of " + ", ".join(choices), hint=_closest(value, choices)
+            )
         return value
 
     def str_list(self, name: str, default: Sequence[str] = ()) -> tuple[str, ...]:
@@ -79,7 +85,9 @@ class Table:
                 raise self.error(name, value, f"expected a list of strings, found {item!r}")
         return tuple(value)
 
-    def convert(self, name: str, fn: Callable[[Any], T], default: Any = None, *, required: bool = False) -> T:
+    def convert(
+        self, name: str, fn: Callable[[Any], T], default: Any = None, *, required: bool = False
+    ) -> T:
         """Read a value and pass it through ``fn``; a ValueError from ``fn`` names the key."""
         self._read.add(name)
         if name not in self.data:
@@ -121,8 +129,14 @@ def closest_hint(value: str, choices: Sequence[str]) -> str | None:
 
 
 def _kind_name(kind: type) -> str:
-    return {str: "a string", int: "an integer", float: "a number", bool: "true/false",
-            list: "a list", dict: "a table"}.get(kind, kind.__name__)
+    return {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        bool: "true/false",
+        list: "a list",
+        dict: "a table",
+    }.get(kind, kind.__name__)
 
 
 def parse_size(value: Any) -> int:
@@ -136,10 +150,7 @@ def parse_size(value: Any) -> int:
     s = value.strip().upper().removesuffix("B").removesuffix("I")
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
     try:
-        if s and s[-1] in units:
-            n = float(s[:-1]) * units[s[-1]]
-        else:
-            n = float(s)
+        n = float(s[:-1]) * units[s[-1]] if s and s[-1] in units else float(s)
     except ValueError:
         raise ValueError("expected a size such as '256M' or '1G'") from None
     if n <= 0:

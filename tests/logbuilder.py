@@ -62,8 +62,9 @@ class LogBuilder:
         out = bytearray(struct.pack("<QQQI", MAGIC, VERSION, n, ss).ljust(ss, b"\0"))
         for op in self.ops:
             text = op.mark.encode() if op.mark is not None else b""
-            header = struct.pack("<QQQQ", op.sector // scale, op.nr_sectors // scale,
-                                 op.flags, len(text))
+            header = struct.pack(
+                "<QQQQ", op.sector // scale, op.nr_sectors // scale, op.flags, len(text)
+            )
             out += (header + text).ljust(ss, b"\0")
             if not op.flags & DISCARD:
                 out += op.data
@@ -74,8 +75,15 @@ class LogBuilder:
         return path
 
 
-def random_builder(rng: random.Random, n: int, device_sectors: int, sectorsize: int = 512,
-                   max_len: int = 16, *, mkfs_at: int = 3) -> LogBuilder:
+def random_builder(
+    rng: random.Random,
+    n: int,
+    device_sectors: int,
+    sectorsize: int = 512,
+    max_len: int = 16,
+    *,
+    mkfs_at: int = 3,
+) -> LogBuilder:
     """A random workload: writes (some FUA, FLUSH or METADATA), flushes, discards and
     ``crashlab:sync:<k>`` marks, with ``crashlab:mkfs`` after ``mkfs_at`` entries."""
     scale = sectorsize // SECTOR
@@ -104,8 +112,12 @@ def random_builder(rng: random.Random, n: int, device_sectors: int, sectorsize: 
     return b
 
 
-def model_image(ops: list[Op], size: int, entries: Iterable[int],
-                torn: tuple[int, Iterable[tuple[int, int]]] | None = None) -> bytes:
+def model_image(
+    ops: list[Op],
+    size: int,
+    entries: Iterable[int],
+    torn: tuple[int, Iterable[tuple[int, int]]] | None = None,
+) -> bytes:
     """The device after applying ``ops[i]`` for i in ``entries`` (in order), then, if
     given, the torn entry's runs of (first 512-byte sector, count) — byte by byte."""
     img = bytearray(size)
@@ -122,6 +134,7 @@ def model_image(ops: list[Op], size: int, entries: Iterable[int],
                 img[off : off + len(op.data)] = op.data
             else:
                 for s, c in runs:
-                    img[off + s * SECTOR : off + (s + c) * SECTOR] = (
-                        op.data[s * SECTOR : (s + c) * SECTOR])
+                    img[off + s * SECTOR : off + (s + c) * SECTOR] = op.data[
+                        s * SECTOR : (s + c) * SECTOR
+                    ]
     return bytes(img)

@@ -40,20 +40,35 @@ def run_cli(argv: list[str]) -> int:
 def db(tmp_path: Path) -> Path:
     path = tmp_path / "lab.sqlite"
     with Store.open(path) as store:
-        first = store.begin_run("ext4-rename", RunKind.CRASH, {"data_mode": "journal"}, 1,
-                                fs="ext4")
+        first = store.begin_run(
+            "ext4-rename", RunKind.CRASH, {"data_mode": "journal"}, 1, fs="ext4"
+        )
         store.finish_run(first, RunStatus.FAILED, {"error": "image missing"})
         run_id = store.begin_run(
-            "ext4-fsync", RunKind.CRASH, {"data_mode": "ordered", "ops": 40}, 42, fs="ext4",
-            env=RunEnv(accelerator=Accelerator.KVM, guest_kernel="6.1.0-18-amd64",
-                       qemu_version="8.2.1", tool_versions={"e2fsck": "1.47.0"}),
+            "ext4-fsync",
+            RunKind.CRASH,
+            {"data_mode": "ordered", "ops": 40},
+            42,
+            fs="ext4",
+            env=RunEnv(
+                accelerator=Accelerator.KVM,
+                guest_kernel="6.1.0-18-amd64",
+                qemu_version="8.2.1",
+                tool_versions={"e2fsck": "1.47.0"},
+            ),
         )
         store.add_log(LOG, run_id=run_id)
         outcomes = [Outcome.CONSISTENT] * 6 + [Outcome.REPAIRED, Outcome.TIMEOUT]
         for i, o in enumerate(outcomes):
             st = CrashState(f"fua-{i}", LOG.hash, "fua", prefix=i, description=LONG)
-            ch = CheckResult(Stage.HOST, "e2fsck", o, 0.5, exit_status=1 if o != "consistent"
-                             else 0, output="Pass 1: Checking inodes")
+            ch = CheckResult(
+                Stage.HOST,
+                "e2fsck",
+                o,
+                0.5,
+                exit_status=1 if o != "consistent" else 0,
+                output="Pass 1: Checking inodes",
+            )
             store.record_state_result(run_id, st, [ch], {Phase.FSCK: 0.5 + i, Phase.MOUNT: 1.0})
         store.finish_run(run_id, RunStatus.DONE)
     return path
@@ -94,8 +109,15 @@ def test_runs_table(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(["results", "runs", "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert latest(db) in out  # whole, never folded: people copy it
-    for text in ("ext4-fsync", "6.1.0-18-amd64", "kvm", "repaired 1", "timeout 1", "done",
-                 "failed"):
+    for text in (
+        "ext4-fsync",
+        "6.1.0-18-amd64",
+        "kvm",
+        "repaired 1",
+        "timeout 1",
+        "done",
+        "failed",
+    ):
         assert text in out
 
 
@@ -109,8 +131,14 @@ def test_show_json_matches_store(db: Path, capsys: pytest.CaptureFixture[str]) -
     assert data["outcome_counts"] == {"consistent": 6, "timeout": 1, "repaired": 1}
     rec = {r["phase"]: r for r in data["recovery"]}
     assert rec["fsck"]["n"] == 8 and rec["fsck"]["max"] == 7.5 and rec["fsck"]["mean"] == 4.0
-    assert rec["mount"] == {"phase": "mount", "n": 8, "mean": 1.0, "p50": 1.0, "p95": 1.0,
-                            "max": 1.0}
+    assert rec["mount"] == {
+        "phase": "mount",
+        "n": 8,
+        "mean": 1.0,
+        "p50": 1.0,
+        "p95": 1.0,
+        "max": 1.0,
+    }
     flagged = {s["id"]: s["outcome"] for s in data["states"] if s["outcome"] != "consistent"}
     assert flagged == {"fua-6": "repaired", "fua-7": "timeout"}
     # Long strings survive intact: the console must not wrap JSON.
@@ -121,8 +149,19 @@ def test_show_json_matches_store(db: Path, capsys: pytest.CaptureFixture[str]) -
 def test_show_table(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(["results", "show", latest(db), "--db", str(db)]) == 0
     out = capsys.readouterr().out
-    for text in ("ext4-fsync", "data_mode", '"ordered"', "recovery time", "fsck", "mount",
-                 "fua-6", "fua-7", "repaired", "timeout", "1.47.0"):
+    for text in (
+        "ext4-fsync",
+        "data_mode",
+        '"ordered"',
+        "recovery time",
+        "fsck",
+        "mount",
+        "fua-6",
+        "fua-7",
+        "repaired",
+        "timeout",
+        "1.47.0",
+    ):
         assert text in out
     assert "fua-3" not in out  # consistent states are not listed
 
@@ -150,8 +189,9 @@ def test_missing_db_is_input_error(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert not (tmp_path / "results").exists()
 
 
-def test_default_db_from_environment(db: Path, monkeypatch: pytest.MonkeyPatch,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_default_db_from_environment(
+    db: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("CRASHLAB_RESULTS", str(db.parent))
     assert run_cli(["results", "runs", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["runs"]) == 2

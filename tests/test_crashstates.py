@@ -24,7 +24,10 @@ from harness.errors import InputError
 from harness.logwrites import FLUSH, FUA, Log, open_log
 
 ALL_SPECS: list[dict[str, object]] = [
-    {"kind": "flush"}, {"kind": "fua"}, {"kind": "mark"}, {"kind": "every", "n": 7},
+    {"kind": "flush"},
+    {"kind": "fua"},
+    {"kind": "mark"},
+    {"kind": "every", "n": 7},
     {"kind": "percent", "at": [0, 10, 50, 90, 100]},
     {"kind": "reorder", "max_states": 200, "per_point": 8},
     {"kind": "torn", "max_states": 40},
@@ -56,7 +59,9 @@ def test_prefix_generators(tmp_path: Path) -> None:
         marks = at_marks(log)
         assert [s.prefix for s in marks] == [4, 12]
         assert [(s.mark, s.mark_index, s.sync) for s in marks] == [
-            (MKFS_MARK, 3, None), ("crashlab:sync:1", 11, 1)]
+            (MKFS_MARK, 3, None),
+            ("crashlab:sync:1", 11, 1),
+        ]
         assert [s.prefix for s in every(log, 3)] == [7, 10]
         assert [s.prefix for s in at_percent(log, [0, 50, 100])] == [4, 8, 12]
         for s in at_flushes(log) + every(log, 3):
@@ -106,8 +111,15 @@ def test_no_state_before_mkfs(rlog: Log) -> None:
     assert mkfs is not None
     states = generate(rlog, ALL_SPECS, seed=3)
     assert states
-    assert {s.generator for s in states} == {"flush", "fua", "mark", "every", "percent",
-                                            "reorder", "torn"}
+    assert {s.generator for s in states} == {
+        "flush",
+        "fua",
+        "mark",
+        "every",
+        "percent",
+        "reorder",
+        "torn",
+    }
     for s in states:
         assert s.prefix > mkfs
         assert all(i > mkfs for i in s.dropped)
@@ -171,17 +183,20 @@ def test_dict_roundtrip(rlog: Log) -> None:
         CrashState.from_dict(d)
 
 
-@pytest.mark.parametrize("spec, message", [
-    ({"kind": "nope"}, "unknown kind; valid kinds: " + ", ".join(KINDS)),
-    ({}, "unknown kind"),
-    ({"kind": "every"}, "n must be an integer >= 1, got None"),
-    ({"kind": "every", "n": 0}, "n must be an integer >= 1, got 0"),
-    ({"kind": "every", "n": True}, "n must be an integer"),
-    ({"kind": "percent", "at": [10, 120]}, "at must be a non-empty list"),
-    ({"kind": "fua", "n": 3}, "unknown key(s) n; allowed: none"),
-    ({"kind": "torn", "modes": ["sideways"]}, "modes must be a list drawn from"),
-    ({"kind": "reorder", "max_states": -1}, "max_states must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"kind": "nope"}, "unknown kind; valid kinds: " + ", ".join(KINDS)),
+        ({}, "unknown kind"),
+        ({"kind": "every"}, "n must be an integer >= 1, got None"),
+        ({"kind": "every", "n": 0}, "n must be an integer >= 1, got 0"),
+        ({"kind": "every", "n": True}, "n must be an integer"),
+        ({"kind": "percent", "at": [10, 120]}, "at must be a non-empty list"),
+        ({"kind": "fua", "n": 3}, "unknown key(s) n; allowed: none"),
+        ({"kind": "torn", "modes": ["sideways"]}, "modes must be a list drawn from"),
+        ({"kind": "reorder", "max_states": -1}, "max_states must be an integer >= 1"),
+    ],
+)
 def test_bad_specs(rlog: Log, spec: dict[str, object], message: str) -> None:
     with pytest.raises(InputError) as exc:
         generate(rlog, [{"kind": "fua"}, spec])

@@ -26,8 +26,7 @@ def test_parse_small(tmp_path: Path, sectorsize: int) -> None:
     path = small(sectorsize).build(tmp_path / "log")
     with open_log(path) as log:
         assert log.sectorsize == sectorsize
-        assert [e.flags for e in log.entries] == [0, FLUSH, MARK, FUA, DISCARD,
-                                                   FLUSH | METADATA]
+        assert [e.flags for e in log.entries] == [0, FLUSH, MARK, FUA, DISCARD, FLUSH | METADATA]
         a, fl, mk, b, d, c = log.entries
         # Positions and lengths come out in 512-byte sectors whatever the log unit.
         assert (a.sector, a.nr_sectors, a.offset, a.length) == (0, 8, 0, 4096)
@@ -42,7 +41,14 @@ def test_parse_small(tmp_path: Path, sectorsize: int) -> None:
         assert b.is_fua and d.is_discard and c.is_flush and c.is_write
         s = log.stats()
         assert (s.entries, s.writes, s.flushes, s.fuas, s.marks, s.discards, s.metadata) == (
-            6, 3, 2, 1, 1, 1, 1)
+            6,
+            3,
+            2,
+            1,
+            1,
+            1,
+            1,
+        )
         assert s.bytes_written == 16384 and s.bytes_discarded == 4096
         assert log.hash == hashlib.sha256(path.read_bytes()).hexdigest()
         assert log.find_mark("crashlab:mkfs") == 2
@@ -104,10 +110,12 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 @settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 2**32), sectorsize=st.sampled_from([512, 1024, 4096]),
-       cut=st.floats(0, 1))
-def test_random_logs_roundtrip_and_truncation(tmp_path_factory: pytest.TempPathFactory,
-                                             seed: int, sectorsize: int, cut: float) -> None:
+@given(
+    seed=st.integers(0, 2**32), sectorsize=st.sampled_from([512, 1024, 4096]), cut=st.floats(0, 1)
+)
+def test_random_logs_roundtrip_and_truncation(
+    tmp_path_factory: pytest.TempPathFactory, seed: int, sectorsize: int, cut: float
+) -> None:
     rng = random.Random(seed)
     b = random_builder(rng, 60, 512, sectorsize)
     d = tmp_path_factory.mktemp("log")
@@ -117,7 +125,11 @@ def test_random_logs_roundtrip_and_truncation(tmp_path_factory: pytest.TempPathF
         img = bytearray(512 * 512)
         for e, op in zip(log.entries, b.ops, strict=True):
             assert (e.sector, e.nr_sectors, e.flags, e.mark) == (
-                op.sector, op.nr_sectors, op.flags, op.mark)
+                op.sector,
+                op.nr_sectors,
+                op.flags,
+                op.mark,
+            )
             assert bytes(log.data(e)) == op.data
             if e.is_discard:
                 img[e.offset : e.offset + e.length] = bytes(e.length)

@@ -26,7 +26,10 @@ def test_findings_and_harness_outcomes_partition_the_rest() -> None:
     findings = {o for o in Outcome if is_finding(o)}
     harness = {o for o in Outcome if is_harness(o)}
     assert findings == {
-        Outcome.REPAIRED, Outcome.UNREPAIRABLE, Outcome.MOUNT_FAILED, Outcome.DATA_LOSS
+        Outcome.REPAIRED,
+        Outcome.UNREPAIRABLE,
+        Outcome.MOUNT_FAILED,
+        Outcome.DATA_LOSS,
     }
     assert harness == {Outcome.TIMEOUT, Outcome.PANIC, Outcome.HARNESS_ERROR}
     assert not findings & harness

@@ -20,7 +20,10 @@ from harness.replay import Replayer, image_digest, materialize, replay_order
 
 SIZE = 1024 * 512
 SPECS: list[dict[str, object]] = [
-    {"kind": "flush"}, {"kind": "fua"}, {"kind": "mark"}, {"kind": "every", "n": 5},
+    {"kind": "flush"},
+    {"kind": "fua"},
+    {"kind": "mark"},
+    {"kind": "every", "n": 5},
     {"kind": "percent", "at": [25, 75]},
     {"kind": "reorder", "max_states": 120, "per_point": 8},
     {"kind": "torn", "max_states": 40},
@@ -39,8 +42,7 @@ def expected(ops: list[Op], s: CrashState) -> bytes:
 
 def test_full_replay_matches_model(tmp_path: Path) -> None:
     b = random_builder(random.Random(1), 400, 1024, mkfs_at=10)
-    with open_log(b.build(tmp_path / "log")) as log, \
-            Replayer(log, tmp_path / "img", SIZE) as r:
+    with open_log(b.build(tmp_path / "log")) as log, Replayer(log, tmp_path / "img", SIZE) as r:
         r.advance(len(log.entries))
         assert (tmp_path / "img").read_bytes() == model_image(b.ops, SIZE, range(len(b.ops)))
         assert r.verify_base()
@@ -49,8 +51,7 @@ def test_full_replay_matches_model(tmp_path: Path) -> None:
 @pytest.mark.parametrize("sectorsize", [512, 4096])
 def test_incremental_equals_scratch_and_model(tmp_path: Path, sectorsize: int) -> None:
     b = random_builder(random.Random(sectorsize), 250, 1024, sectorsize, mkfs_at=15)
-    with open_log(b.build(tmp_path / "log")) as log, \
-            Replayer(log, tmp_path / "img", SIZE) as r:
+    with open_log(b.build(tmp_path / "log")) as log, Replayer(log, tmp_path / "img", SIZE) as r:
         states = generate(log, SPECS, seed=2)
         kinds = {s.generator for s in states}
         assert {"reorder", "torn", "flush"} <= kinds
@@ -69,8 +70,7 @@ def test_incremental_equals_scratch_and_model(tmp_path: Path, sectorsize: int) -
 
 def test_restore_returns_to_base_and_backwards_goto(tmp_path: Path) -> None:
     b = random_builder(random.Random(5), 200, 1024, mkfs_at=5)
-    with open_log(b.build(tmp_path / "log")) as log, \
-            Replayer(log, tmp_path / "img", SIZE) as r:
+    with open_log(b.build(tmp_path / "log")) as log, Replayer(log, tmp_path / "img", SIZE) as r:
         states = generate(log, SPECS, seed=9)
         late = max(states, key=lambda s: s.first_divergent)
         r.goto(late)
@@ -86,8 +86,7 @@ def test_restore_returns_to_base_and_backwards_goto(tmp_path: Path) -> None:
 
 def test_save_range_undoes_checker_writes(tmp_path: Path) -> None:
     b = random_builder(random.Random(8), 100, 1024, mkfs_at=5)
-    with open_log(b.build(tmp_path / "log")) as log, \
-            Replayer(log, tmp_path / "img", SIZE) as r:
+    with open_log(b.build(tmp_path / "log")) as log, Replayer(log, tmp_path / "img", SIZE) as r:
         s = generate(log, [{"kind": "reorder"}])[-1]
         r.goto(s)
         # A "repairing checker": writes over data and over a hole at the end.
@@ -105,8 +104,7 @@ def test_save_range_undoes_checker_writes(tmp_path: Path) -> None:
 def test_discard_punches_holes_and_undo_restores(tmp_path: Path) -> None:
     b = LogBuilder().write(0, b"\x01" * 65536).flush().mark("crashlab:mkfs")
     b.write(256, b"\x02" * 512).discard(0, 128).flush()
-    with open_log(b.build(tmp_path / "log")) as log, \
-            Replayer(log, tmp_path / "img", SIZE) as r:
+    with open_log(b.build(tmp_path / "log")) as log, Replayer(log, tmp_path / "img", SIZE) as r:
         (s,) = [s for s in generate(log, [{"kind": "reorder"}]) if s.dropped == (3,)]
         r.goto(s)  # the write lost, the discard after it applied (under the journal)
         img = tmp_path / "img"
@@ -116,8 +114,7 @@ def test_discard_punches_holes_and_undo_restores(tmp_path: Path) -> None:
         assert img.read_bytes()[:65536] == b"\x01" * 65536
 
 
-def test_punch_hole_fallback_writes_zeros(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                          ) -> None:
+def test_punch_hole_fallback_writes_zeros(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def unsupported(fd: int, mode: int, off: int, length: int) -> int:
         ctypes.set_errno(errno.EOPNOTSUPP)
         return -1
@@ -157,8 +154,9 @@ def test_replay_order_never_goes_back(tmp_path: Path) -> None:
 
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**32), n=st.integers(10, 120))
-def test_property_walk_matches_model(tmp_path_factory: pytest.TempPathFactory, seed: int,
-                                     n: int) -> None:
+def test_property_walk_matches_model(
+    tmp_path_factory: pytest.TempPathFactory, seed: int, n: int
+) -> None:
     d = tmp_path_factory.mktemp("p")
     b = random_builder(random.Random(seed), n, 1024, mkfs_at=min(3, n - 1))
     with open_log(b.build(d / "log")) as log, Replayer(log, d / "img", SIZE) as r:

@@ -30,14 +30,21 @@ from harness.store import (
     percentile,
 )
 
-LOG = LogInfo("abc123", "/tmp/w.log", entries=100, flushes=5, fuas=7, marks=2, discards=0,
-              bytes=409600)
+LOG = LogInfo(
+    "abc123", "/tmp/w.log", entries=100, flushes=5, fuas=7, marks=2, discards=0, bytes=409600
+)
 PARAMS = {"data_mode": "ordered", "fs": {"size_mb": 64}}
 
 
 def state(i: int) -> CrashState:
-    return CrashState(f"fua-{i:04d}", LOG.hash, "fua", prefix=i * 10, last_mark="mkfs",
-                      description=f"after FUA {i}")
+    return CrashState(
+        f"fua-{i:04d}",
+        LOG.hash,
+        "fua",
+        prefix=i * 10,
+        last_mark="mkfs",
+        description=f"after FUA {i}",
+    )
 
 
 def check(outcome: Outcome = Outcome.CONSISTENT, stage: Stage = Stage.HOST) -> CheckResult:
@@ -45,8 +52,14 @@ def check(outcome: Outcome = Outcome.CONSISTENT, stage: Stage = Stage.HOST) -> C
 
 
 def new_run(store: Store, seed: int | None = 1, params: dict[str, object] | None = None) -> str:
-    run_id = store.begin_run("ext4-fsync", RunKind.CRASH, params or PARAMS, seed, fs="ext4",
-                             env=RunEnv(accelerator=Accelerator.TCG, guest_kernel="6.1.0"))
+    run_id = store.begin_run(
+        "ext4-fsync",
+        RunKind.CRASH,
+        params or PARAMS,
+        seed,
+        fs="ext4",
+        env=RunEnv(accelerator=Accelerator.TCG, guest_kernel="6.1.0"),
+    )
     store.add_log(LOG, run_id=run_id)
     return run_id
 
@@ -63,8 +76,18 @@ def test_migrates_from_empty(db: Path) -> None:
         assert store.execute("PRAGMA journal_mode") == [("wal",)]
         assert store.execute("PRAGMA foreign_keys") == [(1,)]
         names = {n for (n,) in store.execute("SELECT name FROM sqlite_schema")}
-    assert {"runs", "logs", "run_logs", "crash_states", "checks", "recovery_times",
-            "verdicts", "zfs_scans", "v_state_outcomes", "v_recovery"} <= names
+    assert {
+        "runs",
+        "logs",
+        "run_logs",
+        "crash_states",
+        "checks",
+        "recovery_times",
+        "verdicts",
+        "zfs_scans",
+        "v_state_outcomes",
+        "v_recovery",
+    } <= names
 
 
 def test_reopen_is_idempotent(db: Path) -> None:
@@ -74,8 +97,10 @@ def test_reopen_is_idempotent(db: Path) -> None:
     with Store.open(db) as store:
         assert store.execute("PRAGMA user_version") == [(SCHEMA_VERSION,)]
         assert [r.id for r in store.runs()] == [run_id]
-    assert sqlite3.connect(db).execute(
-        "SELECT sql FROM sqlite_schema ORDER BY name").fetchall() == schema
+    assert (
+        sqlite3.connect(db).execute("SELECT sql FROM sqlite_schema ORDER BY name").fetchall()
+        == schema
+    )
 
 
 def test_an_empty_file_becomes_a_store(db: Path) -> None:
@@ -155,23 +180,25 @@ def test_state_results_and_views(db: Path) -> None:
         verdicts = [
             store.record_state_result(run_id, state(0), [check()], {Phase.MOUNT: 1.0}),
             store.record_state_result(
-                run_id, state(1),
+                run_id,
+                state(1),
                 [check(Outcome.REPAIRED), check(Outcome.TIMEOUT, Stage.GUEST)],
                 {"fsck": 2.0, "mount": 3.0},
             ),
-            store.record_state_result(run_id, state(2), [check()], {},
-                                      verdict=Outcome.DATA_LOSS),
+            store.record_state_result(run_id, state(2), [check()], {}, verdict=Outcome.DATA_LOSS),
         ]
         assert verdicts == [Outcome.CONSISTENT, Outcome.REPAIRED, Outcome.DATA_LOSS]
         rows = store.execute(
-            "SELECT run_id, scenario, fs, state_id, outcome FROM v_state_outcomes ORDER BY 4")
+            "SELECT run_id, scenario, fs, state_id, outcome FROM v_state_outcomes ORDER BY 4"
+        )
         assert rows == [
             (run_id, "ext4-fsync", "ext4", "fua-0000", "consistent"),
             (run_id, "ext4-fsync", "ext4", "fua-0001", "repaired"),
             (run_id, "ext4-fsync", "ext4", "fua-0002", "data_loss"),
         ]
         rec = store.execute(
-            "SELECT scenario, fs, data_mode, phase, seconds FROM v_recovery ORDER BY 4, 5")
+            "SELECT scenario, fs, data_mode, phase, seconds FROM v_recovery ORDER BY 4, 5"
+        )
         assert rec == [
             ("ext4-fsync", "ext4", "ordered", "fsck", 2.0),
             ("ext4-fsync", "ext4", "ordered", "mount", 1.0),
@@ -225,8 +252,13 @@ _CHILD = textwrap.dedent("""
 
 
 def test_finished_states_survive_sigkill_and_resume(db: Path) -> None:
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(db)], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(db)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     run_id = proc.stdout.strip()
     with Store.open(db) as store:
@@ -271,7 +303,9 @@ def test_run_lookup_by_prefix(db: Path) -> None:
         for twin in ("aaaa1", "aaaa2"):
             store.execute(
                 "INSERT INTO runs (id, scenario, kind, params, started_at)"
-                " VALUES (?, 's', 'crash', '{}', '2024-01-01T00:00:00+00:00')", (twin,))
+                " VALUES (?, 's', 'crash', '{}', '2024-01-01T00:00:00+00:00')",
+                (twin,),
+            )
         with pytest.raises(InputError, match="ambiguous") as e:
             store.run("aaaa")
         assert e.value.hint and "aaaa1" in e.value.hint and "aaaa2" in e.value.hint
@@ -282,8 +316,9 @@ def test_run_detail(db: Path) -> None:
         run_id = new_run(store)
         for i in range(10):
             outcome = Outcome.REPAIRED if i == 4 else Outcome.CONSISTENT
-            store.record_state_result(run_id, state(i), [check(outcome)],
-                                      {Phase.FSCK: float(i + 1), Phase.MOUNT: 0.5})
+            store.record_state_result(
+                run_id, state(i), [check(outcome)], {Phase.FSCK: float(i + 1), Phase.MOUNT: 0.5}
+            )
         store.add_state(run_id, state(10))
         store.finish_run(run_id, RunStatus.DONE)
         d = store.run_detail(run_id)
@@ -304,8 +339,16 @@ def test_run_detail(db: Path) -> None:
 def test_zfs_scan_placeholder(db: Path) -> None:
     with Store.open(db) as store:
         run_id = store.begin_run("zfs-scrub", RunKind.ZFS, {"layout": "mirror"}, None, fs="zfs")
-        store.add_zfs_scan(run_id, repetition=0, kind=ScanKind.SCRUB, layout="mirror",
-                           seconds=12.5, fill=0.5, examined=1 << 30, errors={"cksum": 0})
+        store.add_zfs_scan(
+            run_id,
+            repetition=0,
+            kind=ScanKind.SCRUB,
+            layout="mirror",
+            seconds=12.5,
+            fill=0.5,
+            examined=1 << 30,
+            errors={"cksum": 0},
+        )
         assert store.execute("SELECT kind, seconds, errors FROM zfs_scans") == [
             ("scrub", 12.5, '{"cksum":0}')
         ]
@@ -331,8 +374,12 @@ _OPENER = textwrap.dedent("""
 
 def test_concurrent_first_open_migrates_once(db: Path) -> None:
     procs = [
-        subprocess.Popen([sys.executable, "-c", _OPENER, str(db), str(i)], cwd=REPO,
-                         stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _OPENER, str(db), str(i)],
+            cwd=REPO,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(6)
     ]
     for p in procs:

@@ -31,11 +31,15 @@ def test_command_disks_and_files(guest_image: image.Image, tmp_path: Path) -> No
         # Files both ways, binary-safe.
         payload = bytes(range(256)) * 4096
         guest.write_file("/tmp/payload", payload)
-        assert guest.run(["sha256sum", "/tmp/payload"], check=True).out.split()[0] == \
-            __import__("hashlib").sha256(payload).hexdigest()
+        assert (
+            guest.run(["sha256sum", "/tmp/payload"], check=True).out.split()[0]
+            == __import__("hashlib").sha256(payload).hexdigest()
+        )
         assert guest.read_file("/tmp/payload") == payload
         # What the guest writes to the disk reaches the host's file.
-        guest.run(["sh", "-c", f"printf crashlab | dd of={dev} bs=512 seek=1 conv=fsync"], check=True)
+        guest.run(
+            ["sh", "-c", f"printf crashlab | dd of={dev} bs=512 seek=1 conv=fsync"], check=True
+        )
         uname = guest.run(["uname", "-r"], check=True).out.strip()
         assert uname == guest_image.manifest["kernel"]
     with open(disk, "rb") as f:

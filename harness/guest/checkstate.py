@@ -19,7 +19,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import opgen  # noqa: E402  (the sibling script, copied into the same directory)
+import opgen  # type: ignore[import-not-found]
 
 ENV = {**os.environ, "DM_DISABLE_UDEV": "1"}
 
@@ -45,7 +45,11 @@ def fsck_argv(fs: str, dev: str, repair: bool) -> list[str]:
     if fs == "xfs":
         return ["xfs_repair", dev] if repair else ["xfs_repair", "-n", dev]
     if fs == "btrfs":
-        return ["btrfs", "check", "--repair", "--force", dev] if repair else ["btrfs", "check", "--readonly", dev]
+        return (
+            ["btrfs", "check", "--repair", "--force", dev]
+            if repair
+            else ["btrfs", "check", "--readonly", dev]
+        )
     raise SystemExit(f"checkstate: unknown fs {fs}")
 
 
@@ -67,7 +71,9 @@ def main() -> int:
     if m["rc"] == 0:
         if a.oracle:
             try:
-                facts["verify"] = opgen.verify(a.mountpoint, opgen.load_oracle(a.oracle), a.mark or None)
+                facts["verify"] = opgen.verify(
+                    a.mountpoint, opgen.load_oracle(a.oracle), a.mark or None
+                )
             except Exception as e:  # an unreadable tree is a finding, reported as such
                 facts["verify"] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
         facts["umount"] = run(["umount", a.mountpoint], a.timeout)

@@ -1,0 +1,136 @@
+"""``scenario run`` and ``scenario reproduce``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from harness import outcome, paths, run, scenario, store
+from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK
+
+console = Console(highlight=False)
+
+
+def register(sub: Any, add_set_option: Any) -> None:
+    p = sub.add_parser("run", help="run a scenario: record, replay crash states, check, store")
+    p.add_argument("name", metavar="NAME", help="scenario name (see `scenario list`) or TOML path")
+    add_set_option(p)
+    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument(
+        "--db", type=Path, default=None, help="SQLite store (default results/lab.sqlite)"
+    )
+    p.set_defaults(func=cmd_run)
+
+    r = sub.add_parser(
+        "reproduce", help="rebuild one crash state's image and say how to inspect it"
+    )
+    r.add_argument("state_id", metavar="STATE-ID")
+    r.add_argument("--db", type=Path, default=None)
+    r.add_argument(
+        "-o", "--output", type=Path, default=None, help="image path (default STATE-ID.img)"
+    )
+    r.set_defaults(func=cmd_reproduce)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    sc = scenario.load(args.name, args.set)
+    db = args.db or paths.default_db()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(sc.name, total=None)
+
+        def progress(what: str, done: int, total: int) -> None:
+            bar.update(task, description=f"{sc.name}: {what}", completed=done, total=total or None)
+
+        report = run.execute(sc, db=db, seed=args.seed, progress=progress)
+    return summarize(sc, report)
+
+
+def summarize(sc: scenario.Scenario, report: run.RunReport) -> int:
+    st = store.Store.open(report.db, create=False)
+    try:
+        detail = st.run_detail(report.run_id)
+    finally:
+        st.close()
+    counts = {k: v for k, v in detail.run.outcome_counts.items() if v}
+    verdicts = [outcome.Outcome(v) for v in counts]
+    status = outcome.exit_status(verdicts)
+    rec = report.recording
+    console.print(
+        f"[bold]{sc.name}[/]  run [bold]{report.run_id}[/]"
+        + ("  (resumed)" if report.resumed else "")
+        + f"  {report.seconds:.0f} s  store: {report.db}"
+    )
+    console.print(
+        f"log: {rec.get('log_entries')} entries, {rec.get('flushes')} flushes, "
+        f"{rec.get('fuas')} FUA, {rec.get('marks')} marks; "
+        f"{report.states_total} crash states"
+    )
+    t = Table("verdict", "states", "kind")
+    for name in sorted(counts, key=lambda o: outcome.Outcome(o).severity):
+        o = outcome.Outcome(name)
+        kind = "finding" if outcome.is_finding(o) else "harness" if outcome.is_harness(o) else ""
+        style = "red" if kind == "finding" else "yellow" if kind == "harness" else "green"
+        t.add_row(f"[{style}]{name}[/]", str(counts[name]), kind)
+    console.print(t)
+    if detail.recovery:
+        rt = Table("recovery phase", "n", "mean ms", "p50 ms", "p95 ms", "max ms")
+        for ph in detail.recovery:
+            rt.add_row(
+                ph.phase,
+                str(ph.n),
+                f"{ph.mean * 1e3:.1f}",
+                f"{ph.p50 * 1e3:.1f}",
+                f"{ph.p95 * 1e3:.1f}",
+                f"{ph.max * 1e3:.1f}",
+            )
+        console.print(rt)
+    msg = {
+        EXIT_OK: "[green]no finding[/]: every checked crash state recovered with its fsync'd data",
+        EXIT_FINDING: "[red]finding[/]: the filesystem lost fsync'd data or needed repair"
+        " in some state"
+        f" — scenario results show {report.run_id}",
+        EXIT_HARNESS: "[yellow]harness failure[/]: some states could not be checked (hang, panic, "
+        "lab error); this says nothing about the filesystem",
+    }
+    console.print(msg[status])
+    return status
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    db = args.db or paths.default_db()
+    out = args.output or Path(f"{args.state_id}.img")
+    path, info = run.reproduce(args.state_id, db=db, out=out)
+    console.print(
+        f"crash state {info['state']['id']} of run {info['run_id']}: {info['description']}"
+    )
+    console.print(f"image: {path}")
+    console.print("inspect it in a disposable guest, never on the host kernel:")
+    console.print(
+        f"  scenario vm run --disk {path} --"
+        " sh -c 'mount /dev/disk/by-id/virtio-disk0 /mnt && ls -lR /mnt'"
+    )
+    console.print(
+        f"  e2fsck -fn {path}   # or xfs_repair -n / btrfs check --readonly (userspace, host)"
+    )
+    return 0

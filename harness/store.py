@@ -214,7 +214,101 @@ _MIGRATION_1 = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [_MIGRATION_1]
+# 2: campaigns and their elements, flush/FUA/mark positions of a log (for crash maps),
+# indexes for grouped tables, and views a researcher finds with `sqlite3 .tables`
+# (documented in docs/results.md).
+_MIGRATION_2 = [
+    """
+    CREATE TABLE campaigns (
+        id          TEXT PRIMARY KEY,
+        name        TEXT NOT NULL,
+        path        TEXT NOT NULL,
+        spec_hash   TEXT NOT NULL,
+        spec        TEXT NOT NULL CHECK (json_valid(spec)),
+        started_at  TEXT NOT NULL,
+        finished_at TEXT,
+        status      TEXT NOT NULL DEFAULT 'running'
+                    CHECK (status IN ('running', 'done', 'interrupted')),
+        host        TEXT,
+        pid         INTEGER
+    )
+    """,
+    "CREATE INDEX campaigns_resume ON campaigns (name, spec_hash, status)",
+    # One row per (scenario, --set overrides, seed) of a campaign; `key` is their
+    # canonical JSON, so an element is recorded once however often the campaign resumes.
+    """
+    CREATE TABLE campaign_elements (
+        campaign_id   TEXT NOT NULL REFERENCES campaigns (id) ON DELETE CASCADE,
+        key           TEXT NOT NULL,
+        position      INTEGER NOT NULL,
+        scenario      TEXT NOT NULL,
+        overrides     TEXT NOT NULL CHECK (json_valid(overrides)),
+        seed          INTEGER,
+        status        TEXT NOT NULL DEFAULT 'pending'
+                      CHECK (status IN ('pending', 'running', 'done', 'failed', 'quarantined')),
+        run_id        TEXT REFERENCES runs (id) ON DELETE SET NULL,
+        failures      INTEGER NOT NULL DEFAULT 0,
+        interruptions INTEGER NOT NULL DEFAULT 0,
+        last_error    TEXT,
+        pid           INTEGER,
+        started_at    TEXT,
+        finished_at   TEXT,
+        seconds       REAL,
+        PRIMARY KEY (campaign_id, key)
+    )
+    """,
+    """
+    CREATE TABLE log_events (
+        log_hash  TEXT NOT NULL REFERENCES logs (hash) ON DELETE CASCADE,
+        entry     INTEGER NOT NULL,
+        kind      TEXT NOT NULL CHECK (kind IN ('flush', 'fua', 'mark')),
+        mark      TEXT,
+        PRIMARY KEY (log_hash, kind, entry)
+    )
+    """,
+    "CREATE INDEX runs_scenario_status ON runs (scenario, status)",
+    "CREATE INDEX recovery_run_phase ON recovery_times (run_id, phase)",
+    """
+    CREATE VIEW v_runs AS
+    SELECT r.id AS run_id, r.scenario, r.kind, r.fs,
+           COALESCE(json_extract(r.params, '$.fs.data_mode'),
+                    json_extract(r.params, '$.data_mode')) AS data_mode,
+           r.seed, r.status, r.guest_kernel AS kernel, r.accelerator, r.host,
+           r.started_at, r.finished_at,
+           round((julianday(r.finished_at) - julianday(r.started_at)) * 86400, 1)
+               AS duration_seconds,
+           (SELECT count(*) FROM verdicts v WHERE v.run_id = r.id) AS states,
+           (SELECT count(*) FROM verdicts v WHERE v.run_id = r.id AND v.outcome
+                IN ('repaired', 'unrepairable', 'mount_failed', 'data_loss')) AS findings,
+           (SELECT count(*) FROM verdicts v WHERE v.run_id = r.id AND v.outcome
+                IN ('harness_error', 'timeout', 'panic')) AS harness_failures
+      FROM runs r
+    """,
+    """
+    CREATE VIEW v_states AS
+    SELECT r.id AS run_id, r.scenario, r.fs,
+           COALESCE(json_extract(r.params, '$.fs.data_mode'),
+                    json_extract(r.params, '$.data_mode')) AS data_mode,
+           r.guest_kernel AS kernel, r.accelerator, r.seed,
+           s.id AS state_id, s.generator, s.prefix, s.last_mark, v.outcome,
+           (SELECT sum(t.seconds) FROM recovery_times t
+             WHERE t.run_id = s.run_id AND t.state_id = s.id) AS recovery_seconds,
+           s.description
+      FROM crash_states s
+      JOIN runs r ON r.id = s.run_id
+      LEFT JOIN verdicts v ON v.run_id = s.run_id AND v.state_id = s.id
+    """,
+    """
+    CREATE VIEW v_campaign_elements AS
+    SELECT c.name AS campaign, c.id AS campaign_id, c.status AS campaign_status,
+           e.position, e.scenario, e.overrides, e.seed, e.status, e.run_id,
+           e.failures, e.interruptions, e.last_error, e.seconds
+      FROM campaign_elements e
+      JOIN campaigns c ON c.id = e.campaign_id
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [_MIGRATION_1, _MIGRATION_2]
 SCHEMA_VERSION = len(MIGRATIONS)
 _TABLES = frozenset(
     {
@@ -226,6 +320,9 @@ _TABLES = frozenset(
         "recovery_times",
         "verdicts",
         "zfs_scans",
+        "campaigns",
+        "campaign_elements",
+        "log_events",
     }
 )
 

@@ -7,8 +7,10 @@ check), so a script never has to scrape a table.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
+import sys
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -18,6 +20,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from harness import query
 from harness.outcome import Outcome, is_finding, is_harness
 from harness.paths import default_db
 from harness.store import RunDetail, RunRow, Store
@@ -54,6 +57,35 @@ def register(sub: Any) -> None:
     show = rsub.add_parser("show", parents=[common], help="one run in detail")
     show.add_argument("run", metavar="RUN", help="run id, or a unique prefix of one")
     show.set_defaults(func=cmd_show)
+
+    table = rsub.add_parser(
+        "table",
+        parents=[common],
+        help="grouped statistics, e.g. `table recovery --by fs,data_mode`",
+        description="Grouped statistics: n, mean, p50, p95, max per group (and split, e.g."
+        " recovery phase), with counts per outcome. Group by any run column (scenario, fs,"
+        " data_mode, kernel, accelerator, host, seed, run, ...), any stored scenario"
+        " parameter (workload.ops, fs.disk_size, ...) or the table's own fields"
+        " (recovery: generator, outcome, phase).",
+    )
+    table.add_argument("kind", metavar="KIND", help="table kind: recovery, resilver, ...")
+    table.add_argument(
+        "--by", default=None, metavar="FIELD,...", help="group by these fields (comma-separated)"
+    )
+    table.add_argument(
+        "--run", action="append", default=[], metavar="RUN", help="only these runs (repeatable)"
+    )
+    table.set_defaults(func=cmd_table)
+
+    export = rsub.add_parser(
+        "export", parents=[common], help="every crash state of some runs as CSV or JSON"
+    )
+    export.add_argument("runs", nargs="+", metavar="RUN", help="run ids or unique prefixes")
+    export.add_argument("--format", choices=("csv", "json"), default="csv")
+    export.add_argument(
+        "-o", "--output", type=Path, default=None, metavar="FILE", help="default: stdout"
+    )
+    export.set_defaults(func=cmd_export)
 
 
 def _positive(text: str) -> int:
@@ -260,3 +292,100 @@ def _counts_markup(counts: Mapping[str, int], sep: str = "  ") -> str:
 def _status_markup(r: RunRow) -> str:
     colour = {"done": "green", "running": "cyan", "failed": "red", "interrupted": "yellow"}
     return f"[{colour.get(str(r.status), 'white')}]{r.status}[/]"
+
+
+# --- table --------------------------------------------------------------------------
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    k = query.kind(args.kind)
+    by = query.parse_by(args.by) if args.by is not None else list(k.default_by)
+    with _open(args) as store:
+        result = query.grouped(store, k.name, by, args.run)
+        path = store.path
+    console = _console()
+    if args.json:
+        console.out(json.dumps({"db": str(path), **result.to_json()}, indent=2))
+        return 0
+    if not result.groups:
+        console.print(f"table {k.name}: {k.empty_hint} (in {path})")
+        return 0
+    print_grouped(console, result)
+    return 0
+
+
+def print_grouped(console: Console, result: query.GroupedTable) -> None:
+    by = result.by or ("all",)
+
+    def key_cells(key: tuple[Any, ...]) -> list[str]:
+        return [_cell(v) for v in key] if result.by else ["all"]
+
+    if result.outcomes:
+        t = Table(
+            title=f"{result.kind.name}: outcomes by {', '.join(by)}",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+        )
+        for f in by:
+            t.add_column(f)
+        t.add_column("n", justify="right")
+        for o in result.outcomes:
+            t.add_column(_outcome_markup(o), justify="right")
+        for g in result.groups:
+            t.add_row(
+                *key_cells(g.key),
+                str(g.counted),
+                *(str(g.counts.get(o, "")) for o in result.outcomes),
+            )
+        console.print(t)
+    unit = result.kind.unit
+    t = Table(
+        title=f"{result.kind.name}: {result.kind.value} by {', '.join(by)}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    for f in by:
+        t.add_column(f)
+    if result.kind.split:
+        t.add_column(result.kind.split)
+    for col in ("n", f"mean {unit}", f"p50 {unit}", f"p95 {unit}", f"max {unit}"):
+        t.add_column(col, justify="right")
+    for g in result.groups:
+        for i, (name, st) in enumerate(g.stats.items()):
+            t.add_row(
+                *(key_cells(g.key) if i == 0 else [""] * len(by)),
+                *([name] if result.kind.split else []),
+                str(st.n),
+                *(f"{v:.3f}" for v in (st.mean, st.p50, st.p95, st.max)),
+                end_section=i == len(g.stats) - 1 and len(g.stats) > 1,
+            )
+    console.print(t)
+
+
+def _cell(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
+# --- export -------------------------------------------------------------------------
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        columns, rows = query.export_states(store, args.runs)
+        runs = [store.run(r).to_json() for r in dict.fromkeys(r["run_id"] for r in rows)]
+    out = args.output.open("w", newline="") if args.output else None
+    try:
+        stream: Any = out or sys.stdout
+        if args.format == "json":
+            json.dump({"runs": runs, "states": rows}, stream, indent=2)
+            stream.write("\n")
+        else:
+            w = csv.DictWriter(stream, fieldnames=columns, lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
+    finally:
+        if out:
+            out.close()
+    if args.output:
+        _console().print(f"{len(rows)} crash states -> {args.output}")
+    return 0

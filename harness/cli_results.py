@@ -20,7 +20,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from harness import diff as rdiff
 from harness import query
+from harness.errors import EXIT_FINDING
 from harness.outcome import Outcome, is_finding, is_harness
 from harness.paths import default_db
 from harness.store import RunDetail, RunRow, Store
@@ -86,6 +88,34 @@ def register(sub: Any) -> None:
         "-o", "--output", type=Path, default=None, metavar="FILE", help="default: stdout"
     )
     export.set_defaults(func=cmd_export)
+
+    diff = rsub.add_parser(
+        "diff",
+        parents=[common],
+        help="two runs state by state: outcome changes, recovery-time deltas",
+        description="Match the crash states of RUN_A and RUN_B by id (e.g. one scenario under"
+        " two guest kernels). Exit 0; with --baseline, exit 1 if RUN_B regresses against it.",
+    )
+    diff.add_argument("run_a", metavar="RUN_A")
+    diff.add_argument("run_b", metavar="RUN_B")
+    diff.add_argument("--baseline", type=Path, metavar="FILE", help="also check RUN_B")
+    diff.set_defaults(func=cmd_diff)
+
+    check = rsub.add_parser(
+        "check",
+        parents=[common],
+        help="exit 1 if a run regresses against a baseline of expected outcomes",
+        description="Check runs against a baseline file (TOML or JSON: [scenarios.NAME]"
+        " allowed = [outcomes], max = {outcome = count}). Exit 0: within the baseline;"
+        " 1: a run regressed (an outcome not allowed, a count above its max, or an"
+        " unfinished run); 2: bad input.",
+    )
+    check.add_argument("runs", nargs="+", metavar="RUN")
+    check.add_argument("--baseline", type=Path, required=True, metavar="FILE")
+    check.add_argument(
+        "--strict", action="store_true", help="a scenario missing from the baseline regresses"
+    )
+    check.set_defaults(func=cmd_check)
 
 
 def _positive(text: str) -> int:
@@ -389,3 +419,104 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.output:
         _console().print(f"{len(rows)} crash states -> {args.output}")
     return 0
+
+
+# --- diff and check -----------------------------------------------------------------
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    baseline = rdiff.load_baseline(args.baseline) if args.baseline else None
+    with _open(args) as store:
+        d = rdiff.diff_runs(store, args.run_a, args.run_b)
+        report = rdiff.check_run(store, d.b.id, baseline) if baseline else None
+    console = _console()
+    if args.json:
+        out = d.to_json() | ({"check": report.to_json()} if report else {})
+        console.out(json.dumps(out, indent=2))
+    else:
+        _print_diff(console, d)
+        if report:
+            _print_check(console, report)
+    return EXIT_FINDING if report and report.regressions else 0
+
+
+def _print_diff(console: Console, d: rdiff.RunDiff) -> None:
+    console.print(
+        f"[bold]{d.a.id}[/] ({d.a.scenario}, {d.a.guest_kernel or '-'}) -> "
+        f"[bold]{d.b.id}[/] ({d.b.scenario}, {d.b.guest_kernel or '-'})"
+    )
+    for note in d.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    console.print(
+        f"{d.matched} states checked in both; {len(d.changes)} changed outcome"
+        f" ({len(d.worse)} worse)"
+    )
+    if d.changes:
+        t = Table(title="outcome changes", title_justify="left", box=box.SIMPLE_HEAD)
+        for col in ("state", "before", "after", "recovery s before", "recovery s after"):
+            t.add_column(col, justify="right" if col.startswith("recovery") else "left")
+        for c in d.changes[:SHOWN_STATES]:
+            t.add_row(
+                c.state_id,
+                _outcome_markup(c.before) if c.before else "[dim]absent[/]",
+                _outcome_markup(c.after) if c.after else "[dim]absent[/]",
+                _secs(c.seconds_before),
+                _secs(c.seconds_after),
+            )
+        console.print(t)
+        if len(d.changes) > SHOWN_STATES:
+            console.print(f"… and {len(d.changes) - SHOWN_STATES} more: use --json for all")
+    if d.phases:
+        t = Table(
+            title="recovery time, states in both runs", title_justify="left", box=box.SIMPLE_HEAD
+        )
+        for col in ("phase", "n", "mean s before", "mean s after", "delta s", "delta %"):
+            t.add_column(col, justify="left" if col == "phase" else "right")
+        for p in d.phases:
+            pct = f"{100 * p.delta / p.mean_before:+.0f}%" if p.mean_before else "-"
+            t.add_row(
+                p.phase,
+                str(p.n),
+                f"{p.mean_before:.3f}",
+                f"{p.mean_after:.3f}",
+                f"{p.delta:+.3f}",
+                pct,
+            )
+        console.print(t)
+
+
+def _secs(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    baseline = rdiff.load_baseline(args.baseline)
+    with _open(args) as store:
+        reports = [rdiff.check_run(store, r, baseline, strict=args.strict) for r in args.runs]
+    console = _console()
+    if args.json:
+        console.out(
+            json.dumps(
+                {"baseline": str(args.baseline), "runs": [r.to_json() for r in reports]}, indent=2
+            )
+        )
+    else:
+        for r in reports:
+            _print_check(console, r)
+    return EXIT_FINDING if any(r.regressions for r in reports) else 0
+
+
+def _print_check(console: Console, r: rdiff.CheckReport) -> None:
+    head = f"run {r.run.id} ({r.run.scenario}): "
+    if r.regressions:
+        console.print(head + "[bold red]REGRESSED[/]")
+        for line in r.regressions:
+            console.print(f"  [red]-[/] {line}")
+    else:
+        console.print(
+            head
+            + "[green]within the baseline[/]"
+            + (f"  ({_counts_markup(r.run.outcome_counts)})" if r.run.outcome_counts else "")
+        )
+    for note in r.notes:
+        console.print(f"  [yellow]note:[/] {note}")

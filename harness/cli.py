@@ -21,7 +21,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from harness import cli_image, cli_lab, cli_results, cli_vm
+    from harness import cli_campaign, cli_image, cli_lab, cli_results, cli_vm
 
     p = _Parser(prog="scenario", description="crashlab: crash-consistency fault-injection lab")
     p.add_argument("--debug", action="store_true", help="verbose log and full command lines")
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_image.register(sub)
     cli_vm.register(sub)
     cli_results.register(sub)
+    cli_campaign.register(sub)
     return p
 
 

@@ -22,7 +22,7 @@ from rich.table import Table
 
 from harness import diff as rdiff
 from harness import query
-from harness.errors import EXIT_FINDING
+from harness.errors import EXIT_FINDING, InputError
 from harness.outcome import Outcome, is_finding, is_harness
 from harness.paths import default_db
 from harness.store import RunDetail, RunRow, Store
@@ -116,6 +116,17 @@ def register(sub: Any) -> None:
         "--strict", action="store_true", help="a scenario missing from the baseline regresses"
     )
     check.set_defaults(func=cmd_check)
+
+    plot = rsub.add_parser(
+        "plot",
+        parents=[common],
+        help="PNG charts: recovery --by F,..., crashmap RUN, resilver|scrub --by layout,fill",
+    )
+    plot.add_argument("chart", choices=("recovery", "crashmap", "resilver", "scrub"))
+    plot.add_argument("run", nargs="?", metavar="RUN", help="the run (crashmap)")
+    plot.add_argument("--by", default=None, metavar="FIELD,...")
+    plot.add_argument("-o", "--output", type=Path, default=None, metavar="PNG")
+    plot.set_defaults(func=cmd_plot)
 
 
 def _positive(text: str) -> int:
@@ -520,3 +531,29 @@ def _print_check(console: Console, r: rdiff.CheckReport) -> None:
         )
     for note in r.notes:
         console.print(f"  [yellow]note:[/] {note}")
+
+
+# --- plot ---------------------------------------------------------------------------
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from harness import plots  # matplotlib is an optional dependency, slow to import
+
+    out = args.output or default_db().parent / f"{args.chart}.png"
+    with _open(args) as store:
+        try:
+            if args.chart == "crashmap":
+                if not args.run:
+                    raise InputError("plot crashmap needs a RUN", hint="scenario results runs")
+                plots.plot_crashmap(store, args.run, out)
+            elif args.chart == "recovery":
+                by = query.parse_by(args.by) if args.by is not None else ["fs", "data_mode"]
+                plots.plot_recovery(store, by, out)
+            else:
+                by = query.parse_by(args.by) if args.by is not None else ["layout", "fill"]
+                plots.plot_scans(store, by, out, args.chart)
+        except plots.NoData as e:
+            _console().print(f"nothing to plot: {e}")
+            return 0
+    _console().print(f"wrote {out}")
+    return 0

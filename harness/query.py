@@ -221,6 +221,40 @@ def grouped(store: Store, name: str, by: Sequence[str], runs: Sequence[str] = ()
     """
     k = kind(name)
     fields = resolve_fields(store, k, by)
+    values, counts = collect(store, k, fields, runs)
+    outcome_rank = {str(o): o.severity for o in Outcome}
+    outcomes = sorted(
+        {o for c in counts.values() for o in c}, key=lambda o: (outcome_rank.get(o, 99), o)
+    )
+    splits = ordered_splits(k, values)
+    groups = []
+    for key in sorted(set(values) | set(counts), key=sort_key):
+        per = values.get(key, {})
+        c = counts.get(key, {})
+        groups.append(
+            Group(
+                key=key,
+                counted=sum(c.values()),
+                counts={o: c[o] for o in outcomes if o in c},
+                stats={s: summarise(s, per[s]) for s in splits if s in per},
+            )
+        )
+    return GroupedTable(k, tuple(n for n, _ in fields), groups, splits, outcomes)
+
+
+Values = dict[tuple[Any, ...], dict[str, list[float]]]
+Counts = dict[tuple[Any, ...], dict[str, int]]
+
+
+def ordered_splits(k: TableKind, values: Values) -> list[str]:
+    rank = {s: i for i, s in enumerate(k.split_order)}
+    return sorted({s for v in values.values() for s in v}, key=lambda s: (rank.get(s, 999), s))
+
+
+def collect(
+    store: Store, k: TableKind, fields: Sequence[tuple[str, str]], runs: Sequence[str] = ()
+) -> tuple[Values, Counts]:
+    """The raw values (group key -> split -> values) and outcome counts of a kind."""
     run_ids = [store.resolve_run_id(r) for r in runs]
     where = f" WHERE o.run_id IN ({', '.join('?' * len(run_ids))})" if run_ids else ""
     # Run-level fields once per run; the rest per row, in SQL.
@@ -246,7 +280,7 @@ def grouped(store: Store, name: str, by: Sequence[str], runs: Sequence[str] = ()
     nlocal = len(row_part)
     split = f"o.{k.split}" if k.split else "NULL"
     group_cols = ", ".join(str(i + 1) for i in range(nlocal + 2))
-    values: dict[tuple[Any, ...], dict[str, list[float]]] = {}
+    values: Values = {}
     for row in store.execute(
         f"SELECT o.run_id{local_sql}, {split}, group_concat(o.{k.value})"
         f" FROM ({k.source}) o{where} GROUP BY {group_cols}",
@@ -259,7 +293,7 @@ def grouped(store: Store, name: str, by: Sequence[str], runs: Sequence[str] = ()
             map(float, str(row[-1]).split(","))
         )
 
-    counts: dict[tuple[Any, ...], dict[str, int]] = {}
+    counts: Counts = {}
     if k.counts_source:
         for row in store.execute(
             f"SELECT o.run_id{local_sql}, o.outcome, count(*)"
@@ -268,28 +302,7 @@ def grouped(store: Store, name: str, by: Sequence[str], runs: Sequence[str] = ()
         ):
             c = counts.setdefault(full_key(row[0], row[1 : 1 + nlocal]), {})
             c[str(row[-2])] = c.get(str(row[-2]), 0) + int(row[-1])
-
-    outcome_rank = {str(o): o.severity for o in Outcome}
-    outcomes = sorted(
-        {o for c in counts.values() for o in c}, key=lambda o: (outcome_rank.get(o, 99), o)
-    )
-    split_rank = {s: i for i, s in enumerate(k.split_order)}
-    splits = sorted(
-        {s for v in values.values() for s in v}, key=lambda s: (split_rank.get(s, 999), s)
-    )
-    groups = []
-    for key in sorted(set(values) | set(counts), key=_sort_key):
-        per = values.get(key, {})
-        c = counts.get(key, {})
-        groups.append(
-            Group(
-                key=key,
-                counted=sum(c.values()),
-                counts={o: c[o] for o in outcomes if o in c},
-                stats={s: summarise(s, per[s]) for s in splits if s in per},
-            )
-        )
-    return GroupedTable(k, tuple(n for n, _ in fields), groups, splits, outcomes)
+    return values, counts
 
 
 def summarise(name: str, values: list[float]) -> PhaseStats:
@@ -305,7 +318,7 @@ def summarise(name: str, values: list[float]) -> PhaseStats:
     )
 
 
-def _sort_key(key: tuple[Any, ...]) -> tuple[tuple[int, Any], ...]:
+def sort_key(key: tuple[Any, ...]) -> tuple[tuple[int, Any], ...]:
     # None last, numbers numerically, everything else as text.
     return tuple(
         (2, "") if v is None else (0, v) if isinstance(v, int | float) else (1, str(v)) for v in key

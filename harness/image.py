@@ -119,6 +119,15 @@ def _open(d: Path) -> Image | None:
 
 
 def require_image() -> Image:
+    """The image to boot: the current recipe's, or the one ``$CRASHLAB_IMAGE`` names (a
+    cached hash or an image directory), e.g. to compare two kernels' results."""
+    if chosen := os.environ.get("CRASHLAB_IMAGE"):
+        d = Path(chosen) if "/" in chosen else paths.images_dir() / chosen
+        img = _open(d)
+        if img is None:
+            raise ImageError(f"CRASHLAB_IMAGE={chosen}: no complete image there",
+                             hint="scenario image status lists the cached images")
+        return img
     img = cached()
     if img is None:
         raise ImageError(

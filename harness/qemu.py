@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from harness import accel, console, tools
 from harness.agent import Agent, ExecResult
@@ -286,6 +287,18 @@ class QemuGuest:
 
     def read_file(self, path: str) -> bytes:
         return self.agent.read_file(path)
+
+    def qmp(self, command: str, **arguments: Any) -> Any:
+        """One QMP command on a fresh connection (QMP is rarely needed; the agent is the
+        command channel)."""
+        from qemu.qmp.legacy import QEMUMonitorProtocol
+
+        qmp = QEMUMonitorProtocol(str(self.workdir / "qmp.sock"))
+        qmp.connect()
+        try:
+            return qmp.cmd(command, **arguments)
+        finally:
+            qmp.close()
 
     def disk(self, serial: str) -> str:
         return f"/dev/disk/by-id/virtio-{serial}"

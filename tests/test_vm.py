@@ -54,6 +54,17 @@ def test_panic_is_reported_as_panic() -> None:
     assert "sysrq" in exc.value.console.lower()
 
 
+def test_frozen_guest_is_a_hang() -> None:
+    from harness.qemu import QemuGuest
+
+    with start_guest(GuestSpec()) as guest:
+        assert isinstance(guest, QemuGuest)
+        guest.qmp("stop")  # the vCPUs stop: the agent can no longer answer
+        with pytest.raises(GuestTimeout) as exc:
+            guest.run(["true"], timeout=3)
+        assert "hang" in (exc.value.hint or "")
+
+
 def test_hang_is_a_timeout_not_a_failure() -> None:
     with start_guest(GuestSpec()) as guest:
         start = time.monotonic()

@@ -60,6 +60,10 @@ def register(sub: Any) -> None:
     show.add_argument("run", metavar="RUN", help="run id, or a unique prefix of one")
     show.set_defaults(func=cmd_show)
 
+    from harness.zfs import report
+
+    report.register(rsub, common)
+
     table = rsub.add_parser(
         "table",
         parents=[common],

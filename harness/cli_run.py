@@ -48,6 +48,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     sc = scenario.load(args.name, args.set)
     db = args.db or paths.default_db()
     db.parent.mkdir(parents=True, exist_ok=True)
+    if sc.kind == scenario.Kind.ZFS:
+        from harness.zfs import cli
+
+        return cli.cmd_run(sc, args, db)
+    assert isinstance(sc, scenario.Scenario)
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),

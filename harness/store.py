@@ -308,8 +308,44 @@ _MIGRATION_2 = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [_MIGRATION_1, _MIGRATION_2]
+# 3: the ZFS lab's measurements (harness/zfs/): what a scan is compared by (the pool,
+# the fill achieved, the fault) and what it measured, beside migration 1's columns.
+# ``seconds`` stays the headline duration: from the events when they are there, else
+# from ``zpool status``.
+_MIGRATION_3 = [
+    *(
+        f"ALTER TABLE zfs_scans ADD COLUMN {col}"
+        for col in (
+            "cell TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(cell))",
+            "disks INTEGER",
+            "disk_size INTEGER",
+            "fill_target REAL",
+            "processed INTEGER",
+            "scan_errors INTEGER",
+            "data_errors INTEGER",
+            "pool_state TEXT",
+            "outcome TEXT",
+            "start_ns INTEGER",
+            "finish_ns INTEGER",
+            "clock_tick_ns INTEGER",
+            "status_seconds REAL",
+            "wall_seconds REAL",
+            "bytes_per_second REAL",
+            "zfs_version TEXT",
+            "guest_kernel TEXT",
+            "fault TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(fault))",
+            "phases TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(phases))",
+        )
+    ),
+    "CREATE INDEX zfs_scans_run ON zfs_scans (run_id, repetition)",
+]
+
+MIGRATIONS: list[list[str]] = [_MIGRATION_1, _MIGRATION_2, _MIGRATION_3]
 SCHEMA_VERSION = len(MIGRATIONS)
+ZFS_SCAN_EXTRA = frozenset(
+    stmt.split("ADD COLUMN ")[1].split()[0] for stmt in _MIGRATION_3 if "ADD COLUMN" in stmt
+)
+_ZFS_JSON_COLUMNS = ("cell", "fault", "phases")
 _TABLES = frozenset(
     {
         "runs",
@@ -768,26 +804,47 @@ class Store:
         issued: int | None = None,
         repaired: int | None = None,
         errors: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
+        """One scan's measurements; ``extra`` fills migration 3's columns by name."""
+        cols = {
+            "run_id": run_id,
+            "repetition": repetition,
+            "kind": str(ScanKind(kind)),
+            "layout": layout,
+            "fill": fill,
+            "seconds": seconds,
+            "examined": examined,
+            "issued": issued,
+            "repaired": repaired,
+            "errors": canonical_json(errors or {}),
+            "created_at": _now(),
+        }
+        for k, v in (extra or {}).items():
+            if k not in ZFS_SCAN_EXTRA:
+                raise ValueError(f"zfs_scans has no column {k!r}")
+            cols[k] = canonical_json(v) if k in _ZFS_JSON_COLUMNS else v
         with self._transaction() as c:
             c.execute(
-                "INSERT INTO zfs_scans (run_id, repetition, kind, layout, fill, seconds,"
-                " examined, issued, repaired, errors, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    run_id,
-                    repetition,
-                    str(ScanKind(kind)),
-                    layout,
-                    fill,
-                    seconds,
-                    examined,
-                    issued,
-                    repaired,
-                    canonical_json(errors or {}),
-                    _now(),
-                ),
+                f"INSERT INTO zfs_scans ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                tuple(cols.values()),
             )
+
+    def zfs_scans(self, kind: ScanKind | None = None) -> list[dict[str, Any]]:
+        """Every stored scan (of ``kind``) of finished runs, as dicts, JSON columns decoded."""
+        cur = self._conn.execute(
+            "SELECT z.*, r.scenario FROM zfs_scans z JOIN runs r ON r.id = z.run_id"
+            " WHERE (? IS NULL OR z.kind = ?) ORDER BY z.created_at, z.id",
+            (_opt_str(kind), _opt_str(kind)),
+        )
+        names = [d[0] for d in cur.description]
+        out = []
+        for row in cur.fetchall():
+            d = dict(zip(names, row, strict=True))
+            for k in ("errors", *_ZFS_JSON_COLUMNS):
+                d[k] = json.loads(d[k]) if d.get(k) is not None else None
+            out.append(d)
+        return out
 
     # -- resuming
 

@@ -1,0 +1,41 @@
+"""``scenario run`` for a ZFS scenario: progress on stderr, the summary on stdout."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from harness.zfs import report, run
+
+
+def cmd_run(sc: Any, args: argparse.Namespace, db: Path) -> int:
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(sc.name, total=None)
+
+        def progress(what: str, done: int, total: int) -> None:
+            bar.update(task, description=f"{sc.name}: {what}", completed=done, total=total or None)
+
+        result = run.execute(sc, db=db, seed=args.seed, progress=progress)
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 160)  # a log file: do not fold the numbers
+    return report.print_summary(console, result)

@@ -1,0 +1,178 @@
+"""ZFS scenarios: validation before any guest boots, --set, the sweep; the store and table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from faults.disk import FaultKind, When
+from harness import paths, scenario, store
+from harness.errors import InputError
+from harness.outcome import Outcome
+from harness.zfs import report
+from harness.zfs.spec import Experiment, Layout, ZfsScenario
+
+BASE = """
+kind = "zfs"
+description = "test"
+experiment = "resilver"
+layout = "raidz1"
+disks = 4
+fill = 75
+[fault]
+kind = "wipe"
+disks = [0]
+"""
+
+
+def load(tmp_path: Path, text: str = BASE, overrides: tuple[str, ...] = ()) -> ZfsScenario:
+    p = tmp_path / "z.toml"
+    p.write_text(text)
+    s = scenario.load(p, overrides)
+    assert isinstance(s, ZfsScenario)
+    return s
+
+
+def error(tmp_path: Path, text: str = BASE, overrides: tuple[str, ...] = ()) -> str:
+    with pytest.raises(InputError) as e:
+        load(tmp_path, text, overrides)
+    return e.value.message + " " + (e.value.hint or "")
+
+
+@pytest.mark.parametrize(
+    "name", ["resilver-75pct", "scrub-zero-1disk", "scrub-zero-2disks", "resilver-sweep"]
+)
+def test_shipped(name: str) -> None:
+    s = scenario.load(paths.REPO / "scenarios" / f"{name}.toml")
+    assert isinstance(s, ZfsScenario) and s.kind == scenario.Kind.ZFS
+    assert s.pool.disk_size <= 256 << 20 and s.pool.disks == 4
+
+
+def test_defaults_and_overrides(tmp_path: Path) -> None:
+    s = load(tmp_path, overrides=("layout=raidz2", "disks=6", "repeat=3", "fault.disks=[0, 5]"))
+    assert (s.pool.layout, s.pool.disks, s.repeat) == (Layout.RAIDZ2, 6, 3)
+    assert s.fault.kind is FaultKind.WIPE and s.fault.disks == (0, 5)
+    assert s.fault.when is When.RUNNING and s.experiment is Experiment.RESILVER
+    assert s.resolved()["layout"] == "raidz2"
+    assert [c.pool.layout for c in s.cells()] == [Layout.RAIDZ2]
+
+
+def test_sweep_cells(tmp_path: Path) -> None:
+    s = load(tmp_path, overrides=("sweep.fill=[25, 50]", "sweep.layout=['mirror', 'raidz3']"))
+    assert [(str(c.pool.layout), c.fill) for c in s.cells()] == [
+        ("mirror", 25.0),
+        ("mirror", 50.0),
+        ("raidz3", 25.0),
+        ("raidz3", 50.0),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (("fill=0",), "(0, 95]"),
+        (("fill=96",), "(0, 95]"),
+        (("sweep.fill=[50, 120]",), "(0, 95]"),
+        (("layout=raidz3", "disks=3"), "raidz3 needs at least 4 disks"),
+        (("sweep.layout=['raidz3']", "disks=3"), "raidz3 needs at least 4 disks"),
+        (("layout=raidz4",), "not one of"),
+        (("fault.disks=[4]",), "from 0 to 3"),
+        (("fault=zero-percent",), "a resilver needs a lost disk"),
+        (("disk_size=32M",), "64 MiB"),
+        (("repeat=0",), "at least 1"),
+        (("recordsize=100K",), "power of 2"),
+        (("nosuch=1",), "unknown key"),
+    ],
+)
+def test_bad_input_is_an_input_error(tmp_path: Path, overrides: tuple[str, ...], says: str) -> None:
+    assert says in error(tmp_path, overrides=overrides)
+
+
+def test_scrub_may_not_wipe_and_zero_range_must_spare_labels(tmp_path: Path) -> None:
+    scrub = BASE.replace('"resilver"', '"scrub"')
+    assert "damages data in place" in error(tmp_path, scrub)
+    ranged = scrub.replace('kind = "wipe"', 'kind = "zero"\noffset = 0\nlength = "1M"')
+    assert "labels" in error(tmp_path, ranged)
+    s = load(tmp_path, ranged.replace("offset = 0", 'offset = "1M"'))
+    assert (s.fault.offset, s.fault.length) == (1 << 20, 1 << 20)
+
+
+def test_unknown_key_in_file(tmp_path: Path) -> None:
+    says = error(tmp_path, BASE.replace("layout =", "layuot ="))
+    assert "unknown key 'layuot'" in says and "layout" in says
+
+
+def test_crash_scenarios_still_load_and_zfs_ones_stay_out_of_list() -> None:
+    good, bad = scenario.survey(paths.REPO / "scenarios")
+    assert not [b for b in bad if b.name.startswith(("resilver", "scrub"))]
+    assert all(isinstance(s, scenario.Scenario) for s in good)
+
+
+def _scan(st: store.Store, run_id: str, layout: str, fill: float, secs: float, rep: int) -> None:
+    st.add_zfs_scan(
+        run_id,
+        repetition=rep,
+        kind=store.ScanKind.RESILVER,
+        layout=layout,
+        seconds=secs,
+        fill=fill + 0.3,
+        examined=100,
+        issued=100,
+        repaired=secs * 1e6,  # type: ignore[arg-type]
+        extra={
+            "cell": {"layout": layout, "fill": fill, "disks": 4},
+            "fill_target": fill,
+            "bytes_per_second": 1e6 * 10 / secs,
+            "data_errors": 0,
+            "outcome": str(Outcome.CONSISTENT),
+            "phases": {"boot": 10.0},
+        },
+    )
+
+
+def test_store_and_aggregate(tmp_path: Path) -> None:
+    with store.Store.open(tmp_path / "lab.sqlite") as st:
+        run_id = st.begin_run("z", store.RunKind.ZFS, {"layout": "raidz1"}, 1, fs="zfs")
+        for rep, secs in enumerate((1.0, 2.0, 3.0)):
+            _scan(st, run_id, "raidz1", 50.0, secs, rep)
+        _scan(st, run_id, "mirror", 25.0, 4.0, 0)
+        with pytest.raises(ValueError):
+            st.add_zfs_scan(
+                run_id,
+                repetition=0,
+                kind=store.ScanKind.SCRUB,
+                layout="x",
+                seconds=1,
+                extra={"nosuch": 1},
+            )
+        rows = st.zfs_scans(store.ScanKind.RESILVER)
+    assert len(rows) == 4 and rows[0]["phases"] == {"boot": 10.0}
+    cells = report.aggregate(rows, ["layout", "fill"])
+    assert [(c["layout"], c["fill"], c["n"]) for c in cells] == [
+        ("mirror", 25.0, 1),
+        ("raidz1", 50.0, 3),
+    ]
+    r = cells[1]
+    assert r["seconds"]["mean"] == pytest.approx(2.0) and r["seconds"]["stdev"] == pytest.approx(
+        1.0
+    )
+    assert (r["seconds"]["min"], r["seconds"]["max"]) == (1.0, 3.0)
+    assert r["mb_per_s"]["max"] == pytest.approx(10.0)
+
+
+def test_table_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness import cli
+
+    db = tmp_path / "lab.sqlite"
+    with store.Store.open(db) as st:
+        run_id = st.begin_run("z", store.RunKind.ZFS, {}, 1, fs="zfs")
+        _scan(st, run_id, "raidz1", 50.0, 2.0, 0)
+        _scan(st, run_id, "raidz1", 50.0, 4.0, 1)
+    assert cli.main(["results", "zfs", "resilver", "--db", str(db), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"n": 2' in out and '"stdev"' in out
+    assert cli.main(["results", "table", "resilver", "--by", "layout,fill", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "raidz1" in out and "MB/s" in out
+    assert cli.main(["results", "zfs", "resilver", "--by", "colour", "--db", str(db)]) == 2

@@ -1,0 +1,37 @@
+"""One real ZFS experiment in a guest: a small scrub after zeros on one disk (~1.5 min, TCG)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import image, paths, scenario, store
+from harness.outcome import Outcome
+from harness.zfs import run
+from harness.zfs.spec import ZfsScenario
+
+pytestmark = pytest.mark.vm
+
+
+def test_scrub_repairs_zeros_on_one_disk(guest_image: image.Image, tmp_path: Path) -> None:
+    sc = scenario.load(
+        paths.REPO / "scenarios" / "scrub-zero-1disk.toml",
+        ("disk_size=128M", "fill=50", "fault.percent=50"),
+    )
+    assert isinstance(sc, ZfsScenario)
+    db = tmp_path / "lab.sqlite"
+    r = run.execute(sc, db=db, progress=lambda what, done, total: None)
+    [m] = r.measurements
+    assert m.scan.function == "SCRUB" and m.scan.state == "FINISHED"
+    assert m.scan.processed > 0  # bytes repaired
+    assert m.status.error_count == 0 and m.outcome is Outcome.CONSISTENT
+    assert sum(v.checksum for v in m.status.leaves()) > 0
+    assert 40 < m.fill < 60
+    # Timed from the events, to the kernel tick, and consistent with the guest's clock.
+    assert m.window.seconds is not None and 0 < m.window.seconds <= m.wall_seconds + 0.1
+    assert m.zfs_version.startswith("2.") and m.guest_kernel == guest_image.manifest["kernel"]
+    with store.Store.open(db, create=False) as st:
+        [row] = st.zfs_scans(store.ScanKind.SCRUB)
+        assert row["data_errors"] == 0 and row["processed"] == m.scan.processed
+        assert row["zfs_version"] == m.zfs_version and st.run(r.run_id).status == "done"

@@ -70,6 +70,7 @@ class Measurement:
     accelerator: str
     events_dropped: int
     checksum_ereports: int
+    cell_kind: Experiment = Experiment.SCRUB
     phases: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -87,8 +88,6 @@ class Measurement:
     def moved(self) -> int:
         """The bytes throughput is computed from (see the module docstring)."""
         return self.scan.processed if self.cell_kind is Experiment.RESILVER else self.scan.issued
-
-    cell_kind: Experiment = Experiment.SCRUB
 
     @property
     def bytes_per_second(self) -> float | None:

@@ -334,6 +334,17 @@ def _sweep(t: Table) -> dict[str, tuple[Any, ...]]:
 def _fault(t: Table, disks: int, disk_size: int, experiment: Experiment, seed: int) -> DiskFault:
     default = FaultKind.WIPE if experiment is Experiment.RESILVER else FaultKind.ZERO_PERCENT
     kind = FaultKind(t.choice("kind", _values(FaultKind), default))
+    if experiment is Experiment.RESILVER and kind not in (FaultKind.WIPE, FaultKind.DETACH):
+        raise t.error(
+            "kind", str(kind), "a resilver needs a lost disk", hint="use kind = 'wipe' or 'detach'"
+        )
+    if experiment is Experiment.SCRUB and kind in (FaultKind.WIPE, FaultKind.DETACH):
+        raise t.error(
+            "kind",
+            str(kind),
+            "a scrub experiment damages data in place",
+            hint="use experiment = 'resilver' to lose a disk",
+        )
     which = t.get("disks", list, [0])
     if not which or not all(isinstance(i, int) and 0 <= i < disks for i in which):
         raise t.error("disks", which, f"expected disk indexes from 0 to {disks - 1}")
@@ -362,17 +373,6 @@ def _fault(t: Table, disks: int, disk_size: int, experiment: Experiment, seed: i
         raise t.error("percent", percent, "must be in (0, 100]")
     if kind is FaultKind.BITFLIP and count < 1:
         raise t.error("count", count, "must be at least 1")
-    if experiment is Experiment.RESILVER and kind not in (FaultKind.WIPE, FaultKind.DETACH):
-        raise t.error(
-            "kind", str(kind), "a resilver needs a lost disk", hint="use kind = 'wipe' or 'detach'"
-        )
-    if experiment is Experiment.SCRUB and kind in (FaultKind.WIPE, FaultKind.DETACH):
-        raise t.error(
-            "kind",
-            str(kind),
-            "a scrub experiment damages data in place",
-            hint="use experiment = 'resilver' to lose a disk",
-        )
     t.finish()
     return DiskFault(kind, tuple(which), when, offset, length, percent, labels, count, seed)
 

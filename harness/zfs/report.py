@@ -235,6 +235,8 @@ def cmd_table(args: argparse.Namespace) -> int:
         rows = [r for r in rows if r["scenario"] == args.scenario]
     cells = aggregate(rows, by)
     console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console.width = max(console.width, 160)  # piped: do not fold the numbers
     if args.json:
         console.out(
             json.dumps({"db": str(db), "scan": args.scan, "by": by, "cells": cells}, indent=2)

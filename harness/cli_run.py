@@ -33,6 +33,20 @@ def register(sub: Any, add_set_option: Any) -> None:
     )
     p.set_defaults(func=cmd_run)
 
+    rec = sub.add_parser("record", help="only record a scenario's workload: the dm-log-writes log")
+    rec.add_argument("name", metavar="NAME")
+    add_set_option(rec)
+    rec.add_argument("--seed", type=int)
+    rec.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="directory for log.raw, oracle.json and recording.json",
+    )
+    rec.set_defaults(func=cmd_record)
+
     r = sub.add_parser(
         "reproduce", help="rebuild one crash state's image and say how to inspect it"
     )
@@ -138,4 +152,44 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     console.print(
         f"  e2fsck -fn {path}   # or xfs_repair -n / btrfs check --readonly (userspace, host)"
     )
+    return 0
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    """Record only: for fixtures, benchmarks and looking at a log by hand."""
+    import json
+
+    from harness import logwrites, record
+
+    sc = scenario.load(args.name, args.set)
+    if not isinstance(sc, scenario.Scenario):
+        from harness.errors import InputError
+
+        raise InputError(f"{sc.name}: only crash scenarios record a dm-log-writes log")
+    seed = sc.seed if args.seed is None else args.seed
+    rec = record.record(
+        args.output, run.fs_spec(sc), run.workload_spec(sc), seed, timeout=sc.check.timeout
+    )
+    (args.output / "oracle.json").write_text(json.dumps(rec.oracle))
+    (args.output / "recording.json").write_text(
+        json.dumps(
+            {
+                "scenario": sc.name,
+                "seed": seed,
+                "device_size": rec.device_size,
+                "seconds": rec.seconds,
+                "guest_kernel": rec.guest_kernel,
+                "accelerator": rec.accelerator,
+            },
+            indent=1,
+        )
+    )
+    (args.output / "dut.raw").unlink(missing_ok=True)
+    with logwrites.open_log(rec.log_path) as lg:
+        s = lg.stats()
+        console.print(
+            f"{rec.log_path}: {s.entries} entries, {s.flushes} flushes, {s.fuas} FUA, "
+            f"{s.marks} marks, {s.discards} discards, {s.bytes_written / 2**20:.1f} MiB "
+            f"written; log {lg.size / 2**20:.1f} MiB; hash {lg.hash[:16]}"
+        )
     return 0

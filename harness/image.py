@@ -125,8 +125,10 @@ def require_image() -> Image:
         d = Path(chosen) if "/" in chosen else paths.images_dir() / chosen
         img = _open(d)
         if img is None:
-            raise ImageError(f"CRASHLAB_IMAGE={chosen}: no complete image there",
-                             hint="scenario image status lists the cached images")
+            raise ImageError(
+                f"CRASHLAB_IMAGE={chosen}: no complete image there",
+                hint="scenario image status lists the cached images",
+            )
         return img
     img = cached()
     if img is None:

@@ -192,6 +192,7 @@ class Log:
         self.entries: Sequence[Entry] = _Entries(raw, pos, sectorsize, marks)
         self.marks: Mapping[int, str] = marks  # entry index -> mark text, in log order
         self._raw = raw
+        self.entries_pos = pos  # byte offset of each entry's header
         self._mm: mmap.mmap | None = mm
         self._view = memoryview(mm)
 
@@ -228,10 +229,23 @@ class Log:
         return self._view[e.data_offset : e.data_offset + e.data_len]
 
     @cached_property
+    def used(self) -> int:
+        """Bytes of the file the log occupies: the super block and every entry. The log
+        device is larger (and sparse); what lies past this is not part of the log."""
+        if not self._raw:
+            return self.sectorsize
+        _, nr, flags, _ = self._raw[-1]
+        data = 0 if flags & (MARK | DISCARD) else nr
+        return int(self.entries_pos[-1]) + (1 + data) * self.sectorsize
+
+    @cached_property
     def hash(self) -> str:
-        """sha256 of the whole log file, hex; computed once, in chunks."""
-        with self.path.open("rb") as f:
-            return hashlib.file_digest(f, "sha256").hexdigest()
+        """sha256 of the log's used bytes (not the sparse tail of the log device), hex."""
+        h = hashlib.sha256()
+        view = self._view[: self.used]
+        for off in range(0, len(view), 1 << 22):
+            h.update(view[off : off + (1 << 22)])
+        return h.hexdigest()
 
     @cached_property
     def flags(self) -> Sequence[int]:

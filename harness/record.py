@@ -10,6 +10,7 @@ order, with its data. The workload adds marks: ``crashlab:mkfs`` right after mkf
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import time
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import logwrites
 from harness.backend import Disk, Guest, GuestSpec, start_guest
 from harness.errors import HarnessError
 
@@ -96,6 +98,10 @@ def record(
         kernel = guest.run(["uname", "-r"], check=True).out.strip()
         oracle, output = _record_in(guest, fs, workload, seed, seconds)
         accelerator = guest.accelerator
+    # The log device is sparse and larger than the log: keep only the log.
+    with logwrites.open_log(logdev) as lg:
+        used = lg.used
+    os.truncate(logdev, used)
     return Recording(
         log_path=logdev,
         device_size=fs.disk_size,

@@ -189,7 +189,7 @@ def _execute(
                 "fuas": stats.fuas,
                 "flushes": stats.flushes,
                 "marks": stats.marks,
-                "log_bytes": lg.size,
+                "log_bytes": lg.used,
                 **{f"{k}_seconds": round(v, 3) for k, v in meta["seconds"].items()},
             },
         )

@@ -14,8 +14,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def scenario(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True,
-                          text=True, cwd=REPO, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
 
 
 def test_unknown_subcommand_is_usage_error() -> None:
@@ -42,8 +47,9 @@ def test_unknown_scenario_names_close_ones() -> None:
     assert "ext4-ordered-fsync" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_missing_tool_names_its_package(monkeypatch: pytest.MonkeyPatch,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_tool_names_its_package(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     from harness import tools
 

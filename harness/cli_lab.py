@@ -66,14 +66,22 @@ def cmd_list(args: argparse.Namespace) -> int:
     for s in good:
         first = s.description.split(". ")[0].rstrip(".")
         first = first if len(first) <= 90 else first[:87] + "..."
-        table.add_row(
-            s.name,
-            str(s.fs.type),
-            str(s.fs.data_mode or "-"),
-            _workload_label(s),
-            _states_label(s),
-            first,
-        )
+        if isinstance(s, Scenario):
+            cols = (
+                str(s.fs.type),
+                str(s.fs.data_mode or "-"),
+                _workload_label(s),
+                _states_label(s),
+            )
+        else:  # a ZFS scrub/resilver experiment: layout, fill and fault instead
+            p = s.pool
+            cols = (
+                "zfs",
+                f"{p.layout} x{p.disks}",
+                f"fill {s.fill:g}%",
+                f"{s.experiment}: {s.fault.kind}",
+            )
+        table.add_row(s.name, *cols, first)
     for b in bad:
         table.add_row(b.name, "", "", "", "", f"[red]error:[/] {b.error}")
     console.print(table)

@@ -305,24 +305,23 @@ def load(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Scenario | 
     return _build(path, data, chain, tuple(overrides))
 
 
-def survey(directory: Path | None = None) -> tuple[list[Scenario], list[Broken]]:
-    """Every scenario file; those that fail to load come back as ``Broken``."""
+def survey(
+    directory: Path | None = None,
+) -> tuple[list[Scenario | ZfsScenario], list[Broken]]:
+    """Every scenario file, crash and ZFS; those that fail to load come back as ``Broken``."""
     d = directory or paths.scenarios_dir()
-    good: list[Scenario] = []
+    good: list[Scenario | ZfsScenario] = []
     bad: list[Broken] = []
     for name in names(d):
         path = d / f"{name}.toml"
         try:
-            s = load(path)
-            # ZFS scenarios have no fs/workload columns; `scenario run` lists them by name.
-            if isinstance(s, Scenario):
-                good.append(s)
+            good.append(load(path))
         except InputError as e:
             bad.append(Broken(name, path, e.message + (f" ({e.hint})" if e.hint else "")))
     return good, bad
 
 
-def catalogue() -> list[Scenario]:
+def catalogue() -> list[Scenario | ZfsScenario]:
     """Every scenario that loads; ``survey`` also reports the broken ones."""
     return survey()[0]
 

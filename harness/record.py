@@ -64,6 +64,7 @@ class WorkloadSpec:
     ops: int = 200
     files: int = 16
     max_size: int = 256 * 1024
+    fsync_names: bool = True
     fio_job: str = ""
 
 
@@ -164,6 +165,8 @@ def _record_in(
                 str(workload.files),
                 "--max-size",
                 str(workload.max_size),
+                "--fsync-names",
+                "yes" if workload.fsync_names else "no",
                 "--mark-cmd",
                 "dmsetup",
                 "--dm-name",

@@ -60,7 +60,9 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
     w = sc.workload
     if isinstance(w, FioWorkload):
         return record.WorkloadSpec(type="fio", fio_job=w.job)
-    return record.WorkloadSpec(type="ops", ops=w.ops, files=w.files, max_size=w.max_size)
+    return record.WorkloadSpec(
+        type="ops", ops=w.ops, files=w.files, max_size=w.max_size, fsync_names=w.fsync_names
+    )
 
 
 def run_dir(run_id: str) -> Path:

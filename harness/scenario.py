@@ -109,6 +109,7 @@ SETTABLE: dict[str, str] = {
     "workload.ops": "int",
     "workload.files": "int",
     "workload.max_size": "size",
+    "workload.fsync_names": "bool",
     "workload.job": "str",
     "crash.states": "toml",
     "crash.max_states": "int",
@@ -141,6 +142,8 @@ class OpsWorkload:
     ops: int
     files: int
     max_size: int
+    # Does fsync(file) make the file's name durable? ext4/xfs/btrfs: yes; POSIX (ext2): no.
+    fsync_names: bool = True
     type: WorkloadType = WorkloadType.OPS
 
 
@@ -224,7 +227,13 @@ class Scenario:
         }
         w = self.workload
         workload: dict[str, Any] = (
-            {"type": str(w.type), "ops": w.ops, "files": w.files, "max_size": w.max_size}
+            {
+                "type": str(w.type),
+                "ops": w.ops,
+                "files": w.files,
+                "max_size": w.max_size,
+                "fsync_names": w.fsync_names,
+            }
             if isinstance(w, OpsWorkload)
             else {"type": str(w.type), "job": w.job}
         )
@@ -497,7 +506,7 @@ def _fs(t: Table) -> FsSpec:
 
 def _workload(t: Table, fs: FsSpec) -> Workload:
     wtype = WorkloadType(t.choice("type", _values(WorkloadType), WorkloadType.OPS))
-    ops_keys = ("ops", "files", "max_size")
+    ops_keys = ("ops", "files", "max_size", "fsync_names")
     if wtype is WorkloadType.FIO:
         for k in ops_keys:
             if t.has(k):
@@ -512,6 +521,7 @@ def _workload(t: Table, fs: FsSpec) -> Workload:
     ops = t.get("ops", int, DEFAULT_OPS)
     files = t.get("files", int, DEFAULT_FILES)
     max_size = t.convert("max_size", parse_size, DEFAULT_MAX_SIZE)
+    fsync_names = t.get("fsync_names", bool, True)
     _positive(t, "ops", ops)
     _positive(t, "files", files)
     # Hard links share data, so files * max_size bounds the data; leave room for metadata.
@@ -524,7 +534,7 @@ def _workload(t: Table, fs: FsSpec) -> Workload:
             hint="lower workload.files or workload.max_size, or raise fs.disk_size",
         )
     t.finish()
-    return OpsWorkload(ops, files, max_size)
+    return OpsWorkload(ops, files, max_size, fsync_names)
 
 
 def _crash(t: Table) -> CrashSpec:

@@ -370,3 +370,22 @@ def test_rename_onto_another_link_of_the_same_file_is_a_no_op(tmp_path: Path) ->
     )
     assert body["complete"] and set(body["marks"][-1]["files"]) == {"a", "b"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+
+
+def test_posix_names_need_a_directory_fsync(tmp_path: Path) -> None:
+    """With fsync_names=False (ext2, POSIX), fsync(file) makes the data durable but not
+    the name; the directory's fsync then makes it required."""
+    ops = [
+        Op("create", "a"),
+        Op("write", "a", data=b"x" * 10),
+        Op("fsync", "a"),
+        Op("fsync_dir", ""),
+    ]
+    root = tmp_path / "posix"
+    root.mkdir()
+    strict = opgen.execute(str(root), ops, fsync_names=False)
+    got = {mk["mark"]: set(mk["files"]) for mk in strict["marks"]}
+    assert got[m(1)] == set()  # fsync(a): data durable, name not
+    assert got[m(2)] == {"a"}  # fsync of the root directory
+    linux = required(tmp_path, ops)
+    assert linux[m(1)] == {"a"}  # ext4/xfs/btrfs: fsync persists the name too

@@ -137,7 +137,10 @@ def join(directory: str, name: str) -> str:
 class Model:
     """The namespace and contents the real file system should hold, with durability."""
 
-    def __init__(self) -> None:
+    def __init__(self, fsync_names: bool = True) -> None:
+        # fsync(file) also makes the file's name durable (ext4, xfs, btrfs do it); with
+        # False only POSIX's rule holds: the name needs an fsync of its directory (ext2).
+        self.fsync_names = fsync_names
         self.files: dict[str, Inode] = {}
         self.file_name_durable: dict[str, bool] = {}
         self.dirs: dict[str, bool] = {"": True}
@@ -179,7 +182,8 @@ class Model:
             self.dirs[op.path] = False
         elif k == "fsync":
             self.files[op.path].data_durable = True
-            self.file_name_durable[op.path] = True
+            if self.fsync_names:
+                self.file_name_durable[op.path] = True
         elif k == "fdatasync":
             self.files[op.path].data_durable = True
         elif k == "fsync_dir":
@@ -424,12 +428,13 @@ def execute(
     count: int = 0,
     mark_cmd: str = "none",
     dm_name: str = "",
+    fsync_names: bool = True,
 ) -> dict[str, Any]:
     """Run ops (given, or ``count`` drawn from ``generator``) and return the oracle body.
 
     The returned dict has ``marks``, ``final_mark``, ``ops``, ``complete`` and ``error``.
     """
-    model = Model()
+    model = Model(fsync_names)
     rec = Recorder(mark_cmd, dm_name)
     log: list[dict[str, Any]] = []
     error: str | None = None
@@ -492,7 +497,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--mark-cmd dmsetup needs --dm-name (the dm-log-writes device)")
     gen = Generator(args.seed, args.files, args.max_size)
     body = execute(
-        args.root, generator=gen, count=args.ops, mark_cmd=args.mark_cmd, dm_name=args.dm_name or ""
+        args.root,
+        generator=gen,
+        count=args.ops,
+        mark_cmd=args.mark_cmd,
+        dm_name=args.dm_name or "",
+        fsync_names=args.fsync_names == "yes",
     )
     oracle = {
         "format": FORMAT,
@@ -501,6 +511,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "ops_requested": args.ops,
         "files": args.files,
         "max_size": args.max_size,
+        "fsync_names": args.fsync_names == "yes",
         **body,
     }
     write_json(args.oracle, oracle)
@@ -602,6 +613,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--files", type=int, default=16, help="most file names alive at once")
     r.add_argument("--max-size", type=int, default=256 * 1024, help="largest file size, bytes")
     r.add_argument("--mark-cmd", choices=("dmsetup", "none"), default="dmsetup")
+    r.add_argument(
+        "--fsync-names",
+        choices=("yes", "no"),
+        default="yes",
+        help="does fsync(file) make its name durable? (no: POSIX, e.g. ext2)",
+    )
     r.add_argument("--dm-name", help="the dm-log-writes device that receives the marks")
     r.add_argument("--oracle", required=True, help="where to write the oracle JSON")
     r.set_defaults(func=cmd_run)

@@ -17,7 +17,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from harness import outcome, paths, run, scenario, store
+from harness import outcome, paths, run, runlog, scenario, store
 from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK
 
 console = Console(highlight=False)
@@ -82,7 +82,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             bar.update(task, description=f"{sc.name}: {what}", completed=done, total=total or None)
 
         report = run.execute(sc, db=db, seed=args.seed, progress=progress)
-    return summarize(sc, report)
+    status = summarize(sc, report)
+    console.print(f"log: {runlog.write_run_log(report.db, report.run_id)}")
+    return status
 
 
 def summarize(sc: scenario.Scenario, report: run.RunReport) -> int:

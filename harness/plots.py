@@ -23,6 +23,7 @@ import matplotlib.pyplot as plt
 
 from harness import query
 from harness.errors import InputError
+from harness.logevents import log_events
 from harness.outcome import Outcome
 from harness.store import Store
 
@@ -89,56 +90,6 @@ def plot_recovery(store: Store, by: Sequence[str], out: Path, runs: Sequence[str
         ax.set_visible(False)
     fig.suptitle(f"Crash-state recovery time by {', '.join(by) or 'nothing'} (seconds per phase)")
     return _save(fig, out)
-
-
-def log_events(store: Store, run_id: str) -> dict[str, list[int]]:
-    """Entry indices of flushes, FUAs and marks in the run's workload log.
-
-    From ``log_events``; filled from the run's log file when the table has none.
-    """
-    logs = store.execute(
-        "SELECT l.hash, l.path FROM run_logs rl JOIN logs l ON l.hash = rl.log_hash"
-        " WHERE rl.run_id = ? ORDER BY rl.role = 'workload' DESC",
-        (run_id,),
-    )
-    out: dict[str, list[int]] = {"flush": [], "fua": [], "mark": []}
-    if not logs:
-        return out
-    log_hash, path = logs[0]
-    rows = store.execute("SELECT kind, entry FROM log_events WHERE log_hash = ?", (log_hash,))
-    if not rows and Path(path).is_file():
-        record_log_events(store, log_hash, Path(path))
-        rows = store.execute("SELECT kind, entry FROM log_events WHERE log_hash = ?", (log_hash,))
-    for kind, entry in rows:
-        out[str(kind)].append(int(entry))
-    return {k: sorted(v) for k, v in out.items()}
-
-
-def record_log_events(store: Store, log_hash: str, path: Path) -> int:
-    """Store the flush/FUA/mark positions of the log at ``path`` (one transaction)."""
-    from harness import logwrites
-
-    with logwrites.open_log(path) as lg:
-        if lg.hash != log_hash:
-            return 0
-        rows: list[tuple[int, str, str | None]] = [
-            (i, "flush", None) for i in lg.having(logwrites.FLUSH)
-        ]
-        rows += [(i, "fua", None) for i in lg.having(logwrites.FUA)]
-        rows += [(i, "mark", text) for i, text in lg.marks.items()]
-    store.execute("BEGIN IMMEDIATE")
-    try:
-        for entry, kind, mark in rows:
-            store.execute(
-                "INSERT OR IGNORE INTO log_events (log_hash, entry, kind, mark)"
-                " VALUES (?, ?, ?, ?)",
-                (log_hash, entry, kind, mark),
-            )
-    except BaseException:
-        store.execute("ROLLBACK")
-        raise
-    store.execute("COMMIT")
-    return len(rows)
 
 
 def plot_crashmap(store: Store, run: str, out: Path) -> Path:

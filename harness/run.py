@@ -18,7 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from faults import crashstates
-from harness import check, guestcheck, image, logwrites, paths, proc, record, replay, store
+from harness import (
+    check,
+    guestcheck,
+    image,
+    logevents,
+    logwrites,
+    paths,
+    proc,
+    record,
+    replay,
+    store,
+)
 from harness.errors import HarnessError
 from harness.outcome import Outcome, reduce
 from harness.scenario import FioWorkload, Scenario
@@ -177,6 +188,7 @@ def _execute(
             ),
             run_id=run_id,
         )
+        logevents.record_events(st, lg)
         specs = [{"kind": str(s.kind), **s.params()} for s in sc.crash.states]
         states = _cap(crashstates.generate(lg, specs, seed), sc.crash.max_states)
         done = st.done_state_ids(run_id)

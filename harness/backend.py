@@ -25,6 +25,9 @@ class Disk:
     readonly: bool = False
     # Writes go to a throw-away overlay: the file on the host is never changed.
     snapshot: bool = False
+    # QEMU's own write logger (block driver blklogwrites): every write the guest makes to
+    # this disk is also logged, in dm-log-writes format, to this file.
+    blklogwrites: Path | None = None
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,12 @@ def cmd_record(args: argparse.Namespace) -> int:
         raise InputError(f"{sc.name}: only crash scenarios record a dm-log-writes log")
     seed = sc.seed if args.seed is None else args.seed
     rec = record.record(
-        args.output, run.fs_spec(sc), run.workload_spec(sc), seed, timeout=sc.check.timeout
+        args.output,
+        run.fs_spec(sc),
+        run.workload_spec(sc),
+        seed,
+        timeout=sc.check.timeout,
+        recorder=str(sc.recorder.type),
     )
     (args.output / "oracle.json").write_text(json.dumps(rec.oracle))
     (args.output / "recording.json").write_text(

@@ -19,7 +19,7 @@ from typing import Any
 
 from harness import accel, console, tools
 from harness.agent import Agent, ExecResult
-from harness.backend import GuestSpec
+from harness.backend import Disk, GuestSpec
 from harness.errors import (
     GuestAgentError,
     GuestBootFailed,
@@ -97,6 +97,9 @@ def qemu_argv(image: Image, spec: GuestSpec, accelerator: str, workdir: Path) ->
         "virtio-blk-pci,drive=root,serial=crashlab-root",
     ]
     for i, d in enumerate(spec.disks):
+        if d.blklogwrites is not None:
+            argv += _blklogwrites_args(i, d)
+            continue
         opts = [
             "if=none",
             f"id=d{i}",
@@ -116,6 +119,20 @@ def qemu_argv(image: Image, spec: GuestSpec, accelerator: str, workdir: Path) ->
             f"virtio-blk-pci,drive=d{i},serial={d.serial}",
         ]
     return argv
+
+
+def _blklogwrites_args(i: int, d: Disk) -> list[str]:
+    """A raw disk under QEMU's blklogwrites filter, logging to ``d.blklogwrites``."""
+    return [
+        "-blockdev",
+        f"driver=file,node-name=f{i},filename={d.path},cache.direct=on",
+        "-blockdev",
+        f"driver=file,node-name=l{i},filename={d.blklogwrites},cache.direct=on",
+        "-blockdev",
+        f"driver=blklogwrites,node-name=d{i},file=f{i},log=l{i},log-sector-size=512",
+        "-device",
+        f"virtio-blk-pci,drive=d{i},serial={d.serial}",
+    ]
 
 
 class QemuGuest:

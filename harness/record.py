@@ -13,7 +13,7 @@ import json
 import os
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,10 +80,30 @@ class Recording:
     notes: list[str] = field(default_factory=list)
 
 
+RECORDERS = ("dm-log-writes", "qemu-blklogwrites")
+
+
 def record(
-    workdir: Path, fs: FsSpec, workload: WorkloadSpec, seed: int, *, timeout: float = 1800
+    workdir: Path,
+    fs: FsSpec,
+    workload: WorkloadSpec,
+    seed: int,
+    *,
+    timeout: float = 1800,
+    recorder: str = "dm-log-writes",
 ) -> Recording:
-    """Boot a guest, run mkfs + workload on dm-log-writes, return the log on the host."""
+    """Boot a guest, run mkfs + workload on a logged disk, return the log on the host.
+
+    ``dm-log-writes`` (the default) logs in the guest kernel, below the filesystem: every
+    write with its FLUSH/FUA flags, and a mark at every completed fsync.
+    ``qemu-blklogwrites`` logs on the host, in QEMU's block layer, in the same format. It
+    cannot show what the guest kernel does not pass down to QEMU: no FUA (virtio-blk
+    turns it into write + flush) and no marks — the host places marks only between guest
+    commands (after mkfs, and after the workload's final sync), so the oracle can require
+    only what the final mark requires; entries are in completion order.
+    """
+    if recorder not in RECORDERS:
+        raise HarnessError(f"unknown recorder {recorder!r}")
     workdir.mkdir(parents=True, exist_ok=True)
     dut = workdir / "dut.raw"
     logdev = workdir / "log.raw"
@@ -91,14 +111,24 @@ def record(
         path.unlink(missing_ok=True)
         with open(path, "wb") as f:
             f.truncate(size)
-    spec = GuestSpec(
-        disks=(Disk(dut, "dut"), Disk(logdev, "log")), command_timeout=timeout, workdir=None
-    )
+    disks: tuple[Disk, ...]
+    if recorder == "dm-log-writes":
+        disks = (Disk(dut, "dut"), Disk(logdev, "log"))
+    else:
+        disks = (Disk(dut, "dut", blklogwrites=logdev),)
+    spec = GuestSpec(disks=disks, command_timeout=timeout, workdir=None)
+    host_marks: list[tuple[int, str]] = []
     with start_guest(spec) as guest:
         seconds: dict[str, float] = {"boot": guest.boot_seconds()}
         kernel = guest.run(["uname", "-r"], check=True).out.strip()
-        oracle, output = _record_in(guest, fs, workload, seed, seconds)
+        if recorder == "dm-log-writes":
+            marker: Marker = DmMarker(guest)
+        else:
+            marker = HostMarker(logdev, host_marks)
+        oracle, output = _record_in(guest, fs, workload, seed, seconds, marker)
         accelerator = guest.accelerator
+    if host_marks:
+        logwrites.insert_marks(logdev, host_marks)
     # The log device is sparse and larger than the log: keep only the log.
     with logwrites.open_log(logdev) as lg:
         used = lg.used
@@ -114,6 +144,69 @@ def record(
     )
 
 
+class Marker:
+    """How a mark gets into the log, and which device the filesystem is made on."""
+
+    per_sync = False  # can the workload mark every fsync itself?
+
+    def setup(self, step: Step, guest: Guest) -> str:
+        raise NotImplementedError
+
+    def mark(self, step: Step, text: str) -> None:
+        raise NotImplementedError
+
+    def teardown(self, step: Step, guest: Guest) -> None:
+        pass
+
+
+Step = Callable[[str, list[str]], str]
+
+
+class DmMarker(Marker):
+    """dm-log-writes in the guest: ``dmsetup message ... mark TEXT``."""
+
+    per_sync = True
+
+    def __init__(self, guest: Guest) -> None:
+        self.guest = guest
+
+    def setup(self, step: Step, guest: Guest) -> str:
+        dut = step("resolve", ["readlink", "-f", guest.disk("dut")]).strip()
+        log = step("resolve", ["readlink", "-f", guest.disk("log")]).strip()
+        sectors = step("resolve", ["blockdev", "--getsz", dut]).strip()
+        table = f"0 {sectors} log-writes {dut} {log}"
+        step("dm-create", ["dmsetup", "create", DM_NAME, "--table", table])
+        return f"/dev/mapper/{DM_NAME}"
+
+    def mark(self, step: Step, text: str) -> None:
+        step("mark", ["dmsetup", "message", DM_NAME, "0", "mark", text])
+
+    def teardown(self, step: Step, guest: Guest) -> None:
+        step("dm-remove", ["dmsetup", "remove", DM_NAME])
+        # dm-log-writes reports a full log device only in the kernel log.
+        dmesg = guest.run(["dmesg"]).out
+        if "log-writes" in dmesg and "log device" in dmesg.lower() and "error" in dmesg.lower():
+            raise HarnessError(
+                "dm-log-writes reported an error while logging",
+                detail="\n".join(line for line in dmesg.splitlines() if "log" in line)[-2000:],
+            )
+
+
+class HostMarker(Marker):
+    """QEMU's blklogwrites: the host notes how many entries the log has after a guest
+    command finished; the marks are inserted into the log afterwards."""
+
+    def __init__(self, logfile: Path, marks: list[tuple[int, str]]) -> None:
+        self.logfile = logfile
+        self.marks = marks
+
+    def setup(self, step: Step, guest: Guest) -> str:
+        return step("resolve", ["readlink", "-f", guest.disk("dut")]).strip()
+
+    def mark(self, step: Step, text: str) -> None:
+        self.marks.append((logwrites.count_entries(self.logfile), text))
+
+
 def install_scripts(guest: Guest) -> None:
     guest.run(["mkdir", "-p", GUEST_DIR, MOUNTPOINT], check=True)
     for script in sorted(GUEST_SCRIPTS.glob("*.py")):
@@ -122,11 +215,16 @@ def install_scripts(guest: Guest) -> None:
 
 
 def _record_in(
-    guest: Guest, fs: FsSpec, workload: WorkloadSpec, seed: int, seconds: dict[str, float]
+    guest: Guest,
+    fs: FsSpec,
+    workload: WorkloadSpec,
+    seed: int,
+    seconds: dict[str, float],
+    marker: Marker,
 ) -> tuple[dict[str, Any], str]:
-    def step(name: str, argv: list[str], timeout: float | None = None) -> str:
+    def step(name: str, argv: list[str]) -> str:
         start = time.monotonic()
-        r = guest.run(argv, timeout=timeout)
+        r = guest.run(argv)
         seconds[name] = seconds.get(name, 0.0) + time.monotonic() - start
         if not r.ok:
             raise HarnessError(
@@ -136,19 +234,18 @@ def _record_in(
         return r.out
 
     install_scripts(guest)
-    dut = step("resolve", ["readlink", "-f", guest.disk("dut")]).strip()
-    log = step("resolve", ["readlink", "-f", guest.disk("log")]).strip()
-    sectors = step("resolve", ["blockdev", "--getsz", dut]).strip()
-    step(
-        "dm-create",
-        ["dmsetup", "create", DM_NAME, "--table", f"0 {sectors} log-writes {dut} {log}"],
-    )
-    dev = f"/dev/mapper/{DM_NAME}"
+    dev = marker.setup(step, guest)
     step("mkfs", fs.mkfs_argv(dev))
-    step("mark", ["dmsetup", "message", DM_NAME, "0", "mark", MKFS_MARK])
+    marker.mark(step, MKFS_MARK)
     step("mount", fs.mount_argv(dev, MOUNTPOINT))
     oracle_path = f"{GUEST_DIR}/oracle.json"
+    oracle: dict[str, Any] = {}
     if workload.type == "ops":
+        marks = (
+            ["--mark-cmd", "dmsetup", "--dm-name", DM_NAME]
+            if marker.per_sync
+            else ["--mark-cmd", "none"]
+        )
         output = step(
             "workload",
             [
@@ -167,15 +264,15 @@ def _record_in(
                 str(workload.max_size),
                 "--fsync-names",
                 "yes" if workload.fsync_names else "no",
-                "--mark-cmd",
-                "dmsetup",
-                "--dm-name",
-                DM_NAME,
+                *marks,
                 "--oracle",
                 oracle_path,
             ],
         )
         oracle = json.loads(guest.read_file(oracle_path))
+        if not marker.per_sync and oracle.get("final_mark"):
+            # opgen ended with sync: the final mark's requirements hold from here on.
+            marker.mark(step, str(oracle["final_mark"]))
     elif workload.type == "fio":
         guest.write_file(f"{GUEST_DIR}/job.fio", workload.fio_job.encode())
         output = step(
@@ -189,18 +286,10 @@ def _record_in(
             ],
         )
         step("sync", ["sync"])
-        step("mark", ["dmsetup", "message", DM_NAME, "0", "mark", "crashlab:sync:1"])
-        oracle = {}
+        marker.mark(step, "crashlab:sync:1")
     else:
         raise HarnessError(f"unknown workload type {workload.type!r}")
     step("umount", ["umount", MOUNTPOINT])
-    step("mark", ["dmsetup", "message", DM_NAME, "0", "mark", UMOUNT_MARK])
-    step("dm-remove", ["dmsetup", "remove", DM_NAME])
-    # dm-log-writes reports a full log device only in the kernel log.
-    dmesg = guest.run(["dmesg"]).out
-    if "log-writes" in dmesg and ("error" in dmesg.lower() and "log device" in dmesg.lower()):
-        raise HarnessError(
-            "dm-log-writes reported an error while logging",
-            detail="\n".join(line for line in dmesg.splitlines() if "log" in line)[-2000:],
-        )
+    marker.mark(step, UMOUNT_MARK)
+    marker.teardown(step, guest)
     return oracle, output

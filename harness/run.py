@@ -148,7 +148,14 @@ def _execute(
         )
     else:
         progress("recording the workload in a guest", 0, 0)
-        rec = record.record(rdir, fs, workload_spec(sc), seed, timeout=sc.check.timeout)
+        rec = record.record(
+            rdir,
+            fs,
+            workload_spec(sc),
+            seed,
+            timeout=sc.check.timeout,
+            recorder=str(sc.recorder.type),
+        )
         oracle = rec.oracle
         (rdir / "oracle.json").write_text(json.dumps(oracle))
         meta = {

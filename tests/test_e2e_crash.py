@@ -91,3 +91,24 @@ def test_oracle_has_teeth(small_run: tuple[run.RunReport, Path], tmp_path: Path)
         )
     )
     assert [r.outcome for _, r in results] == [Outcome.DATA_LOSS]
+
+
+def test_qemu_blklogwrites_recorder(tmp_path: Path) -> None:
+    """The second recorder: QEMU logs on the host; no FUA, marks only between guest commands."""
+    if image.cached() is None:
+        pytest.skip("guest image not built")
+    sc = scenario.load(
+        "ext4-ordered-fsync",
+        [
+            "recorder.type=qemu-blklogwrites",
+            "workload.ops=30",
+            "crash.states=[{kind='flush'}, {kind='mark'}]",
+            "crash.max_states=4",
+        ],
+    )
+    report = run.execute(sc, db=tmp_path / "lab.sqlite")
+    con = sqlite3.connect(tmp_path / "lab.sqlite")
+    fuas, marks = con.execute("SELECT fuas, marks FROM logs").fetchone()
+    assert fuas == 0 and marks == 3  # mkfs, the workload's final sync, umount
+    outcomes = {Outcome(v) for (v,) in con.execute("SELECT outcome FROM verdicts")}
+    assert report.states_total == 4 and not outcomes & HARNESS

@@ -87,7 +87,10 @@ def _check_ext(fs: str, image: Path, scratch: Path) -> CheckResult:
     if fs != "ext2":
         # e2fsck -fn exits 4 on an image whose journal needs recovery: replay it first,
         # recording what it overwrites so the image can be put back.
-        j = proc.run(["e2fsck", "-E", "journal_only", "-y", "-z", undo, image], check=False)
+        # -p, not -y: with a corrupt journal, -y "clears" it and restarts as a full
+        # repair, so the read-only check after it would see a repaired image and call a
+        # broken state consistent. Preen replays a sound journal and stops at anything else.
+        j = proc.run(["e2fsck", "-E", "journal_only", "-p", "-z", undo, image], check=False)
         phases["journal_replay"] = j.seconds
         out.append(j.stdout + j.stderr)
         if j.returncode >= 8:

@@ -24,6 +24,7 @@ from harness import (
     image,
     logevents,
     logwrites,
+    parallel,
     paths,
     proc,
     record,
@@ -243,6 +244,14 @@ def _check_states(
     batch_dir = rdir / "batch"
     ordered = replay.replay_order(todo)
     batch_size = max(1, sc.check.guest_batch) if sc.check.guest else max(1, len(ordered))
+    if not sc.check.guest:
+        # Host checks only: spread them over every core.
+        progress(f"replay + host check ({fs.type})", finished, total)
+        for state, result in parallel.host_checks(lg.path, ordered, fs.type, size, rdir / "host"):
+            _commit(st, run_id, state, [result], report)
+            finished += 1
+            progress(f"replay + host check ({fs.type})", finished, total)
+        return
     work_img = rdir / "work.img"
     work_img.unlink(missing_ok=True)
     with replay.Replayer(lg, work_img, size) as rp:

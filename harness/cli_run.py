@@ -127,7 +127,10 @@ def summarize(sc: scenario.Scenario, report: run.RunReport) -> int:
             )
         console.print(rt)
     msg = {
-        EXIT_OK: "[green]no finding[/]: every checked crash state recovered with its fsync'd data",
+        EXIT_OK: "[green]no finding[/]: every checked crash state recovered with its fsync'd data"
+        if sc.check.guest
+        else "[green]no finding[/] by the host checker (check.guest=false: states were not"
+        " mounted and fsync'd data was not verified)",
         EXIT_FINDING: "[red]finding[/]: the filesystem lost fsync'd data or needed repair"
         " in some state"
         f" — scenario results show {report.run_id}",

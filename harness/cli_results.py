@@ -10,10 +10,12 @@ import argparse
 import csv
 import json
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from rich import box
@@ -22,7 +24,7 @@ from rich.table import Table
 
 from harness import diff as rdiff
 from harness import query
-from harness.errors import EXIT_FINDING, InputError
+from harness.errors import EXIT_FINDING, HarnessError, InputError
 from harness.outcome import Outcome, is_finding, is_harness
 from harness.paths import default_db
 from harness.store import RunDetail, RunRow, Store
@@ -132,6 +134,26 @@ def register(sub: Any) -> None:
     plot.add_argument("-o", "--output", type=Path, default=None, metavar="PNG")
     plot.set_defaults(func=cmd_plot)
 
+    serve = rsub.add_parser(
+        "serve",
+        help="browse the store with datasette on 127.0.0.1 (read-only snapshot)",
+        description="Serve a read-only snapshot of the store with datasette, bound to"
+        " 127.0.0.1 only, with canned queries (recovery by fs and data mode, findings per"
+        " run, resilver by layout and fill, ...) and column descriptions. The snapshot is"
+        " taken at start: restart to see newer results.",
+    )
+    serve.add_argument(
+        "--db", type=Path, default=None, metavar="PATH", help="results database (see `runs`)"
+    )
+    serve.add_argument(
+        "--port",
+        type=_port,
+        default=8001,
+        metavar="N",
+        help="TCP port on 127.0.0.1 (default 8001; 0: any free port)",
+    )
+    serve.set_defaults(func=cmd_serve)
+
 
 def _positive(text: str) -> int:
     try:
@@ -140,6 +162,16 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {n}")
+    return n
+
+
+def _port(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 1 to 65535, or 0 for any free port: {n}")
     return n
 
 
@@ -561,3 +593,32 @@ def cmd_plot(args: argparse.Namespace) -> int:
             return 0
     _console().print(f"wrote {out}")
     return 0
+
+
+# --- serve --------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from harness import serve  # datasette is an optional dependency
+
+    db = args.db or default_db()
+    # SIGTERM (a service manager, a test) stops it like Ctrl-C: datasette is stopped and
+    # the snapshot removed on the way out.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        with serve.start_server(db, args.port) as srv:
+            # print, flushed: a script reads the URL from a pipe
+            print(f"serving a read-only snapshot of {db}", flush=True)
+            print(f"  {srv.url}{srv.db_name}  (canned queries listed there)", flush=True)
+            print(f"  {srv.url}  Ctrl-C to stop", flush=True)
+            status = srv.process.wait()
+    except KeyboardInterrupt:
+        print("stopped", flush=True)
+        return 0
+    if status != 0:
+        raise HarnessError(f"datasette exited with status {status}")
+    return 0
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt

@@ -55,7 +55,11 @@ class Agent:
     # -- connection -------------------------------------------------------------------
     def connect(self) -> None:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.connect(str(self.path))
+        try:
+            s.connect(str(self.path))
+        except OSError as e:
+            s.close()
+            raise GuestAgentError(f"guest agent: cannot connect to {self.path} ({e})") from None
         self._sock = s
         self._buf = b""
 

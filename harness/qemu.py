@@ -112,13 +112,24 @@ def qemu_argv(image: Image, spec: GuestSpec, accelerator: str, workdir: Path) ->
             opts.append("readonly=on")
         if d.snapshot:
             opts.append("snapshot=on")
-        argv += [
-            "-drive",
-            ",".join(opts),
-            "-device",
-            f"virtio-blk-pci,drive=d{i},serial={d.serial}",
-        ]
+        slot = _slot(i, argv)  # may add a bridge to argv first
+        argv += ["-drive", ",".join(opts)]
+        argv += ["-device", f"virtio-blk-pci,drive=d{i},serial={d.serial}{slot}"]
     return argv
+
+
+# The root bus has 32 slots and the machine uses a few: disks past the first ones go
+# behind PCIe-to-PCI bridges (31 slots each), so one guest can take a large check batch.
+_ROOT_BUS_DISKS = 20
+
+
+def _slot(i: int, argv: list[str]) -> str:
+    if i < _ROOT_BUS_DISKS:
+        return ""
+    bridge, slot = divmod(i - _ROOT_BUS_DISKS, 31)
+    if slot == 0:
+        argv += ["-device", f"pcie-pci-bridge,id=br{bridge},bus=pcie.0"]
+    return f",bus=br{bridge},addr={slot + 1:#x}"
 
 
 def _blklogwrites_args(i: int, d: Disk) -> list[str]:
@@ -187,10 +198,17 @@ class QemuGuest:
                         hint="a hang while booting: see the console tail above",
                     ) from None
             except GuestAgentError:
-                # The channel can reset while the guest opens the port; reconnect.
+                # The channel can reset while the guest opens the port; reconnect (QEMU
+                # may refuse for a moment). A QEMU that died is caught at the loop's top.
                 self.agent.close()
                 time.sleep(0.05)
-                self.agent.connect()
+                with contextlib.suppress(GuestAgentError):
+                    self.agent.connect()
+                if time.monotonic() > deadline:
+                    raise GuestBootFailed(
+                        "the guest agent channel kept failing while booting",
+                        console=self._failure_text(),
+                    ) from None
 
     def _check_alive(self, what: str) -> None:
         assert self.proc is not None

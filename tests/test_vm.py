@@ -71,3 +71,23 @@ def test_hang_is_a_timeout_not_a_failure() -> None:
         with pytest.raises(GuestTimeout):
             guest.run(["sleep", "600"], timeout=3)
         assert time.monotonic() - start < 30
+
+
+def test_many_disks_behind_bridges(guest_image: image.Image, tmp_path: Path) -> None:
+    """A large check batch: more disks than the root PCIe bus has slots."""
+    disks = []
+    for i in range(40):
+        p = tmp_path / f"d{i}.raw"
+        with open(p, "wb") as f:
+            f.truncate((1 + i) << 20)
+        disks.append(Disk(p, f"b{i}"))
+    with start_guest(GuestSpec(disks=tuple(disks))) as guest:
+        out = guest.run(
+            [
+                "sh",
+                "-c",
+                "for i in $(seq 0 39); do blockdev --getsize64 /dev/disk/by-id/virtio-b$i; done",
+            ],
+            check=True,
+        ).out.split()
+    assert [int(x) for x in out] == [(1 + i) << 20 for i in range(40)]

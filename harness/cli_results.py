@@ -70,9 +70,9 @@ def register(sub: Any) -> None:
         "table",
         parents=[common],
         help="grouped statistics, e.g. `table recovery --by fs,data_mode`",
-        description="Grouped statistics: n, mean, p50, p95, max per group (and split, e.g."
-        " recovery phase), with counts per outcome. Group by any run column (scenario, fs,"
-        " data_mode, kernel, accelerator, host, seed, run, ...), any stored scenario"
+        description="Grouped statistics: n, mean, stdev, min, p50, p95, max per group (and"
+        " split, e.g. recovery phase), with counts per outcome. Group by any run column"
+        " (scenario, fs, data_mode, kernel, accelerator, host, seed, run, ...), any stored scenario"
         " parameter (workload.ops, fs.disk_size, ...) or the table's own fields"
         " (recovery: generator, outcome, phase).",
     )
@@ -425,15 +425,15 @@ def print_grouped(console: Console, result: query.GroupedTable) -> None:
         t.add_column(f)
     if result.kind.split:
         t.add_column(result.kind.split)
-    for col in ("n", f"mean {unit}", f"p50 {unit}", f"p95 {unit}", f"max {unit}"):
-        t.add_column(col, justify="right")
+    for col in ("n", "mean", "stdev", "min", "p50", "p95", "max"):
+        t.add_column(col if col == "n" else f"{col} {unit}", justify="right")
     for g in result.groups:
         for i, (name, st) in enumerate(g.stats.items()):
             t.add_row(
                 *(key_cells(g.key) if i == 0 else [""] * len(by)),
                 *([name] if result.kind.split else []),
                 str(st.n),
-                *(f"{v:.3f}" for v in (st.mean, st.p50, st.p95, st.max)),
+                *(f"{v:.3f}" for v in (st.mean, st.stdev, st.min, st.p50, st.p95, st.max)),
                 end_section=i == len(g.stats) - 1 and len(g.stats) > 1,
             )
     console.print(t)

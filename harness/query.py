@@ -3,11 +3,11 @@
 A *table kind* is one registered record (``TableKind``): the SQL that yields one
 observation per row (it must have a ``run_id`` column; call its rows ``o``), the
 observation's own groupable fields (name -> SQL over ``o``; a correlated subquery is
-fine, it only runs when that field is asked for), the numeric column summarised (n, mean,
-p50, p95, max), an optional column that splits the statistics (recovery: ``phase``) and
-an optional SQL whose rows are counted per outcome (recovery: one verdict per crash
-state; the fields must work over it too). Every kind can also be
-grouped by any property of its run: the ``runs`` columns in ``RUN_FIELDS`` and every
+fine, it only runs when that field is asked for), the numeric column summarised (n,
+mean, stdev, min, p50, p95, max), an optional column that splits the statistics
+(recovery: ``phase``) and an optional SQL whose rows are counted per outcome
+(recovery: one verdict per crash state; the fields must work over it too). Every kind
+can also be grouped by any property of its run: the ``runs`` columns in ``RUN_FIELDS`` and every
 leaf of the stored scenario parameters (``fs.disk_size``, ``workload.ops``, or just
 ``ops`` when the leaf name is unique).
 
@@ -39,7 +39,7 @@ from typing import Any
 
 from harness.errors import InputError
 from harness.outcome import Outcome
-from harness.store import Phase, PhaseStats, Store, percentile
+from harness.store import Phase, PhaseStats, Store, phase_stats
 
 # Properties of a run every table kind can be grouped by: name -> SQL over `runs r`.
 RUN_FIELDS: dict[str, str] = {
@@ -306,16 +306,9 @@ def collect(
 
 
 def summarise(name: str, values: list[float]) -> PhaseStats:
-    """n, mean, p50, p95 and max of ``values`` (sorted in place); needs at least one."""
+    """n, mean, stdev, min, p50, p95 and max of ``values`` (sorted in place); needs one."""
     values.sort()
-    return PhaseStats(
-        phase=name,
-        n=len(values),
-        mean=sum(values) / len(values),
-        p50=percentile(values, 0.50),
-        p95=percentile(values, 0.95),
-        max=values[-1],
-    )
+    return phase_stats(name, values)
 
 
 def sort_key(key: tuple[Any, ...]) -> tuple[tuple[int, Any], ...]:

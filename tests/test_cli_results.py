@@ -135,6 +135,8 @@ def test_show_json_matches_store(db: Path, capsys: pytest.CaptureFixture[str]) -
         "phase": "mount",
         "n": 8,
         "mean": 1.0,
+        "stdev": 0.0,
+        "min": 1.0,
         "p50": 1.0,
         "p95": 1.0,
         "max": 1.0,

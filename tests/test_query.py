@@ -6,6 +6,7 @@ import argparse
 import csv
 import io
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,11 @@ def test_views_are_queryable(db: tuple[Path, dict[str, str]]) -> None:
             (ids["xfs"],),
         )
         assert states[0][0] == "consistent" and states[0][1] == pytest.approx(0.11)
+
+
+def test_summarise_has_stdev_and_min() -> None:
+    s = query.summarise("fsck", [3.0, 1.0, 2.0, 6.0])
+    assert (s.n, s.min, s.max, s.mean) == (4, 1.0, 6.0, 3.0)
+    assert s.stdev == pytest.approx(statistics.stdev([3.0, 1.0, 2.0, 6.0]))
+    one = query.summarise("fsck", [0.5])
+    assert (one.stdev, one.min, one.p95) == (0.0, 0.5, 0.5)

@@ -17,6 +17,7 @@ import importlib.util
 import json
 import logging
 import shlex
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -406,7 +407,8 @@ def start_server(db: Path, port: int = DEFAULT_PORT) -> Iterator[Server]:
     port = check_port(port)
     with tempfile.TemporaryDirectory(prefix="crashlab-serve-") as tmp:
         d = Path(tmp)
-        db_name = db.stem or "lab"
+        # One fixed name: it is the URL path (/lab/v_runs), whatever the file is called.
+        db_name = "lab"
         snap = d / f"{db_name}.sqlite"
         snapshot(db, snap)
         taken = datetime.now(UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
@@ -439,13 +441,26 @@ def start_server(db: Path, port: int = DEFAULT_PORT) -> Iterator[Server]:
         # Not proc.run: that helper runs a command to completion; a server outlives the
         # call, so it is spawned here and always stopped in the finally below.
         with out.open("wb") as logf:
-            proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                argv, stdout=logf, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            )
         url = f"http://{HOST}:{port}/"
         try:
             _wait_ready(proc, url, out, argv)
             yield Server(url, db_name, snap, argv, proc)
         finally:
             _stop(proc)
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM it when we die, even by SIGKILL, so no server is left holding
+    the port (Linux's PR_SET_PDEATHSIG; elsewhere the finally below is all there is)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], url: str, out: Path, argv: list[str]) -> None:

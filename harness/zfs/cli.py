@@ -16,7 +16,8 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from harness.zfs import report, run
+from harness.zfs import crash, report, run
+from harness.zfs.spec import Experiment
 
 
 def cmd_run(sc: Any, args: argparse.Namespace, db: Path) -> int:
@@ -34,8 +35,13 @@ def cmd_run(sc: Any, args: argparse.Namespace, db: Path) -> int:
         def progress(what: str, done: int, total: int) -> None:
             bar.update(task, description=f"{sc.name}: {what}", completed=done, total=total or None)
 
-        result = run.execute(sc, db=db, seed=args.seed, progress=progress)
+        if sc.experiment is Experiment.CRASH:
+            crashed = crash.execute(sc, db=db, seed=args.seed, progress=progress)
+        else:
+            result = run.execute(sc, db=db, seed=args.seed, progress=progress)
     console = Console(highlight=False)
     if not console.is_terminal:
         console.width = max(console.width, 160)  # a log file: do not fold the numbers
+    if sc.experiment is Experiment.CRASH:
+        return report.print_crash_summary(console, crashed)
     return report.print_summary(console, result)

@@ -22,8 +22,10 @@ from rich.table import Table
 from harness import query
 from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK, InputError
 from harness.outcome import Outcome
+from harness.outcome import exit_status as outcome_exit_status
 from harness.paths import default_db
 from harness.store import ScanKind, Store
+from harness.zfs.crash import CrashReport
 from harness.zfs.run import Measurement, ZfsReport, overhead
 
 MiB = 1 << 20
@@ -96,6 +98,63 @@ def print_summary(console: Console, r: ZfsReport) -> int:
             "mean seconds per repetition: " + ", ".join(f"{k} {v:.1f}" for k, v in oh.items())
         )
     return exit_status(r.measurements, r.expected_loss)
+
+
+def print_crash_summary(console: Console, r: CrashReport) -> int:
+    """The end-of-run table of a crash experiment; returns the exit status."""
+    sc = r.scenario
+    rec = r.recording
+    console.print(
+        f"[bold]{sc.name}[/]  run [bold]{r.run_id}[/]  crash states of {sc.pool.layout} "
+        f"x{sc.pool.disks}  {len(r.states)} states  {r.seconds:.0f} s  store: {r.db}"
+    )
+    console.print(
+        f"ZFS {rec.zfs_version}, guest kernel {rec.guest_kernel}, {rec.accelerator}; recording "
+        + ", ".join(f"{k} {v:.1f}s" for k, v in rec.seconds.items())
+    )
+    t = Table(box=box.SIMPLE_HEAD)
+    for col in (
+        "state",
+        "model",
+        "mark",
+        "cuts",
+        "import s",
+        "scrub s",
+        "repaired",
+        "cksum",
+        "data err",
+        "files",
+        "verdict",
+    ):
+        t.add_column(
+            col, justify="left" if col in ("state", "model", "mark", "cuts", "verdict") else "right"
+        )
+    for s in r.states:
+        c = r.results.get(s.id)
+        if c is None:
+            continue
+        v = c.verify or {}
+        style = "green" if c.outcome is Outcome.CONSISTENT else "red"
+        t.add_row(
+            s.id,
+            s.generator,
+            s.mark.removeprefix("crashlab:"),
+            " ".join(map(str, s.cuts)),
+            f"{c.phases.get('mount', 0.0):.2f}",
+            f"{c.phases.get('fsck_after', 0.0):.2f}" if "fsck_after" in c.phases else "-",
+            str(c.repaired),
+            str(c.checksum_errors),
+            str(c.status.error_count) if c.status else "-",
+            f"{v.get('checked', 0) - len(v.get('missing', [])) - len(v.get('mismatched', []))}"
+            f"/{v.get('checked', 0)}"
+            if v
+            else "-",
+            f"[{style}]{c.outcome}[/]",
+        )
+    console.print(t)
+    counts = r.counts()
+    console.print("verdicts: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())))
+    return outcome_exit_status(Outcome(k) for k in counts)
 
 
 def exit_status(ms: Sequence[Measurement], expected_loss: bool) -> int:

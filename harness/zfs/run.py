@@ -13,17 +13,8 @@ Verdicts: a scan that leaves no permanent data error is ``consistent``; one that
 expected result of the experiment (exit 0, reported as such); with no more damaged disks
 than the redundancy it is a finding (exit 1): ZFS should have repaired it.
 
-Not done yet -- multi-disk crash states (issue 4, item 6). The design: put each data disk
-on its own dm-log-writes target (``harness.record`` does it for one disk), and at each
-``zpool sync`` write the same mark into every log (``dmsetup message <dev> 0 mark
-crashlab:sync:N`` for each target right after the sync returns; the sync flushed every
-vdev, so each log's mark follows all writes of that txg). A crash state is then one cut
-per log: all logs at a common mark (a clean cut), or, as the weaker model, each log at an
-independent entry between marks N and N+1 (disks that lose power at slightly different
-times). ``harness.replay`` materialises one image per disk, and a guest imports the set
-(``zpool import -d DIR -o readonly=on`` first, then read-write), scrubs, and maps the
-result onto ``harness.outcome``: imported + scrub clean -> consistent, repaired ->
-repaired, permanent errors -> data_loss, import refused -> mount_failed.
+Multi-disk crash states (``experiment = "crash"``, issue 4 item 6) are
+``harness.zfs.crash``.
 """
 
 from __future__ import annotations
@@ -337,14 +328,20 @@ def _store(st: store.Store, run_id: str, sc: ZfsScenario, m: Measurement) -> Non
 
 
 def _env(img: image.Image, m: Measurement) -> store.RunEnv:
+    return run_env(img, m.accelerator, m.guest_kernel, m.zfs_version)
+
+
+def run_env(
+    img: image.Image, accelerator: str, guest_kernel: str, zfs_version: str
+) -> store.RunEnv:
     packages = img.manifest.get("packages")
     tools = {str(k): str(v) for k, v in packages.items()} if isinstance(packages, dict) else {}
     return store.RunEnv(
-        accelerator=store.Accelerator(m.accelerator),
-        guest_kernel=m.guest_kernel,
+        accelerator=store.Accelerator(accelerator),
+        guest_kernel=guest_kernel,
         qemu_version=_qemu_version(),
         image_hash=img.hash,
-        tool_versions={"host": platform.release(), "zfs-kmod": m.zfs_version, **tools},
+        tool_versions={"host": platform.release(), "zfs-kmod": zfs_version, **tools},
     )
 
 

@@ -22,6 +22,20 @@ Shape of the file (every key but ``description`` has a default)::
     fill = [25, 50, 75]
     layout = ["mirror", "raidz1"]
 
+``experiment = "crash"`` (multi-disk crash states, harness/zfs/crash.py) takes no
+``[fault]``, ``fill`` or ``[sweep]``; instead::
+
+    [crash]
+    rounds = 4                     # workload rounds, each ended by zpool sync + marks
+    files = 12                     # file names the workload draws from
+    max_size = "256K"              # largest write
+    ops = 6                        # operations per round
+    consistent = true              # every log cut at each common mark
+    torn_per_interval = 4          # independent cuts per disk between two marks (0: none)
+    torn_max_states = 32
+    points = "flush"               # torn cuts at FLUSH/FUA points, or "entry": anywhere
+    guest_batch = 4                # disk sets checked per guest
+
 ``--set`` takes the top-level keys by name (``layout=raidz2``, ``fill=50``), ``fault`` for
 the fault's kind, and dotted keys for the rest (``fault.percent=25``, ``sweep.fill=[25]``).
 """
@@ -51,6 +65,7 @@ DEFAULT_TIMEOUT = 1800.0
 class Experiment(StrEnum):
     SCRUB = "scrub"
     RESILVER = "resilver"
+    CRASH = "crash"
 
 
 class Layout(StrEnum):
@@ -100,6 +115,15 @@ SETTABLE: dict[str, str] = {
     "fault.count": "int",
     "sweep.fill": "toml",
     "sweep.layout": "toml",
+    "crash.rounds": "int",
+    "crash.files": "int",
+    "crash.max_size": "str",
+    "crash.ops": "int",
+    "crash.consistent": "bool",
+    "crash.torn_per_interval": "int",
+    "crash.torn_max_states": "int",
+    "crash.points": "str",
+    "crash.guest_batch": "int",
 }
 _ALIASES = {"fault": "fault.kind"}
 SWEEP_KEYS = ("fill", "layout")
@@ -114,6 +138,50 @@ class PoolSpec:
     recordsize: int
     cache: bool
     log: bool
+
+
+@dataclass(frozen=True)
+class CrashSpec:
+    """The workload and the crash states of a ``crash`` experiment."""
+
+    rounds: int = 4
+    files: int = 12
+    max_size: int = 256 * 1024
+    ops: int = 6
+    consistent: bool = True
+    torn_per_interval: int = 4
+    torn_max_states: int = 32
+    points: str = "flush"
+    guest_batch: int = 4
+
+    def state_specs(self) -> list[dict[str, object]]:
+        """For faults.multicrash.generate."""
+        specs: list[dict[str, object]] = []
+        if self.consistent:
+            specs.append({"kind": "consistent"})
+        if self.torn_per_interval:
+            specs.append(
+                {
+                    "kind": "torn-across",
+                    "per_interval": self.torn_per_interval,
+                    "max_states": self.torn_max_states,
+                    "points": self.points,
+                }
+            )
+        return specs
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rounds": self.rounds,
+            "files": self.files,
+            "max_size": self.max_size,
+            "ops": self.ops,
+            "consistent": self.consistent,
+            "torn_per_interval": self.torn_per_interval,
+            "torn_max_states": self.torn_max_states,
+            "points": self.points,
+            "guest_batch": self.guest_batch,
+        }
 
 
 @dataclass(frozen=True)
@@ -144,6 +212,7 @@ class ZfsScenario:
     extends: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()
     kind: str = "zfs"
+    crash: CrashSpec | None = None  # set for experiment = "crash"
 
     def cells(self) -> Iterator[Cell]:
         """The sweep's cross product (one cell without a sweep), fill varying fastest."""
@@ -176,6 +245,7 @@ class ZfsScenario:
             "memory_mb": self.memory_mb,
             "fault": self.fault.to_json(),
             "sweep": {k: list(v) for k, v in self.sweep.items()},
+            **({"crash": self.crash.to_json()} if self.crash is not None else {}),
         }
 
 
@@ -274,7 +344,18 @@ def build(
     for lay in sweep.get("layout") or (layout,):
         _check_layout(t, Layout(lay), disks)
     pool = PoolSpec(layout, disks, disk_size, ashift, recordsize, cache, log)
-    fault = _fault(t.table("fault"), disks, disk_size, experiment, seed)
+    crash: CrashSpec | None = None
+    if experiment is Experiment.CRASH:
+        for key in ("fault", "sweep", "fill", "cache", "log"):
+            if t.has(key):
+                raise t.error(key, t.data[key], "a crash experiment takes no " + key)
+        # The default fault is never applied; it only keeps the record's shape.
+        fault = DiskFault(FaultKind.ZERO_PERCENT, (0,), When.RUNNING, seed=seed)
+        crash = _crash(t.table("crash"))
+    else:
+        if t.has("crash"):
+            raise t.error("crash", t.data["crash"], "only experiment = 'crash' takes [crash]")
+        fault = _fault(t.table("fault"), disks, disk_size, experiment, seed)
     t.finish()
     return ZfsScenario(
         name,
@@ -291,7 +372,34 @@ def build(
         sweep,
         chain,
         overrides,
+        crash=crash,
     )
+
+
+def _crash(t: Table) -> CrashSpec:
+    d = CrashSpec()
+    c = CrashSpec(
+        rounds=t.get("rounds", int, d.rounds),
+        files=t.get("files", int, d.files),
+        max_size=t.convert("max_size", parse_size, d.max_size),
+        ops=t.get("ops", int, d.ops),
+        consistent=t.get("consistent", bool, d.consistent),
+        torn_per_interval=t.get("torn_per_interval", int, d.torn_per_interval),
+        torn_max_states=t.get("torn_max_states", int, d.torn_max_states),
+        points=t.choice("points", ["flush", "entry"], d.points),
+        guest_batch=t.get("guest_batch", int, d.guest_batch),
+    )
+    for key in ("rounds", "files", "ops", "torn_max_states", "guest_batch"):
+        if getattr(c, key) < 1:
+            raise t.error(key, getattr(c, key), "must be at least 1")
+    if c.torn_per_interval < 0:
+        raise t.error("torn_per_interval", c.torn_per_interval, "must be 0 (none) or more")
+    if not 512 <= c.max_size <= 64 * MiB:
+        raise t.error("max_size", t.data.get("max_size"), "must be from 512B to 64M")
+    if not c.consistent and not c.torn_per_interval:
+        raise t.error("consistent", False, "no crash states: set torn_per_interval > 0")
+    t.finish()
+    return c
 
 
 def _check_fill(t: Table, key: str, fill: Any) -> None:

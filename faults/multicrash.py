@@ -16,6 +16,17 @@ A multi-disk state is one prefix ("cut") per log. Two crash models:
   own durability model says its contents are settled; ``points = "entry"`` allows every
   entry boundary. What must survive is what mark A requires.
 
+What ``torn-across`` does not know: the order *between* logs. ZFS writes a txg's data to
+every vdev, waits for every vdev's flush, and only then writes the uberblocks (the
+labels, first and last 512 KiB of each disk). A set where disk A holds txg T's
+uberblock while disk B lacks data B had already flushed for T is not a power cut of
+honest disks: it is B losing acknowledged writes (a disk that lies about FLUSH, or
+loses its cache). Such sets are kept on purpose -- they are the "torn across devices"
+fault model -- but a finding in one is not a ZFS bug unless more disks than the parity
+misbehaved. Next step (not done): an ``honest`` filter, ZFS-specific, that keeps only
+sets where, if any disk's cut passes its first label write of the interval, every disk's
+cut passes its own last FLUSH before its first label write.
+
 Within one disk a cut is a plain prefix: reordering inside a disk's cache is the
 single-log generators' business (faults/crashstates.py); this module adds the
 dimension they cannot: disks disagreeing with each other.

@@ -7,17 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
 
-from harness import outcome, paths, run, runlog, scenario, store
+from harness import outcome, paths, run, runlog, scenario, store, ui
 from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK
 
 console = Console(highlight=False)
@@ -67,20 +59,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         return cli.cmd_run(sc, args, db)
     assert isinstance(sc, scenario.Scenario)
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(sc.name, total=None)
-
-        def progress(what: str, done: int, total: int) -> None:
-            bar.update(task, description=f"{sc.name}: {what}", completed=done, total=total or None)
-
+    with ui.progress(sc.name) as progress:
         report = run.execute(sc, db=db, seed=args.seed, progress=progress)
     status = summarize(sc, report)
     console.print(f"log: {runlog.write_run_log(report.db, report.run_id)}")

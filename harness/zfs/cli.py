@@ -7,34 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
+from harness import ui
 from harness.zfs import crash, report, run
 from harness.zfs.spec import Experiment
 
 
 def cmd_run(sc: Any, args: argparse.Namespace, db: Path) -> int:
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(sc.name, total=None)
-
-        def progress(what: str, done: int, total: int) -> None:
-            bar.update(task, description=f"{sc.name}: {what}", completed=done, total=total or None)
-
+    with ui.progress(sc.name) as progress:
         if sc.experiment is Experiment.CRASH:
             crashed = crash.execute(sc, db=db, seed=args.seed, progress=progress)
         else:

@@ -41,3 +41,21 @@ def work_dir() -> Path:
     d = Path(os.environ.get("CRASHLAB_WORK", cache_dir() / "work"))
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def fast_scratch(run_dir: Path, need_bytes: int) -> Path:
+    """Where a run's working crash image lives: tmpfs (/dev/shm) when it has room for
+    ``need_bytes`` with a margin, else the run directory. e2fsck and e2undo fsync the
+    image several times per state; on tmpfs that costs nothing (2x states/s measured)."""
+    shm = Path("/dev/shm")
+    try:
+        st = os.statvfs(shm)
+        room = st.f_bavail * st.f_frsize
+    except OSError:
+        room = 0
+    if room > 4 * need_bytes and os.access(shm, os.W_OK | os.X_OK):
+        d = shm / f"crashlab-{run_dir.name}"
+    else:
+        d = run_dir / "scratch-work"
+    d.mkdir(parents=True, exist_ok=True)
+    return d

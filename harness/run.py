@@ -238,21 +238,43 @@ def _check_states(
     report: RunReport,
     progress: Progress,
 ) -> None:
+    # Images are sparse but up to `size` each: two workers plus a repair copy at most.
+    fast = paths.fast_scratch(rdir, 3 * size)
+    try:
+        _check_states_in(sc, st, run_id, lg, fs, oracle, todo, size, rdir, report, progress, fast)
+    finally:
+        shutil.rmtree(fast, ignore_errors=True)
+
+
+def _check_states_in(
+    sc: Scenario,
+    st: store.Store,
+    run_id: str,
+    lg: logwrites.Log,
+    fs: record.FsSpec,
+    oracle: dict[str, Any],
+    todo: list[crashstates.CrashState],
+    size: int,
+    rdir: Path,
+    report: RunReport,
+    progress: Progress,
+    fast: Path,
+) -> None:
     total = len(todo)
     finished = 0
-    scratch = rdir / "scratch"
+    scratch = fast / "scratch"
     batch_dir = rdir / "batch"
     ordered = replay.replay_order(todo)
     batch_size = max(1, sc.check.guest_batch) if sc.check.guest else max(1, len(ordered))
     if not sc.check.guest:
         # Host checks only: spread them over every core.
         progress(f"replay + host check ({fs.type})", finished, total)
-        for state, result in parallel.host_checks(lg.path, ordered, fs.type, size, rdir / "host"):
+        for state, result in parallel.host_checks(lg.path, ordered, fs.type, size, fast / "host"):
             _commit(st, run_id, state, [result], report)
             finished += 1
             progress(f"replay + host check ({fs.type})", finished, total)
         return
-    work_img = rdir / "work.img"
+    work_img = fast / "work.img"
     work_img.unlink(missing_ok=True)
     with replay.Replayer(lg, work_img, size) as rp:
         for b in range(0, len(ordered), batch_size):

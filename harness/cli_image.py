@@ -28,6 +28,11 @@ def register(sub: Any) -> None:
     )
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_status)
+    pr = isub.add_parser(
+        "prune", help="delete cached images of older recipes (and half-built ones)"
+    )
+    pr.add_argument("--dry-run", action="store_true", help="only say what would go")
+    pr.set_defaults(func=cmd_prune)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -129,4 +134,35 @@ def cmd_status(args: argparse.Namespace) -> int:
     console.print(t)
     if not any(r["current"] for r in rows):
         console.print("the recipe changed since: run [bold]scenario image build[/]")
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    import shutil
+
+    keep = image.load_recipe().hash
+    console = Console()
+    d = paths.images_dir()
+    freed = 0
+    for p in sorted(d.iterdir()) if d.is_dir() else []:
+        if p.name.startswith(keep):
+            continue
+        size = (
+            sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+            if p.is_dir()
+            else p.stat().st_size
+        )
+        freed += size
+        console.print(
+            f"{'would remove' if args.dry_run else 'removing'} {p} ({size / 2**20:.0f} MiB)"
+        )
+        if args.dry_run:
+            continue
+        if p.is_dir():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+    console.print(
+        f"{'would free' if args.dry_run else 'freed'} {freed / 2**20:.0f} MiB; kept {keep}"
+    )
     return 0

@@ -81,7 +81,7 @@ def test_cut_points_at_flushes_or_every_entry(logs: list[Log]) -> None:
 
 def test_torn_across_cuts_stay_between_two_common_marks(logs: list[Log]) -> None:
     marks = common_marks(logs)
-    states = torn_across(logs, seed=3, per_interval=5, max_states=100)
+    states = torn_across(logs, seed=3, per_interval=5, max_states=100, model="any")
     assert states
     bounds = {t: (lo, hi) for (t, lo), (_, hi) in itertools.pairwise(marks)}
     for s in states:
@@ -95,9 +95,9 @@ def test_torn_across_cuts_stay_between_two_common_marks(logs: list[Log]) -> None
 
 
 def test_torn_across_is_seeded_and_capped(logs: list[Log]) -> None:
-    a = torn_across(logs, seed=1, per_interval=6, max_states=4)
+    a = torn_across(logs, seed=1, per_interval=6, max_states=4, model="any")
     assert [s.id for s in a] == [
-        s.id for s in torn_across(logs, seed=1, per_interval=6, max_states=4)
+        s.id for s in torn_across(logs, seed=1, per_interval=6, max_states=4, model="any")
     ]
     assert len(a) == 4
 
@@ -109,7 +109,7 @@ def test_torn_across_exhaustive_when_small(tmp_path: Path) -> None:
             stack.enter_context(open_log(disk_log(k, flushes=1).build(tmp_path / f"s{k}")))
             for k in range(2)
         ]
-        states = torn_across(logs, per_interval=100, max_states=100)
+        states = torn_across(logs, per_interval=100, max_states=100, model="any")
         assert sum(1 for s in states if s.mark == "crashlab:zsync:1") == 9 - 2
 
 

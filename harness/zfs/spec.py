@@ -34,6 +34,8 @@ Shape of the file (every key but ``description`` has a default)::
     torn_per_interval = 4          # independent cuts per disk between two marks (0: none)
     torn_max_states = 32
     points = "flush"               # torn cuts at FLUSH/FUA points, or "entry": anywhere
+    torn_model = "honest"          # only torn sets a power cut can leave, or "any": also
+                                   # disks losing acknowledged writes (never findings)
     guest_batch = 4                # disk sets checked per guest
 
 ``--set`` takes the top-level keys by name (``layout=raidz2``, ``fill=50``), ``fault`` for
@@ -52,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from faults.disk import LABEL_BYTES, DiskFault, FaultKind, When
+from faults.multicrash import TORN_MODELS
 from harness.errors import InputError
 from harness.tomlconf import Table, parse_size
 
@@ -123,6 +126,7 @@ SETTABLE: dict[str, str] = {
     "crash.torn_per_interval": "int",
     "crash.torn_max_states": "int",
     "crash.points": "str",
+    "crash.torn_model": "str",
     "crash.guest_batch": "int",
 }
 _ALIASES = {"fault": "fault.kind"}
@@ -152,6 +156,7 @@ class CrashSpec:
     torn_per_interval: int = 4
     torn_max_states: int = 32
     points: str = "flush"
+    torn_model: str = "honest"  # faults.multicrash.TORN_MODELS
     guest_batch: int = 4
 
     def state_specs(self) -> list[dict[str, object]]:
@@ -166,6 +171,7 @@ class CrashSpec:
                     "per_interval": self.torn_per_interval,
                     "max_states": self.torn_max_states,
                     "points": self.points,
+                    "model": self.torn_model,
                 }
             )
         return specs
@@ -180,6 +186,7 @@ class CrashSpec:
             "torn_per_interval": self.torn_per_interval,
             "torn_max_states": self.torn_max_states,
             "points": self.points,
+            "torn_model": self.torn_model,
             "guest_batch": self.guest_batch,
         }
 
@@ -387,6 +394,7 @@ def _crash(t: Table) -> CrashSpec:
         torn_per_interval=t.get("torn_per_interval", int, d.torn_per_interval),
         torn_max_states=t.get("torn_max_states", int, d.torn_max_states),
         points=t.choice("points", ["flush", "entry"], d.points),
+        torn_model=t.choice("torn_model", list(TORN_MODELS), d.torn_model),
         guest_batch=t.get("guest_batch", int, d.guest_batch),
     )
     for key in ("rounds", "files", "ops", "torn_max_states", "guest_batch"):

@@ -26,6 +26,13 @@ or permanent data errors after the scrub -> ``unrepairable``; an import that nee
 required file missing or different -> ``data_loss``; else ``consistent``. A hang or a
 panic is the lab's ``timeout``/``panic`` and the guest is replaced for the rest.
 
+Torn sets that no power cut of honest disks leaves (``crash.torn_model = "any"``, see
+faults/multicrash.py) are checked like the others, but their verdicts are a disk losing
+acknowledged writes, not ZFS: stored as they came out (nothing hidden), labelled
+``lying-disk`` in the state's description and the check's output, kept out of the
+summary's ``outcome_counts`` (they get ``lying_disk_outcome_counts``) and out of the
+exit status.
+
 Store: a run of kind ``zfs``; each vdev's log in ``logs`` (role ``vdevK``); each state in
 ``crash_states`` with disk 0's log hash and cut as ``log_hash``/``prefix`` and every cut in
 ``params`` (``MultiState.to_dict``); the guest check in ``checks``; import, scrub and
@@ -65,6 +72,10 @@ from harness.zfs.spec import CrashSpec, ZfsScenario
 log = logging.getLogger("crashlab.zfs.crash")
 
 ZSYNC_PREFIX = "crashlab:zsync:"
+LYING_NOTE = (
+    f"[{multicrash.LYING}] this disk set needs a disk that lost acknowledged writes: "
+    "its verdict is not a ZFS finding"
+)
 ALTROOT = "/mnt/cs"
 Progress = Callable[[str, int, int], None]
 
@@ -109,11 +120,20 @@ class CrashReport:
     results: dict[str, StateCheck] = field(default_factory=dict)
     seconds: float = 0.0
 
-    def counts(self) -> dict[str, int]:
+    def counts(self, *, honest: bool = True) -> dict[str, int]:
+        """Verdict counts of the honest states (the ones that can be findings), or with
+        ``honest=False`` of the lying-disk ones."""
         out: dict[str, int] = {}
-        for r in self.results.values():
-            out[str(r.outcome)] = out.get(str(r.outcome), 0) + 1
+        for s in self.states:
+            r = self.results.get(s.id)
+            if r is not None and s.honest == honest:
+                out[str(r.outcome)] = out.get(str(r.outcome), 0) + 1
         return out
+
+    @property
+    def lying(self) -> list[MultiState]:
+        """The checked states that model disks losing acknowledged writes."""
+        return [s for s in self.states if not s.honest and s.id in self.results]
 
 
 def run_dir(run_id: str) -> Path:
@@ -411,6 +431,11 @@ def execute(
             store.RunStatus.DONE,
             {
                 "outcome_counts": report.counts(),
+                **(
+                    {"lying_disk_outcome_counts": report.counts(honest=False)}
+                    if report.lying
+                    else {}
+                ),
                 "states": len(report.states),
                 "recording": {k: round(v, 3) for k, v in report.recording.seconds.items()},
                 "seconds": round(report.seconds, 2),
@@ -453,7 +478,7 @@ def _execute(
                 run_id=run_id,
                 role=f"vdev{k}",
             )
-        states = multicrash.generate(logs, c.state_specs(), seed)
+        states = multicrash.generate(logs, c.state_specs(), seed, device_size=rec.disk_size)
         report = CrashReport(run_id, db, sc, rec, states)
         (rdir / "states.json").write_text(json.dumps([s.to_dict() for s in states]))
         batch_dir = rdir / "batch"
@@ -513,7 +538,7 @@ def _commit(st: store.Store, run_id: str, s: MultiState, r: StateCheck) -> None:
                 checker="zpool import+scrub+verify",
                 outcome=r.outcome,
                 seconds=r.seconds,
-                output=r.output,
+                output=r.output if s.honest else f"{LYING_NOTE}\n{r.output}",
             )
         ],
         r.phases,

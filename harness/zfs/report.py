@@ -21,7 +21,7 @@ from rich.table import Table
 
 from harness import query
 from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK, InputError
-from harness.outcome import Outcome
+from harness.outcome import Outcome, is_harness
 from harness.outcome import exit_status as outcome_exit_status
 from harness.paths import default_db
 from harness.store import ScanKind, Store
@@ -134,10 +134,10 @@ def print_crash_summary(console: Console, r: CrashReport) -> int:
         if c is None:
             continue
         v = c.verify or {}
-        style = "green" if c.outcome is Outcome.CONSISTENT else "red"
+        style = "green" if c.outcome is Outcome.CONSISTENT else "red" if s.honest else "dim"
         t.add_row(
             s.id,
-            s.generator,
+            s.generator if s.honest else f"{s.generator} ({s.model})",
             s.mark.removeprefix("crashlab:"),
             " ".join(map(str, s.cuts)),
             f"{c.phases.get('mount', 0.0):.2f}",
@@ -149,12 +149,22 @@ def print_crash_summary(console: Console, r: CrashReport) -> int:
             f"/{v.get('checked', 0)}"
             if v
             else "-",
-            f"[{style}]{c.outcome}[/]",
+            f"[{style}]{c.outcome}[/]" + ("" if s.honest else " [dim](not counted)[/]"),
         )
     console.print(t)
     counts = r.counts()
     console.print("verdicts: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())))
-    return outcome_exit_status(Outcome(k) for k in counts)
+    if r.lying:
+        lying = r.counts(honest=False)
+        console.print(
+            f"{len(r.lying)} states modelled disks that lose acknowledged writes "
+            "(crash.torn_model = any); their verdicts are not counted as findings: "
+            + ", ".join(f"{k} {n}" for k, n in sorted(lying.items()))
+        )
+    # A lying-disk set's finding is not ZFS's, but a hang or a broken lab is still the
+    # lab's: those keep exit status 3.
+    lab = [o for o in map(Outcome, r.counts(honest=False)) if is_harness(o)]
+    return outcome_exit_status([*map(Outcome, counts), *lab])
 
 
 def exit_status(ms: Sequence[Measurement], expected_loss: bool) -> int:

@@ -17,6 +17,9 @@ from faults.multicrash import (
     consistent_cuts,
     cut_points,
     generate,
+    intervals,
+    is_honest,
+    label_regions,
     multi_state_id,
     torn_across,
 )
@@ -217,3 +220,141 @@ def test_judge_rewound_import_is_repaired_at_best() -> None:
     ok = {"ok": True, "checked": 1}
     assert crash.judge(True, _status(), True, ok, rewound=True) is Outcome.REPAIRED
     assert crash.judge(True, _status(), True, {"ok": False}, rewound=True) is Outcome.DATA_LOSS
+
+
+# --- the honest model, on logs shaped like ZFS's txg commit ----------------------------
+
+VDEV = 8 << 20  # bytes; labels in the first and last 512 KiB
+UB_SECTORS = (256, 768, (VDEV >> 9) - 768, (VDEV >> 9) - 256)  # uberblock slot in L0..L3
+
+
+def zfs_log(k: int, txgs: tuple[int, ...] = (1, 1), *, back_only: bool = False) -> LogBuilder:
+    """A vdev's log as dm-log-writes records a single-top-level pool: per round, ``n``
+    txgs each ``data, FLUSH (pre-label), uberblocks, FLUSH``; a mark after each round."""
+    b = LogBuilder().write(0, bytes([k]) * 1024).flush().mark(MKFS_MARK)
+    for r, n in enumerate(txgs, 1):
+        for t in range(n):
+            b.write(8192 + 64 * (4 * r + t), bytes([k + r + t]) * 4096)
+            b.flush()
+            for sec in UB_SECTORS[2:] if back_only else UB_SECTORS:
+                b.write(sec, bytes([r + t]) * 1024)
+            b.flush()
+        b.mark(f"crashlab:zsync:{r}")
+    return b
+
+
+def _open(stack: ExitStack, tmp_path: Path, builders: list[LogBuilder]) -> list[Log]:
+    return [
+        stack.enter_context(open_log(b.build(tmp_path / f"z{k}"))) for k, b in enumerate(builders)
+    ]
+
+
+def _flushes(lg: Log, lo: int, hi: int) -> list[int]:
+    return [i for i in range(lo + 1, hi) if lg.flags[i] & FLUSH]
+
+
+def test_label_write_without_the_others_pre_label_flush_is_a_lying_disk(
+    tmp_path: Path,
+) -> None:
+    with ExitStack() as stack:
+        logs = _open(stack, tmp_path, [zfs_log(k) for k in range(3)])
+        (_, lo), (_, hi) = common_marks(logs)[1:3]
+        pre = [_flushes(lg, a, b)[0] for lg, a, b in zip(logs, lo, hi, strict=True)]
+        # disk 0 holds its uberblocks; disk 1 stops before its pre-label flush
+        cuts = (hi[0], lo[1] + 1, pre[2] + 1)
+        assert not is_honest(logs, cuts, VDEV)
+        # the same with disk 1 past its pre-label flush: uberblocks may be unflushed
+        assert is_honest(logs, (hi[0], pre[1] + 1, pre[2] + 1), VDEV)
+        # nobody past a label write: no cross-disk edge, any data may be lost
+        assert is_honest(logs, (pre[0] + 1, lo[1] + 1, lo[2] + 1), VDEV)
+        st = {s.cuts: s for s in torn_across(logs, per_interval=100, model="any")}
+        assert st[cuts].model == "lying-disk" and not st[cuts].honest
+        assert "lying-disk" in st[cuts].describe()
+        assert MultiState.from_dict(st[cuts].to_dict()) == st[cuts]
+        assert cuts not in {s.cuts for s in torn_across(logs, per_interval=100)}
+
+
+def test_every_label_run_is_a_barrier_not_only_the_first(tmp_path: Path) -> None:
+    # Two txgs between the marks: disk 0 holds the second txg's uberblocks while disk 1
+    # lacks data it flushed for that txg (it passed only the first txg's barrier).
+    with ExitStack() as stack:
+        logs = _open(stack, tmp_path, [zfs_log(k, (2, 1)) for k in range(2)])
+        (_, lo), (_, hi) = common_marks(logs)[0:2]
+        f1 = _flushes(logs[1], lo[1], hi[1])  # pre1, post1, pre2, post2
+        assert len(f1) == 4
+        assert not is_honest(logs, (hi[0], f1[1] + 1), VDEV)
+        assert is_honest(logs, (hi[0], f1[2] + 1), VDEV)
+
+
+def test_back_labels_count_as_label_writes(tmp_path: Path) -> None:
+    with ExitStack() as stack:
+        logs = _open(stack, tmp_path, [zfs_log(k, back_only=True) for k in range(2)])
+        (_, lo), (_, hi) = common_marks(logs)[1:3]
+        assert not is_honest(logs, (hi[0], lo[1] + 1), VDEV)
+        # the usable size is rounded down to a whole label
+        assert label_regions(VDEV) == ((0, 512 << 10), (VDEV - (512 << 10), VDEV))
+        assert label_regions(VDEV + 4096) == label_regions(VDEV)
+
+
+def test_unmatched_label_runs_vouch_for_nothing_past_a_label(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with ExitStack() as stack:
+        logs = _open(stack, tmp_path, [zfs_log(0, (2, 1)), zfs_log(1, (1, 1))])
+        (_, lo), (_, hi) = common_marks(logs)[0:2]
+        assert not intervals(logs, VDEV)[0].matched
+        assert "cannot be matched" in caplog.text
+        assert not is_honest(logs, (hi[0], hi[1] - 1), VDEV)
+        assert is_honest(logs, (lo[0] + 2, lo[1] + 1), VDEV)  # before any label write
+
+
+def test_consistent_cuts_are_honest(tmp_path: Path) -> None:
+    with ExitStack() as stack:
+        logs = _open(stack, tmp_path, [zfs_log(k, (2, 1, 3)) for k in range(3)])
+        states = consistent_cuts(logs)
+        assert len(states) == 4
+        for s in states:
+            assert s.honest and s.model == "honest"
+            assert is_honest(logs, s.cuts, VDEV)
+        with pytest.raises(InputError, match="between two consecutive"):
+            is_honest(logs, (1, 1, 1), VDEV)
+
+
+@pytest.mark.parametrize("points", ["flush", "entry"])
+def test_honest_model_keeps_ids_of_the_honest_states_any_draws(tmp_path: Path, points: str) -> None:
+    with ExitStack() as stack:
+        logs = _open(stack, tmp_path, [zfs_log(k, (2, 1, 3)) for k in range(3)])
+        for per in (2, 4, 1000):  # sampled and exhaustive
+
+            def draw(model: str, per: int = per) -> list[MultiState]:
+                return torn_across(logs, 7, per, 10_000, points, model, VDEV)
+
+            anyone, honest = draw("any"), draw("honest")
+            assert all(s.honest for s in honest)
+            assert any(not s.honest for s in anyone)
+            by_cuts = {s.cuts: s.id for s in honest}
+            for s in anyone:
+                assert s.id == multi_state_id(s.log_hashes, s.cuts)
+                assert s.honest == is_honest(logs, s.cuts, VDEV)
+                if s.honest:
+                    assert by_cuts.get(s.cuts) == s.id  # drawn again, same id
+            if per == 1000 and points == "flush":  # small enough to enumerate
+                assert {s.id for s in honest} == {s.id for s in anyone if s.honest}
+
+
+def test_generate_and_spec_take_the_model(tmp_path: Path) -> None:
+    with ExitStack() as stack:
+        logs = _open(stack, tmp_path, [zfs_log(k) for k in range(2)])
+        spec = {"kind": "torn-across", "per_interval": 100}
+        assert all(s.honest for s in generate(logs, [spec], device_size=VDEV))
+        everything = generate(logs, [spec | {"model": "any"}], device_size=VDEV)
+        assert {s.honest for s in everything} == {True, False}
+        with pytest.raises(InputError, match="model must be one of"):
+            generate(logs, [spec | {"model": "lying"}])
+    path = paths.REPO / "scenarios" / "zfs-crash-raidz1.toml"
+    sc = scenario.load(path)
+    assert sc.crash is not None and sc.crash.state_specs()[1]["model"] == "honest"  # type: ignore[union-attr]
+    anyone = scenario.load(path, ("crash.torn_model=any",))
+    assert anyone.crash.state_specs()[1]["model"] == "any"  # type: ignore[union-attr]
+    with pytest.raises(InputError, match="not one of"):
+        scenario.load(path, ("crash.torn_model=lying",))

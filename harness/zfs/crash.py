@@ -195,6 +195,11 @@ def record_pool(rdir: Path, sc: ZfsScenario, seed: int) -> Recording:
             table = f"0 {sectors} log-writes {dev} {logdev}"
             step("dm-create", ["dmsetup", "create", f"lw{k}", "--table", table])
         step("create", create_argv(sc, [f"/dev/mapper/lw{k}" for k in range(p.disks)]))
+        # zpool create can return with a txg still syncing: once, vdev 0 logged one label
+        # run more than the others before its mkfs mark (the marks go in one disk after
+        # the other) and the mkfs cut scrubbed with checksum errors. Like the round marks,
+        # this one must be a quiescent moment.
+        step("sync", ["zpool", "sync", pool.POOL])
         mark(MKFS_MARK)
         c = sc.crash
         for n in range(1, c.rounds + 1):

@@ -64,37 +64,43 @@ def probe_initramfs() -> Path:
     return out
 
 
+def machine_argv(
+    accelerator: str,
+    kernel: Path,
+    initrd: Path,
+    append: str,
+    console: Path,
+    *,
+    memory_mb: int,
+    cpus: int = 1,
+) -> list[str]:
+    """The bare machine: q35, no default devices, no NIC (no iPXE ROM, no floppy probe),
+    direct kernel boot, serial console to a file. The floor boot is exactly this; a
+    guest adds its disks and the agent channel to it."""
+    return [
+        tools.require("qemu-system-x86_64"),
+        "-machine", f"q35,accel={accelerator}",
+        "-cpu", "host" if accelerator == "kvm" else "max",
+        "-m", str(memory_mb), "-smp", str(cpus),
+        "-nodefaults", "-no-user-config", "-display", "none", "-nic", "none", "-no-reboot",
+        "-kernel", str(kernel), "-initrd", str(initrd), "-append", append,
+        "-chardev", f"file,id=con,path={console}", "-serial", "chardev:con",
+    ]  # fmt: skip
+
+
 def floor_boot(kernel: Path, accelerator: str, timeout: float = PROBE_TIMEOUT) -> float | None:
     """Seconds from QEMU start to the busybox initramfs speaking; None if it never did."""
     initrd = probe_initramfs()
     with tempfile.TemporaryDirectory(prefix="crashlab-probe-") as tmp:
         con = Path(tmp) / "console.log"
-        argv = [
-            tools.require("qemu-system-x86_64"),
-            "-machine",
-            f"q35,accel={accelerator}",
-            "-cpu",
-            "host" if accelerator == "kvm" else "max",
-            "-m",
-            "512",
-            "-nodefaults",
-            "-no-user-config",
-            "-display",
-            "none",
-            "-nic",
-            "none",
-            "-no-reboot",
-            "-kernel",
-            str(kernel),
-            "-initrd",
-            str(initrd),
-            "-append",
+        argv = machine_argv(
+            accelerator,
+            kernel,
+            initrd,
             "console=ttyS0 loglevel=4 panic=-1 rdinit=/init",
-            "-chardev",
-            f"file,id=con,path={con}",
-            "-serial",
-            "chardev:con",
-        ]
+            con,
+            memory_mb=512,
+        )
         start = time.monotonic()
         p = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,7 +46,8 @@ def work_dir() -> Path:
     return d
 
 
-def fast_scratch(run_dir: Path, need_bytes: int) -> Path:
+@contextmanager
+def fast_scratch(run_dir: Path, need_bytes: int) -> Iterator[Path]:
     """Where a run's working crash image lives: tmpfs (/dev/shm) when it has room for
     ``need_bytes`` with a margin, else the run directory. e2fsck and e2undo fsync the
     image several times per state; on tmpfs that costs nothing (2x states/s measured)."""
@@ -58,4 +62,7 @@ def fast_scratch(run_dir: Path, need_bytes: int) -> Path:
     else:
         d = run_dir / "scratch-work"
     d.mkdir(parents=True, exist_ok=True)
-    return d
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

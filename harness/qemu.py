@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import accel, console, tools
+from harness import accel, console
 from harness.agent import Agent, ExecResult
 from harness.backend import Disk, GuestSpec
 from harness.errors import (
@@ -53,33 +53,16 @@ def qemu_argv(image: Image, spec: GuestSpec, accelerator: str, workdir: Path) ->
     if spec.udev:
         cmdline.append("crashlab.udev=1")
     cmdline += list(spec.extra_cmdline)
-    argv = [
-        tools.require("qemu-system-x86_64"),
-        "-machine",
-        f"q35,accel={accelerator}",
-        "-cpu",
-        "host" if accelerator == "kvm" else "max",
-        "-m",
-        str(spec.memory_mb),
-        "-smp",
-        str(spec.cpus),
-        "-nodefaults",
-        "-no-user-config",
-        "-display",
-        "none",
-        "-nic",
-        "none",
-        "-no-reboot",
-        "-kernel",
-        str(image.kernel),
-        "-initrd",
-        str(image.initrd),
-        "-append",
+    argv = accel.machine_argv(
+        accelerator,
+        image.kernel,
+        image.initrd,
         " ".join(cmdline),
-        "-chardev",
-        f"file,id=con,path={workdir / 'console.log'}",
-        "-serial",
-        "chardev:con",
+        workdir / "console.log",
+        memory_mb=spec.memory_mb,
+        cpus=spec.cpus,
+    )
+    argv += [
         "-qmp",
         f"unix:{workdir / 'qmp.sock'},server=on,wait=off",
         "-chardev",
@@ -312,10 +295,17 @@ class QemuGuest:
             )
         return r
 
-    def _raise_if_dead_or_panicked(self) -> None:
-        time.sleep(0.2)
-        self._check_alive("the guest stopped")
-        self._check_console()
+    def _raise_if_dead_or_panicked(self, grace: float = 5.0) -> None:
+        """The channel failed: a dying kernel takes a moment (seconds under TCG) to print
+        its panic and for QEMU to exit, so look for either for ``grace`` seconds before
+        calling it a plain channel failure or hang."""
+        deadline = time.monotonic() + grace
+        while True:
+            self._check_alive("the guest stopped")
+            self._check_console()
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.1)
 
     def write_file(self, path: str, data: bytes) -> None:
         self.agent.write_file(path, data)

@@ -239,62 +239,41 @@ def _check_states(
     progress: Progress,
 ) -> None:
     # Images are sparse but up to `size` each: two workers plus a repair copy at most.
-    fast = paths.fast_scratch(rdir, 3 * size)
-    try:
-        _check_states_in(sc, st, run_id, lg, fs, oracle, todo, size, rdir, report, progress, fast)
-    finally:
-        shutil.rmtree(fast, ignore_errors=True)
-
-
-def _check_states_in(
-    sc: Scenario,
-    st: store.Store,
-    run_id: str,
-    lg: logwrites.Log,
-    fs: record.FsSpec,
-    oracle: dict[str, Any],
-    todo: list[crashstates.CrashState],
-    size: int,
-    rdir: Path,
-    report: RunReport,
-    progress: Progress,
-    fast: Path,
-) -> None:
-    total = len(todo)
-    finished = 0
-    scratch = fast / "scratch"
-    batch_dir = rdir / "batch"
-    ordered = replay.replay_order(todo)
-    batch_size = max(1, sc.check.guest_batch) if sc.check.guest else max(1, len(ordered))
-    if not sc.check.guest:
-        # Host checks only: spread them over every core.
-        progress(f"replay + host check ({fs.type})", finished, total)
-        for state, result in parallel.host_checks(lg.path, ordered, fs.type, size, fast / "host"):
-            _commit(st, run_id, state, [result], report)
-            finished += 1
+    with paths.fast_scratch(rdir, 3 * size) as fast:
+        total = len(todo)
+        finished = 0
+        scratch = fast / "scratch"
+        batch_dir = rdir / "batch"
+        ordered = replay.replay_order(todo)
+        if not sc.check.guest:
+            # Host checks only: spread them over every core.
             progress(f"replay + host check ({fs.type})", finished, total)
-        return
-    work_img = fast / "work.img"
-    work_img.unlink(missing_ok=True)
-    with replay.Replayer(lg, work_img, size) as rp:
-        for b in range(0, len(ordered), batch_size):
-            batch = ordered[b : b + batch_size]
-            host_results: dict[str, check.CheckResult] = {}
-            items: list[guestcheck.Item] = []
-            shutil.rmtree(batch_dir, ignore_errors=True)
-            batch_dir.mkdir(parents=True)
-            for state in rp.walk(batch):
+            for state, result in parallel.host_checks(
+                lg.path, ordered, fs.type, size, fast / "host"
+            ):
+                _commit(st, run_id, state, [result], report)
+                finished += 1
                 progress(f"replay + host check ({fs.type})", finished, total)
-                if sc.check.host:
-                    host_results[state.id] = check.host_check(fs.type, rp.image, scratch)
-                if sc.check.guest:
+            return
+        # Guest checks: replay (and host-check) a batch, copy each state's image, then
+        # mount the whole batch in one guest.
+        batch_size = max(1, sc.check.guest_batch)
+        work_img = fast / "work.img"
+        work_img.unlink(missing_ok=True)
+        with replay.Replayer(lg, work_img, size) as rp:
+            for b in range(0, len(ordered), batch_size):
+                batch = ordered[b : b + batch_size]
+                host_results: dict[str, check.CheckResult] = {}
+                items: list[guestcheck.Item] = []
+                shutil.rmtree(batch_dir, ignore_errors=True)
+                batch_dir.mkdir(parents=True)
+                for state in rp.walk(batch):
+                    progress(f"replay + host check ({fs.type})", finished, total)
+                    if sc.check.host:
+                        host_results[state.id] = check.host_check(fs.type, rp.image, scratch)
                     copy = batch_dir / f"{state.id}.img"
                     check.copy_image(rp.image, copy)
                     items.append(guestcheck.Item(state.id, copy, state.mark))
-                else:
-                    _commit(st, run_id, state, [host_results[state.id]], report)
-                    finished += 1
-            if sc.check.guest:
                 by_id = {s.id: s for s in batch}
                 progress(f"mounting {len(items)} crash images in a guest", finished, total)
                 for sid, guest_result in guestcheck.check_batch(
@@ -304,8 +283,8 @@ def _check_states_in(
                     _commit(st, run_id, by_id[sid], results, report)
                     finished += 1
                     progress(f"mounting {len(items)} crash images in a guest", finished, total)
-            shutil.rmtree(batch_dir, ignore_errors=True)
-    work_img.unlink(missing_ok=True)
+                shutil.rmtree(batch_dir, ignore_errors=True)
+        work_img.unlink(missing_ok=True)
 
 
 def _commit(

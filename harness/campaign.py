@@ -52,7 +52,6 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType
@@ -60,7 +59,7 @@ from typing import Any, Protocol
 
 from harness import paths, scenario, tomlconf
 from harness.errors import CrashlabError, HarnessError, InputError
-from harness.store import Store, canonical_json
+from harness.store import Store, canonical_json, pid_alive, utc_now
 
 DEFAULT_MAX_FAILURES = 2
 DEFAULT_MAX_INTERRUPTIONS = 5
@@ -347,20 +346,6 @@ def _run_crash(el: Element, ctx: ElementContext) -> str:
 register_runner("crash", _run_crash)
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class Engine:
     """Runs one campaign against one store; see the module docstring."""
 
@@ -398,7 +383,7 @@ class Engine:
             report.rows = self.rows(st, cid)
             st.execute(
                 "UPDATE campaigns SET status = 'done', finished_at = ? WHERE id = ?",
-                (_now(), cid),
+                (utc_now(), cid),
             )
         return report
 
@@ -414,7 +399,7 @@ class Engine:
         cid: str | None = None
         if row and not new:
             cid, host, pid = row[0]
-            if host == socket.gethostname() and pid and pid != os.getpid() and _pid_alive(pid):
+            if host == socket.gethostname() and pid and pid != os.getpid() and pid_alive(pid):
                 raise InputError(
                     f"campaign {c.name} ({cid}) is running in process {pid}",
                     hint="wait for it, or stop it first; it resumes where it stopped",
@@ -440,7 +425,7 @@ class Engine:
                     str(c.path),
                     c.spec_hash,
                     canonical_json(spec),
-                    _now(),
+                    utc_now(),
                     socket.gethostname(),
                     os.getpid(),
                 ),
@@ -521,7 +506,7 @@ class Engine:
                 if row.status in (ElementStatus.DONE, ElementStatus.QUARANTINED):
                     break
                 if row.failures >= c.max_failures or row.interruptions >= c.max_interruptions:
-                    self._set(st, cid, el, "status = 'quarantined', finished_at = ?", (_now(),))
+                    self._set(st, cid, el, "status = 'quarantined', finished_at = ?", (utc_now(),))
                     self.view.finished(self._row(st, cid, el), eta())
                     break
                 self._attempt(st, cid, el, expected(el), hist[el.scenario], report)
@@ -538,7 +523,9 @@ class Engine:
     ) -> None:
         c = self.campaign
         budget = hist.stall_budget(c.stall_factor, c.stall_floor)
-        self._set(st, cid, el, "status = 'running', pid = ?, started_at = ?", (os.getpid(), _now()))
+        self._set(
+            st, cid, el, "status = 'running', pid = ?, started_at = ?", (os.getpid(), utc_now())
+        )
         report.ran += 1
         self.view.element(self._row(st, cid, el), expected, budget)
         ctx = ElementContext(self.db, self.view.progress, budget)
@@ -564,7 +551,7 @@ class Engine:
             cid,
             el,
             "status = 'done', run_id = ?, seconds = ?, finished_at = ?, pid = NULL",
-            (run_id, round(time.monotonic() - t0, 2), _now()),
+            (run_id, round(time.monotonic() - t0, 2), utc_now()),
         )
         if self.after_element:
             self.after_element(st, self._row(st, cid, el))

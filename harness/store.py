@@ -247,7 +247,7 @@ class RunDetail:
 # --- helpers ------------------------------------------------------------------------
 
 
-def _now() -> str:
+def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
@@ -272,7 +272,7 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -386,7 +386,7 @@ class Store:
                     str(kind),
                     canonical_json(params),
                     seed,
-                    _now(),
+                    utc_now(),
                     env.host,
                     os.getpid(),
                     _opt_str(env.accelerator),
@@ -434,7 +434,7 @@ class Store:
                 summary = {"outcome_counts": self._outcome_counts(run_id)}
             c.execute(
                 "UPDATE runs SET status = ?, finished_at = ?, summary = ? WHERE id = ?",
-                (str(status), _now(), json.dumps(summary, sort_keys=True), run_id),
+                (str(status), utc_now(), json.dumps(summary, sort_keys=True), run_id),
             )
 
     def add_log(self, log: LogInfo, *, run_id: str | None = None, role: str = "workload") -> None:
@@ -452,7 +452,7 @@ class Store:
                     log.marks,
                     log.discards,
                     log.bytes,
-                    _now(),
+                    utc_now(),
                 ),
             )
             if run_id is not None:
@@ -481,7 +481,7 @@ class Store:
         """
         phases = {Phase(p): s for p, s in recovery.items()}
         verdict = verdict if verdict is not None else reduce(ch.outcome for ch in checks)
-        now = _now()
+        now = utc_now()
         with self._transaction() as c:
             _upsert_state(c, run_id, state)
             key = (run_id, state.id)
@@ -541,7 +541,7 @@ class Store:
             "issued": issued,
             "repaired": repaired,
             "errors": canonical_json(errors or {}),
-            "created_at": _now(),
+            "created_at": utc_now(),
         }
         for k, v in (extra or {}).items():
             if k not in ZFS_SCAN_EXTRA:
@@ -595,7 +595,7 @@ class Store:
         for run_id, status, host, pid in rows:
             if status != RunStatus.RUNNING:
                 return str(run_id)
-            if host == here and pid is not None and not _pid_alive(int(pid)):
+            if host == here and pid is not None and not pid_alive(int(pid)):
                 return str(run_id)
         return None
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from faults.crashstates import generate
-from harness.logwrites import FLUSH, MAGIC, MARK, VERSION, open_log
+from harness.record.logwrites import FLUSH, MAGIC, MARK, VERSION, open_log
+from harness.replay.crashstates import generate
 
 SECTORSIZE = 512
 

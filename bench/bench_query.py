@@ -20,9 +20,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import query
 from harness.outcome import Outcome
-from harness.store import CheckResult, CrashState, LogInfo, Phase, RunKind, RunStatus, Stage, Store
+from harness.report import query
+from harness.store.db import (
+    CheckResult,
+    CrashState,
+    LogInfo,
+    Phase,
+    RunKind,
+    RunStatus,
+    Stage,
+    Store,
+)
 
 CONFIGS = [
     ("ext2", None),

@@ -24,10 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import record, run, scenario
-from harness.backend import Disk, Guest, GuestSpec, start_guest
+from harness.config import scenario
 from harness.errors import HarnessError
-from harness.logwrites import open_log
+from harness.experiments import crash as run
+from harness.record import recorder as record
+from harness.record.logwrites import open_log
+from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 
 def load(name: str, sets: list[str]) -> scenario.Scenario:

@@ -53,12 +53,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from faults.crashstates import CrashState, at_fuas
-from harness import check, tools
-from harness.logwrites import FUA, open_log
+from harness import tools
+from harness.check import host as check
+from harness.config.tables import parse_size
 from harness.outcome import Outcome
-from harness.replay import Replayer, replay_order
-from harness.tomlconf import parse_size
+from harness.record.logwrites import FUA, open_log
+from harness.replay.crashstates import CrashState, at_fuas
+from harness.replay.replayer import Replayer, replay_order
 
 MODES = ("peer", "peer-check", "crashlab", "parallel", "floor")
 

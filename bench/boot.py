@@ -12,8 +12,9 @@ import argparse
 import statistics
 import time
 
-from harness import accel, image
-from harness.backend import GuestSpec, start_guest
+from harness.image import build as image
+from harness.vm import accel
+from harness.vm.backend import GuestSpec, start_guest
 
 
 def main() -> None:

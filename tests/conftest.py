@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import image
+from harness.image import build as image
 
 
 @pytest.fixture(scope="session")

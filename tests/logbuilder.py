@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.logwrites import DISCARD, FLUSH, FUA, MAGIC, MARK, METADATA, SECTOR, VERSION
+from harness.record.logwrites import DISCARD, FLUSH, FUA, MAGIC, MARK, METADATA, SECTOR, VERSION
 
 MKFS_MARK = "crashlab:mkfs"
 

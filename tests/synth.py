@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.outcome import Outcome
-from harness.store import (
+from harness.store.db import (
     Accelerator,
     CheckResult,
     CrashState,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from logbuilder import LogBuilder
 
-from harness import logwrites
+from harness.record import logwrites
 
 
 def test_count_and_insert_marks(tmp_path: Path) -> None:

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import campaign, paths
-from harness.campaign import Element, ElementContext, ElementStatus, Engine
+from harness import paths
 from harness.errors import HarnessError, InputError
+from harness.experiments import campaign
+from harness.experiments.campaign import Element, ElementContext, ElementStatus, Engine
 from harness.outcome import Outcome
-from harness.store import CheckResult, CrashState, LogInfo, RunKind, RunStatus, Stage, Store
+from harness.store.db import CheckResult, CrashState, LogInfo, RunKind, RunStatus, Stage, Store
 
 REPO = paths.REPO
 STATES = 6
@@ -220,7 +221,7 @@ CHILD = """
 import sys, functools
 sys.path.insert(0, {repo!r}); sys.path.insert(0, {tests!r})
 from pathlib import Path
-from harness import campaign
+from harness.experiments import campaign
 import test_campaign as t
 c = campaign.load(Path({camp!r}))
 campaign.Engine(c, Path({db!r}), runner=functools.partial(t.fake_runner, delay=0.15)).run()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli
+from harness.cli import main as cli
 
 REPO = Path(__file__).resolve().parent.parent
 

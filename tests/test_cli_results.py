@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli_results
+from harness.cli import results as cli_results
 from harness.errors import InputError
 from harness.outcome import Outcome
-from harness.store import (
+from harness.store.db import (
     Accelerator,
     CheckResult,
     CrashState,
@@ -200,7 +200,7 @@ def test_default_db_from_environment(
 
 
 def test_through_main(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from harness.cli import main
+    from harness.cli.main import main
 
     assert main(["results", "runs", "--json", "--db", str(db)]) == 0
     assert len(json.loads(capsys.readouterr().out)["runs"]) == 2

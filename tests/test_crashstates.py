@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from logbuilder import MKFS_MARK, LogBuilder, random_builder
 
-from faults.crashstates import (
+from harness.errors import InputError
+from harness.record.logwrites import FLUSH, FUA, Log, open_log
+from harness.replay.crashstates import (
     KINDS,
     CrashState,
     at_flushes,
@@ -20,8 +22,6 @@ from faults.crashstates import (
     reorder,
     torn,
 )
-from harness.errors import InputError
-from harness.logwrites import FLUSH, FUA, Log, open_log
 
 ALL_SPECS: list[dict[str, object]] = [
     {"kind": "flush"},

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import diff
 from harness.errors import InputError
-from harness.store import RunKind, Store
+from harness.report import diff
+from harness.store.db import RunKind, Store
 from tests.synth import make_store
 from tests.test_query import run_cli
 

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import guestcheck, image, run, scenario
+from harness.check import guest as guestcheck
+from harness.config import scenario
+from harness.experiments import crash as run
+from harness.image import build as image
 from harness.outcome import HARNESS, Outcome
 
 pytestmark = pytest.mark.vm

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, image, paths
+from harness import paths
+from harness.cli import main as cli
+from harness.image import build as image
 
 
 def test_recipe_hash_follows_every_recipe_file(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from logbuilder import LogBuilder, model_image, random_builder
 
 from harness.errors import InputError
-from harness.logwrites import DISCARD, FLUSH, FUA, MARK, METADATA, open_log
+from harness.record.logwrites import DISCARD, FLUSH, FUA, MARK, METADATA, open_log
 
 
 def small(sectorsize: int = 512) -> LogBuilder:

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 from logbuilder import MKFS_MARK, LogBuilder
 
-from faults.multicrash import (
+from harness import paths
+from harness.config import scenario
+from harness.config.zfs import Experiment, ZfsScenario
+from harness.errors import InputError
+from harness.experiments.zfs import crash, parse
+from harness.outcome import Outcome
+from harness.record.logwrites import FLUSH, FUA, Log, open_log
+from harness.replay.multicrash import (
     MultiState,
     common_marks,
     consistent_cuts,
@@ -23,12 +30,6 @@ from faults.multicrash import (
     multi_state_id,
     torn_across,
 )
-from harness import paths, scenario
-from harness.errors import InputError
-from harness.logwrites import FLUSH, FUA, Log, open_log
-from harness.outcome import Outcome
-from harness.zfs import crash, parse
-from harness.zfs.spec import Experiment, ZfsScenario
 
 
 def disk_log(k: int, flushes: int = 2) -> LogBuilder:

@@ -6,8 +6,10 @@ from pathlib import Path
 
 from logbuilder import LogBuilder
 
-from faults import crashstates
-from harness import logwrites, parallel, proc
+from harness import proc
+from harness.check import parallel
+from harness.record import logwrites
+from harness.replay import crashstates
 
 FUA = logwrites.FUA
 

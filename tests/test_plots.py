@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from harness import plots
 from harness.errors import InputError
-from harness.store import Store
+from harness.report import plots
+from harness.store.db import Store
 from tests.synth import make_store
 
 PNG = b"\x89PNG\r\n\x1a\n"

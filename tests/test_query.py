@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli_results, query
+from harness.cli import results as cli_results
 from harness.errors import InputError
-from harness.store import Store
+from harness.report import query
+from harness.store.db import Store
 from tests.synth import make_store
 
 

@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 
-from faults.crashstates import at_fuas
-from harness import check, proc, tools
-from harness.logwrites import Log, open_log
+from harness import proc, tools
+from harness.check import host as check
 from harness.outcome import Outcome
-from harness.replay import Replayer, image_digest
+from harness.record.logwrites import Log, open_log
+from harness.replay.crashstates import at_fuas
+from harness.replay.replayer import Replayer, image_digest
 
 DATA = Path(__file__).parent / "data" / "logs"
 NAME = "ext4-ops-small"

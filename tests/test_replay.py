@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from logbuilder import LogBuilder, Op, model_image, random_builder
 
-import harness.replay as replay
-from faults.crashstates import CrashState, generate
+import harness.replay.replayer as replay
 from harness.errors import InputError
-from harness.logwrites import open_log
-from harness.replay import Replayer, image_digest, materialize, replay_order
+from harness.record.logwrites import open_log
+from harness.replay.crashstates import CrashState, generate
+from harness.replay.replayer import Replayer, image_digest, materialize, replay_order
 
 SIZE = 1024 * 512
 SPECS: list[dict[str, object]] = [

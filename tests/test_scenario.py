@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli_lab, paths, scenario
+from harness import paths
+from harness.cli import lab as cli_lab
+from harness.config import scenario
+from harness.config.scenario import DataMode, FioWorkload, FsType, OpsWorkload, StateKind
 from harness.errors import InputError
-from harness.scenario import DataMode, FioWorkload, FsType, OpsWorkload, StateKind
 
 SHIPPED = scenario.names(paths.REPO / "scenarios")
 
@@ -260,7 +262,7 @@ def test_survey_reports_broken_files(sdir: Path) -> None:
 
 def run_cli(argv: list[str]) -> int:
     try:
-        from harness import cli
+        from harness.cli import main as cli
     except Exception:  # the shared CLI is edited concurrently; ours must still be tested
         return run_own_parser(argv)
     return cli.main(argv)

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from harness import serve
 from harness.errors import InputError
 from harness.outcome import Outcome
-from harness.store import (
+from harness.report import serve
+from harness.store.db import (
     Accelerator,
     CheckResult,
     CrashState,

@@ -12,7 +12,7 @@ import pytest
 from harness.errors import InputError
 from harness.outcome import Outcome
 from harness.paths import REPO
-from harness.store import (
+from harness.store.db import (
     APPLICATION_ID,
     SCHEMA_VERSION,
     Accelerator,
@@ -232,7 +232,7 @@ _CHILD = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
     from harness.outcome import Outcome
-    from harness.store import *
+    from harness.store.db import *
     store = Store.open(Path(sys.argv[1]))
     log = LogInfo("abc123", "/tmp/w.log", 100, 5, 7, 2, 0, 409600)
     run_id = store.begin_run("ext4-fsync", RunKind.CRASH, {"data_mode": "ordered"}, 42)
@@ -366,7 +366,7 @@ def test_helpers() -> None:
 _OPENER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from harness.store import RunKind, Store
+    from harness.store.db import RunKind, Store
     with Store.open(Path(sys.argv[1])) as store:
         store.begin_run("race", RunKind.CRASH, {}, int(sys.argv[2]))
 """)

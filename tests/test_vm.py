@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import image
-from harness.backend import Disk, GuestSpec, start_guest
 from harness.errors import GuestPanic, GuestTimeout
+from harness.image import build as image
+from harness.vm.backend import Disk, GuestSpec, start_guest
 
 pytestmark = pytest.mark.vm
 
@@ -55,7 +55,7 @@ def test_panic_is_reported_as_panic() -> None:
 
 
 def test_frozen_guest_is_a_hang() -> None:
-    from harness.qemu import QemuGuest
+    from harness.vm.qemu import QemuGuest
 
     with start_guest(GuestSpec()) as guest:
         assert isinstance(guest, QemuGuest)

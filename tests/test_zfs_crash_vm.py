@@ -7,10 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import image, paths, scenario, store
+from harness import paths
+from harness.config import scenario
+from harness.config.zfs import ZfsScenario
+from harness.experiments.zfs import crash
+from harness.image import build as image
 from harness.outcome import Outcome, is_harness
-from harness.zfs import crash
-from harness.zfs.spec import ZfsScenario
+from harness.store import db as store
 
 pytestmark = pytest.mark.vm
 

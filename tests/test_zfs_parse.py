@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.zfs import parse
+from harness.experiments.zfs import parse
 
 DATA = Path(__file__).parent / "data" / "zfs"
 

@@ -7,11 +7,13 @@ from pathlib import Path
 import pytest
 
 from faults.disk import FaultKind, When
-from harness import paths, scenario, store
+from harness import paths
+from harness.config import scenario
+from harness.config.zfs import Experiment, Layout, ZfsScenario
 from harness.errors import InputError
 from harness.outcome import Outcome
-from harness.zfs import report
-from harness.zfs.spec import Experiment, Layout, ZfsScenario
+from harness.report import zfs as report
+from harness.store import db as store
 
 BASE = """
 kind = "zfs"
@@ -163,7 +165,7 @@ def test_store_and_aggregate(tmp_path: Path) -> None:
 
 
 def test_table_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from harness import cli
+    from harness.cli import main as cli
 
     db = tmp_path / "lab.sqlite"
     with store.Store.open(db) as st:

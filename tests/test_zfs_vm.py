@@ -6,10 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import image, paths, scenario, store
+from harness import paths
+from harness.config import scenario
+from harness.config.zfs import ZfsScenario
+from harness.experiments.zfs import scan as run
+from harness.image import build as image
 from harness.outcome import Outcome
-from harness.zfs import run
-from harness.zfs.spec import ZfsScenario
+from harness.store import db as store
 
 pytestmark = pytest.mark.vm
 

@@ -1,0 +1,272 @@
+"""``scenario campaign run|status FILE``: run a campaign with one progress view, resume
+it after a kill, and end with a summary of every element."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from harness import outcome, paths
+from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK
+from harness.experiments import campaign
+from harness.report import runlog
+from harness.store.db import Store
+
+console = Console(highlight=False)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("campaign", help="run many scenarios x parameters x seeds; resumable")
+    csub = p.add_subparsers(dest="campaign_command", metavar="ACTION", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "file", type=Path, metavar="FILE", help="campaign TOML, e.g. campaigns/ci.toml"
+    )
+    common.add_argument(
+        "--db", type=Path, default=None, help="results database (default results/lab.sqlite)"
+    )
+    run = csub.add_parser(
+        "run",
+        parents=[common],
+        help="run or resume a campaign",
+        description="Run every element (scenario x --set matrix x seed). Run it again after"
+        " a kill or a reboot: finished elements are skipped, the interrupted one resumes."
+        " Exit 0: no finding; 1: a finding; 3: an element was quarantined or could not check.",
+    )
+    run.add_argument(
+        "--new", action="store_true", help="start a fresh campaign even if one is unfinished"
+    )
+    run.add_argument("--dry-run", action="store_true", help="list the elements, run nothing")
+    run.set_defaults(func=cmd_run)
+    status = csub.add_parser("status", parents=[common], help="the latest campaign's elements")
+    status.set_defaults(func=cmd_status)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    camp = campaign.load(args.file)
+    db = args.db or paths.default_db()
+    if args.dry_run:
+        _print_plan(camp)
+        return EXIT_OK
+    view = RichView()
+    engine = campaign.Engine(camp, db, view=view, after_element=_write_log)
+    with view:
+        report = engine.run(new=args.new)
+    return summarize(report)
+
+
+def _write_log(st: Store, row: campaign.ElementRow) -> None:
+    if row.run_id:
+        runlog.write_run_log(st.path, row.run_id)
+
+
+def _print_plan(camp: campaign.Campaign) -> None:
+    t = Table(title=f"campaign {camp.name}: {len(camp.elements)} elements", box=box.SIMPLE_HEAD)
+    t.add_column("#", justify="right")
+    t.add_column("scenario")
+    t.add_column("--set")
+    t.add_column("seed", justify="right")
+    for e in camp.elements:
+        t.add_row(str(e.position), e.scenario, " ".join(e.overrides) or "-", str(e.seed))
+    console.print(t)
+    for name in camp.skipped:
+        console.print(f"[yellow]skipped[/] optional scenario {name}: it does not exist yet")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    camp = campaign.load(args.file)
+    db = args.db or paths.default_db()
+    with Store.open(db, create=False) as st:
+        found = st.execute(
+            "SELECT id, status, started_at FROM campaigns WHERE name = ? AND spec_hash = ?"
+            " ORDER BY started_at DESC, rowid DESC LIMIT 1",
+            (camp.name, camp.spec_hash),
+        )
+        if not found:
+            console.print(f"campaign {camp.name} has not run against {db}")
+            return EXIT_OK
+        cid, status, started = found[0]
+        rows = campaign.Engine(camp, db).rows(st, cid)
+        counts = _run_counts(st, rows)
+    console.print(f"campaign [bold]{camp.name}[/] {cid}: {status}, started {started}")
+    console.print(_elements_table(rows, counts))
+    return EXIT_OK
+
+
+def _run_counts(st: Store, rows: Sequence[campaign.ElementRow]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for r in rows:
+        if r.run_id:
+            out[r.run_id] = {
+                str(o): int(n)
+                for o, n in st.execute(
+                    "SELECT outcome, count(*) FROM verdicts WHERE run_id = ? GROUP BY outcome",
+                    (r.run_id,),
+                )
+            }
+    return out
+
+
+_STYLE = {
+    "done": "green",
+    "running": "cyan",
+    "pending": "dim",
+    "failed": "yellow",
+    "quarantined": "bold red",
+}
+
+
+def _elements_table(
+    rows: Sequence[campaign.ElementRow], counts: dict[str, dict[str, int]]
+) -> Table:
+    t = Table(box=box.SIMPLE_HEAD)
+    for col in ("#", "scenario", "--set", "seed", "status", "run", "outcomes", "seconds"):
+        t.add_column(col, justify="right" if col in ("#", "seed", "seconds") else "left")
+    for r in rows:
+        e = r.element
+        c = counts.get(r.run_id or "", {})
+        status = f"[{_STYLE.get(r.status, 'white')}]{r.status}[/]"
+        if r.status in ("failed", "quarantined") and r.last_error:
+            status += f"\n[dim]{r.last_error[:120]}[/]"
+        t.add_row(
+            str(e.position),
+            e.scenario,
+            " ".join(e.overrides) or "-",
+            str(e.seed),
+            status,
+            r.run_id or "-",
+            "  ".join(f"{o} {n}" for o, n in sorted(c.items())) or "-",
+            "-" if r.seconds is None else f"{r.seconds:.0f}",
+        )
+    return t
+
+
+def summarize(report: campaign.CampaignReport) -> int:
+    with Store.open(report.db, create=False) as st:
+        counts = _run_counts(st, report.rows)
+    done = report.by_status(campaign.ElementStatus.DONE)
+    quarantined = report.by_status(campaign.ElementStatus.QUARANTINED)
+    console.print(
+        f"[bold]campaign {report.campaign.name}[/] {report.campaign_id}"
+        + (" (resumed)" if report.resumed else "")
+        + f": {len(done)}/{len(report.rows)} done, {len(quarantined)} quarantined;"
+        f" {report.ran} run(s) this time; store {report.db}"
+    )
+    console.print(_elements_table(report.rows, counts))
+    for name in report.campaign.skipped:
+        console.print(f"[yellow]skipped[/] optional scenario {name}: it does not exist yet")
+    for r in quarantined:
+        console.print(
+            f"[bold red]quarantined[/] {r.element.label}: {r.failures} failure(s),"
+            f" {r.interruptions} interruption(s); last: {r.last_error}"
+        )
+    verdicts = [outcome.Outcome(o) for c in counts.values() for o in c]
+    status = outcome.exit_status(verdicts)
+    if status == EXIT_OK and quarantined:
+        status = EXIT_HARNESS
+    console.print(
+        {
+            EXIT_OK: "[green]no finding[/] in any run",
+            EXIT_FINDING: "[red]finding[/]: see `scenario results show RUN` for the runs above",
+            EXIT_HARNESS: "[yellow]harness trouble[/]: some element or state could not be"
+            " checked; this says nothing about the filesystems",
+        }[status]
+    )
+    console.print(f"per-run logs: {runlog.log_path('RUN').parent}/RUN.log")
+    return status
+
+
+def _fmt(seconds: float) -> str:
+    s = round(max(0.0, seconds))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{sec:02d}s"
+
+
+class RichView:
+    """One live view on stderr: the campaign line with its ETA, the element running now."""
+
+    def __init__(self) -> None:
+        self.out = Console(stderr=True, highlight=False)
+        self.live = Live(console=self.out, refresh_per_second=2, transient=True)
+        self.name = ""
+        self.total = 0
+        self.n_finished = 0
+        self.quarantined = 0
+        self.eta = 0.0
+        self.eta_at = time.monotonic()
+        self.current = ""
+        self.what = ""
+        self.expected = 0.0
+        self.budget: float | None = None
+        self.started = time.monotonic()
+
+    def __enter__(self) -> RichView:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.__exit__(None, None, None)
+
+    def _render(self) -> Group:
+        # The ETA counts down between elements, from what the remaining ones took before.
+        left = max(0.0, self.eta - (time.monotonic() - self.eta_at))
+        head = Text.from_markup(
+            f"[bold]campaign {self.name}[/]  {self.n_finished}/{self.total} finished"
+            + (f", [red]{self.quarantined} quarantined[/]" if self.quarantined else "")
+            + f"  ETA {_fmt(left)} (learnt from earlier runs)"
+        )
+        elapsed = time.monotonic() - self.started
+        budget = f", stall budget {_fmt(self.budget)}" if self.budget else ""
+        now = Text.from_markup(
+            f"  now: [cyan]{self.current}[/]  {_fmt(elapsed)} of ~{_fmt(self.expected)}{budget}"
+            f"\n  {self.what}"
+            if self.current
+            else ""
+        )
+        return Group(head, now)
+
+    def _refresh(self) -> None:
+        self.live.update(self._render())
+
+    def start(
+        self, camp: campaign.Campaign, rows: Sequence[campaign.ElementRow], eta: float
+    ) -> None:
+        self.name, self.total = camp.name, len(rows)
+        self.n_finished = sum(1 for r in rows if r.status in ("done", "quarantined"))
+        self.quarantined = sum(1 for r in rows if r.status == "quarantined")
+        self.eta, self.eta_at = eta, time.monotonic()
+        self._refresh()
+
+    def element(self, row: campaign.ElementRow, expected: float, budget: float | None) -> None:
+        self.current, self.what = row.element.label, "starting"
+        self.expected, self.budget, self.started = expected, budget, time.monotonic()
+        self._refresh()
+
+    def progress(self, what: str, done: int, total: int) -> None:
+        self.what = f"{what} {done}/{total}" if total else what
+        self._refresh()
+
+    def finished(self, row: campaign.ElementRow, eta: float) -> None:
+        if row.status in ("done", "quarantined"):
+            self.n_finished += 1
+        if row.status == "quarantined":
+            self.quarantined += 1
+        self.eta, self.eta_at = eta, time.monotonic()
+        self.current = ""
+        mark = {"done": "[green]done[/]", "quarantined": "[bold red]quarantined[/]"}.get(
+            row.status, f"[yellow]{row.status}[/] (will retry): {row.last_error}"
+        )
+        self.out.print(
+            f"{row.element.label}: {mark}" + (f"  run {row.run_id}" if row.run_id else "")
+        )
+        self._refresh()

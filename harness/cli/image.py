@@ -1,0 +1,169 @@
+"""``scenario image build|status``: the cached guest image."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from harness import paths
+from harness.image import build as image
+
+STEPS = ["mmdebstrap", "kernel and initrd", "root filesystem", "qcow2"]
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("image", help="build or inspect the cached guest image")
+    isub = p.add_subparsers(dest="image_command", metavar="ACTION", required=True)
+    b = isub.add_parser(
+        "build", help="build the guest image (no-op when the cache matches the recipe)"
+    )
+    b.add_argument("--force", action="store_true", help="rebuild even if cached")
+    b.set_defaults(func=cmd_build)
+    s = isub.add_parser(
+        "status", help="which image is cached, its recipe hash, kernel, ZFS version, size"
+    )
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_status)
+    pr = isub.add_parser(
+        "prune", help="delete cached images of older recipes (and half-built ones)"
+    )
+    pr.add_argument("--dry-run", action="store_true", help="only say what would go")
+    pr.set_defaults(func=cmd_prune)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    console = Console(stderr=True)
+    recipe = image.load_recipe()
+    if not args.force and (img := image.cached(recipe)) is not None:
+        console.print(f"image {recipe.hash} is cached and matches the recipe: {img.dir}")
+        return 0
+    logfile = paths.images_dir() / f"{recipe.hash}.build.log"
+    result: dict[str, Any] = {}
+
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        TextColumn("[dim]{task.fields[last]}"),
+        console=console,
+        transient=False,
+    ) as bar:
+        task = bar.add_task(f"image {recipe.hash}", total=len(STEPS), last="")
+        state = {"done": 0}
+
+        def on_step(name: str) -> None:
+            idx = next((i for i, s in enumerate(STEPS) if name.startswith(s)), state["done"])
+            state["done"] = idx
+            bar.update(task, completed=idx, description=f"image {recipe.hash}: {name}")
+
+        def work() -> None:
+            try:
+                result["image"], _ = image.build(recipe, force=args.force, on_step=on_step)
+            except BaseException as e:  # re-raised in the main thread
+                result["error"] = e
+
+        t = threading.Thread(target=work, daemon=True)
+        t.start()
+        while t.is_alive():
+            t.join(0.5)
+            bar.update(task, last=_last_line(logfile))
+        if "error" in result:
+            raise result["error"]
+        bar.update(task, completed=len(STEPS), last="")
+    img = result["image"]
+    console.print(f"built image {img.hash} in {img.manifest.get('build_seconds')} s: {img.dir}")
+    return 0
+
+
+def _last_line(logfile: Any) -> str:
+    try:
+        with open(logfile, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 4096))
+            lines = f.read().decode(errors="replace").strip().splitlines()
+        return (lines[-1] if lines else "")[:60]
+    except OSError:
+        return ""
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    recipe = image.load_recipe()
+    imgs = image.all_cached()
+    rows: list[dict[str, Any]] = []
+    for img in imgs:
+        m = img.manifest
+        rows.append(
+            {
+                "hash": img.hash,
+                "current": img.hash == recipe.hash,
+                "kernel": m.get("kernel"),
+                "zfs": m.get("zfs_version"),
+                "size_bytes": m.get("size_bytes"),
+                "built_at": m.get("built_at"),
+                "build_seconds": m.get("build_seconds"),
+                "path": str(img.dir),
+            }
+        )
+    if args.json:
+        print(json.dumps({"recipe_hash": recipe.hash, "images": rows}, indent=2))
+        return 0
+    console = Console()
+    console.print(f"recipe {recipe.path}: hash [bold]{recipe.hash}[/], kernel {recipe.kernel}")
+    if not rows:
+        console.print("no image cached yet: run [bold]scenario image build[/]")
+        return 0
+    t = Table("hash", "current", "kernel", "ZFS", "size", "built", "build time")
+    for r in rows:
+        t.add_row(
+            r["hash"],
+            "yes" if r["current"] else "",
+            str(r["kernel"]),
+            str(r["zfs"]),
+            f"{(r['size_bytes'] or 0) / 2**20:.0f} MiB",
+            str(r["built_at"]),
+            f"{r['build_seconds']} s",
+        )
+    console.print(t)
+    if not any(r["current"] for r in rows):
+        console.print("the recipe changed since: run [bold]scenario image build[/]")
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    import shutil
+
+    keep = image.load_recipe().hash
+    console = Console()
+    d = paths.images_dir()
+    freed = 0
+    for p in sorted(d.iterdir()) if d.is_dir() else []:
+        if p.name.startswith(keep):
+            continue
+        size = (
+            sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+            if p.is_dir()
+            else p.stat().st_size
+        )
+        freed += size
+        console.print(
+            f"{'would remove' if args.dry_run else 'removing'} {p} ({size / 2**20:.0f} MiB)"
+        )
+        if args.dry_run:
+            continue
+        if p.is_dir():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+    console.print(
+        f"{'would free' if args.dry_run else 'freed'} {freed / 2**20:.0f} MiB; kept {keep}"
+    )
+    return 0

@@ -1,0 +1,127 @@
+"""``scenario list`` and ``scenario show``: the scenario catalogue on the command line.
+
+``run`` and ``reproduce`` are added by ``register_run_commands`` (owned by the lead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from harness import errors, paths
+from harness.config import scenario
+from harness.config.scenario import OpsWorkload, Scenario
+
+console = Console(highlight=False)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("list", help="list the scenario catalogue")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("show", help="show a scenario with every default filled in")
+    p.add_argument("name", metavar="NAME", help="scenario name or path to a TOML file")
+    add_set_option(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of TOML")
+    p.set_defaults(func=cmd_show)
+
+    register_run_commands(sub)
+
+
+def register_run_commands(sub: Any) -> None:
+    """``scenario run`` and ``scenario reproduce`` live in harness/cli_run.py."""
+    from harness.cli import run as cli_run
+
+    cli_run.register(sub, add_set_option)
+
+
+def add_set_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a setting, e.g. fs.disk_size=1G or workload.ops=500 (repeatable)",
+    )
+
+
+def _workload_label(s: Scenario) -> str:
+    w = s.workload
+    return f"ops x{w.ops}" if isinstance(w, OpsWorkload) else "fio"
+
+
+def _states_label(s: Scenario) -> str:
+    return ", ".join(st.label() for st in s.crash.states) + f" (<= {s.crash.max_states})"
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    good, bad = scenario.survey()
+    table = Table(box=None, pad_edge=False)
+    for col in ("name", "fs", "mode", "workload", "states"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("description", overflow="fold", min_width=30)
+    for s in good:
+        first = s.description.split(". ")[0].rstrip(".")
+        first = first if len(first) <= 90 else first[:87] + "..."
+        if isinstance(s, Scenario):
+            cols = (
+                str(s.fs.type),
+                str(s.fs.data_mode or "-"),
+                _workload_label(s),
+                _states_label(s),
+            )
+        else:  # a ZFS scrub/resilver experiment: layout, fill and fault instead
+            p = s.pool
+            cols = (
+                "zfs",
+                f"{p.layout} x{p.disks}",
+                f"fill {s.fill:g}%",
+                f"{s.experiment}: {s.fault.kind}",
+            )
+        table.add_row(s.name, *cols, first)
+    for b in bad:
+        table.add_row(b.name, "", "", "", "", f"[red]error:[/] {b.error}")
+    console.print(table)
+    if not good and not bad:
+        console.print(f"no scenarios in {paths.scenarios_dir()}")
+    # Broken files are input errors: the table still prints, the status says so.
+    return errors.EXIT_INPUT if bad else errors.EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    s = scenario.load(args.name, args.set)
+    data = s.resolved()
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(to_toml(data), end="")
+    return errors.EXIT_OK
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        if "\n" in v:
+            return '"""\n' + v.replace("\\", "\\\\").replace('"""', '\\"""') + '"""'
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_value(x)}" for k, x in v.items()) + " }"
+    return repr(v)
+
+
+def to_toml(data: dict[str, Any]) -> str:
+    """Enough TOML for a resolved scenario: scalars, lists and one level of tables."""
+    top = [f"{k} = {_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    tables = [
+        f"\n[{k}]\n" + "".join(f"{kk} = {_value(vv)}\n" for kk, vv in v.items())
+        for k, v in data.items()
+        if isinstance(v, dict)
+    ]
+    return "\n".join(top) + "\n" + "".join(tables)

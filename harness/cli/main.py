@@ -1,0 +1,83 @@
+"""The ``scenario`` command: argparse front end. Each command group lives in its own module
+and adds itself with ``register(subparsers)``; this module only parses and reports errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from harness import errors
+
+err_console = Console(stderr=True, highlight=False)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits 2 with usage on bad input (its default), never a traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from harness.cli import (
+        campaign as cli_campaign,
+    )
+    from harness.cli import (
+        image as cli_image,
+    )
+    from harness.cli import (
+        lab as cli_lab,
+    )
+    from harness.cli import (
+        results as cli_results,
+    )
+    from harness.cli import (
+        vm as cli_vm,
+    )
+
+    p = _Parser(prog="scenario", description="crashlab: crash-consistency fault-injection lab")
+    p.add_argument("--debug", action="store_true", help="verbose log and full command lines")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+    cli_lab.register(sub)
+    cli_image.register(sub)
+    cli_vm.register(sub)
+    cli_results.register(sub)
+    cli_campaign.register(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING,
+        format="%(asctime)s %(name)s: %(message)s",
+    )
+    try:
+        status: int = args.func(args)
+        return status
+    except errors.CrashlabError as e:
+        report(e, debug=args.debug)
+        return e.exit_status
+    except KeyboardInterrupt:
+        err_console.print(
+            "[yellow]interrupted[/]: finished results are in the store; run again to resume"
+        )
+        return 130
+
+
+def report(e: errors.CrashlabError, *, debug: bool = False) -> None:
+    kind = "error" if isinstance(e, errors.InputError) else "harness error"
+    err_console.print(f"[bold red]{kind}:[/] {e.message}", markup=True)
+    if e.detail:
+        lines = e.detail.rstrip().splitlines()
+        for line in lines if debug else lines[-20:]:
+            err_console.print("  " + line, markup=False)
+    if e.hint:
+        err_console.print(f"[cyan]hint:[/] {e.hint}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

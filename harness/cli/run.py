@@ -1,0 +1,190 @@
+"""``scenario run`` and ``scenario reproduce``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from harness import outcome, paths
+from harness.cli import ui
+from harness.config import scenario
+from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK
+from harness.experiments import crash as run
+from harness.report import runlog
+from harness.store import db as store
+
+console = Console(highlight=False)
+
+
+def register(sub: Any, add_set_option: Any) -> None:
+    p = sub.add_parser("run", help="run a scenario: record, replay crash states, check, store")
+    p.add_argument("name", metavar="NAME", help="scenario name (see `scenario list`) or TOML path")
+    add_set_option(p)
+    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument(
+        "--db", type=Path, default=None, help="SQLite store (default results/lab.sqlite)"
+    )
+    p.set_defaults(func=cmd_run)
+
+    rec = sub.add_parser("record", help="only record a scenario's workload: the dm-log-writes log")
+    rec.add_argument("name", metavar="NAME")
+    add_set_option(rec)
+    rec.add_argument("--seed", type=int)
+    rec.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="directory for log.raw, oracle.json and recording.json",
+    )
+    rec.set_defaults(func=cmd_record)
+
+    r = sub.add_parser(
+        "reproduce", help="rebuild one crash state's image and say how to inspect it"
+    )
+    r.add_argument("state_id", metavar="STATE-ID")
+    r.add_argument("--db", type=Path, default=None)
+    r.add_argument(
+        "-o", "--output", type=Path, default=None, help="image path (default STATE-ID.img)"
+    )
+    r.set_defaults(func=cmd_reproduce)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    sc = scenario.load(args.name, args.set)
+    db = args.db or paths.default_db()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    if sc.kind == scenario.Kind.ZFS:
+        from harness.cli import zfs as cli
+
+        return cli.cmd_run(sc, args, db)
+    assert isinstance(sc, scenario.Scenario)
+    with ui.progress(sc.name) as progress:
+        report = run.execute(sc, db=db, seed=args.seed, progress=progress)
+    status = summarize(sc, report)
+    console.print(f"log: {runlog.write_run_log(report.db, report.run_id)}")
+    return status
+
+
+def summarize(sc: scenario.Scenario, report: run.RunReport) -> int:
+    st = store.Store.open(report.db, create=False)
+    try:
+        detail = st.run_detail(report.run_id)
+    finally:
+        st.close()
+    counts = {k: v for k, v in detail.run.outcome_counts.items() if v}
+    verdicts = [outcome.Outcome(v) for v in counts]
+    status = outcome.exit_status(verdicts)
+    rec = report.recording
+    console.print(
+        f"[bold]{sc.name}[/]  run [bold]{report.run_id}[/]"
+        + ("  (resumed)" if report.resumed else "")
+        + f"  {report.seconds:.0f} s  store: {report.db}"
+    )
+    console.print(
+        f"log: {rec.get('log_entries')} entries, {rec.get('flushes')} flushes, "
+        f"{rec.get('fuas')} FUA, {rec.get('marks')} marks; "
+        f"{report.states_total} crash states"
+    )
+    t = Table("verdict", "states", "kind")
+    for name in sorted(counts, key=lambda o: outcome.Outcome(o).severity):
+        o = outcome.Outcome(name)
+        kind = "finding" if outcome.is_finding(o) else "harness" if outcome.is_harness(o) else ""
+        style = "red" if kind == "finding" else "yellow" if kind == "harness" else "green"
+        t.add_row(f"[{style}]{name}[/]", str(counts[name]), kind)
+    console.print(t)
+    if detail.recovery:
+        rt = Table("recovery phase", "n", "mean ms", "p50 ms", "p95 ms", "max ms")
+        for ph in detail.recovery:
+            rt.add_row(
+                ph.phase,
+                str(ph.n),
+                f"{ph.mean * 1e3:.1f}",
+                f"{ph.p50 * 1e3:.1f}",
+                f"{ph.p95 * 1e3:.1f}",
+                f"{ph.max * 1e3:.1f}",
+            )
+        console.print(rt)
+    msg = {
+        EXIT_OK: "[green]no finding[/]: every checked crash state recovered with its fsync'd data"
+        if sc.check.guest
+        else "[green]no finding[/] by the host checker (check.guest=false: states were not"
+        " mounted and fsync'd data was not verified)",
+        EXIT_FINDING: "[red]finding[/]: the filesystem lost fsync'd data or needed repair"
+        " in some state"
+        f" — scenario results show {report.run_id}",
+        EXIT_HARNESS: "[yellow]harness failure[/]: some states could not be checked (hang, panic, "
+        "lab error); this says nothing about the filesystem",
+    }
+    console.print(msg[status])
+    return status
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    db = args.db or paths.default_db()
+    out = args.output or Path(f"{args.state_id}.img")
+    path, info = run.reproduce(args.state_id, db=db, out=out)
+    console.print(
+        f"crash state {info['state']['id']} of run {info['run_id']}: {info['description']}"
+    )
+    console.print(f"image: {path}")
+    console.print("inspect it in a disposable guest, never on the host kernel:")
+    console.print(
+        f"  scenario vm run --disk {path} --"
+        " sh -c 'mount /dev/disk/by-id/virtio-disk0 /mnt && ls -lR /mnt'"
+    )
+    console.print(
+        f"  e2fsck -fn {path}   # or xfs_repair -n / btrfs check --readonly (userspace, host)"
+    )
+    return 0
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    """Record only: for fixtures, benchmarks and looking at a log by hand."""
+    import json
+
+    from harness.record import logwrites
+    from harness.record import recorder as record
+
+    sc = scenario.load(args.name, args.set)
+    if not isinstance(sc, scenario.Scenario):
+        from harness.errors import InputError
+
+        raise InputError(f"{sc.name}: only crash scenarios record a dm-log-writes log")
+    seed = sc.seed if args.seed is None else args.seed
+    rec = record.record(
+        args.output,
+        run.fs_spec(sc),
+        run.workload_spec(sc),
+        seed,
+        timeout=sc.check.timeout,
+        recorder=str(sc.recorder.type),
+    )
+    (args.output / "oracle.json").write_text(json.dumps(rec.oracle))
+    (args.output / "recording.json").write_text(
+        json.dumps(
+            {
+                "scenario": sc.name,
+                "seed": seed,
+                "device_size": rec.device_size,
+                "seconds": rec.seconds,
+                "guest_kernel": rec.guest_kernel,
+                "accelerator": rec.accelerator,
+            },
+            indent=1,
+        )
+    )
+    (args.output / "dut.raw").unlink(missing_ok=True)
+    with logwrites.open_log(rec.log_path) as lg:
+        s = lg.stats()
+        console.print(
+            f"{rec.log_path}: {s.entries} entries, {s.flushes} flushes, {s.fuas} FUA, "
+            f"{s.marks} marks, {s.discards} discards, {s.bytes_written / 2**20:.1f} MiB "
+            f"written; log {lg.size / 2**20:.1f} MiB; hash {lg.hash[:16]}"
+        )
+    return 0

@@ -1,0 +1,591 @@
+"""Campaigns: many scenario runs (scenarios x a matrix of ``--set`` overrides x seeds)
+that survive SIGKILL.
+
+A campaign file (``campaigns/*.toml``)::
+
+    description = "what it is for"
+    max_failures = 2          # a run that made the harness fail this often is quarantined
+    max_interruptions = 5     # ... or that was killed with the harness this often
+    stall_factor = 4.0        # stall budget: this times the longest earlier run ...
+    stall_floor = 600         # ... but never under this many seconds
+
+    [[run]]
+    scenario = "ext4-ordered-fsync"
+    matrix = { "fs.data_mode" = ["ordered", "journal"] }   # every combination
+    set = ["workload.ops=100"]                             # applied to each
+    repetitions = 2           # seeds: the scenario's seed, seed + 1, ... (or seeds = [...])
+    optional = false          # true: skip (with a note) while the scenario does not exist
+
+**Bookkeeping.** A campaign is a row in ``campaigns``, each element (scenario,
+overrides, seed) a row in ``campaign_elements`` keyed by its canonical JSON, so an
+element exists once however often the campaign is resumed. Every state change of an
+element is ONE SQL statement (so atomic): ``pending -> running -> done``, or ``failed``
+(retried) and finally ``quarantined``. The element's scenario run resumes itself
+(``run.execute`` finds the unfinished run with the same scenario, parameters and seed
+and skips the states that have verdicts), so a SIGKILL loses at most the state being
+checked and duplicates nothing. An element found ``running`` when the campaign starts
+was killed with the harness: that counts as an *interruption*, and an element that
+keeps taking the harness down (``max_interruptions``) is quarantined like one that keeps
+failing (``max_failures``), instead of looping.
+
+**History.** The expected duration of an element (for the ETA) and its stall budget are
+learnt from earlier finished runs of the same scenario in the store. A step that runs
+past its budget is a hang: it is stopped with ``Stalled`` and counted as a failure with a
+timeout outcome.
+
+The engine takes the element runner as a callable, so the bookkeeping is unit-tested
+without guests; ``RUNNERS`` maps a scenario kind to its runner (crash runs are
+registered here; another kind registers its own with ``register_runner``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import signal
+import socket
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol
+
+from harness import paths
+from harness.config import scenario
+from harness.config import tables as tomlconf
+from harness.errors import CrashlabError, HarnessError, InputError
+from harness.store.db import Store, canonical_json, pid_alive, utc_now
+
+DEFAULT_MAX_FAILURES = 2
+DEFAULT_MAX_INTERRUPTIONS = 5
+DEFAULT_STALL_FACTOR = 4.0
+DEFAULT_STALL_FLOOR = 600.0
+# With no history at all, a guess for the ETA only (never a stall budget).
+DEFAULT_EXPECTED = 240.0
+
+
+class ElementStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    QUARANTINED = "quarantined"
+
+
+class Stalled(BaseException):
+    """A step ran past its stall budget.
+
+    A BaseException, like KeyboardInterrupt, so that no ``except Exception`` (or a
+    checker turning a ``HarnessError`` into a per-state outcome) swallows it on its way
+    out; the run records itself as failed and the campaign counts a timeout.
+    """
+
+
+@dataclass(frozen=True)
+class Element:
+    position: int
+    scenario: str
+    overrides: tuple[str, ...]
+    seed: int | None
+
+    @property
+    def key(self) -> str:
+        return canonical_json(
+            {"scenario": self.scenario, "set": list(self.overrides), "seed": self.seed}
+        )
+
+    @property
+    def label(self) -> str:
+        parts = [self.scenario, *self.overrides]
+        if self.seed is not None:
+            parts.append(f"seed={self.seed}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Campaign:
+    name: str
+    path: Path
+    description: str
+    elements: tuple[Element, ...]
+    max_failures: int = DEFAULT_MAX_FAILURES
+    max_interruptions: int = DEFAULT_MAX_INTERRUPTIONS
+    stall_factor: float = DEFAULT_STALL_FACTOR
+    stall_floor: float = DEFAULT_STALL_FLOOR
+    skipped: tuple[str, ...] = ()  # optional scenarios that do not exist (yet)
+
+    @property
+    def spec_hash(self) -> str:
+        keys = "\n".join(e.key for e in self.elements)
+        return hashlib.sha256(keys.encode()).hexdigest()[:16]
+
+
+# --- loading ------------------------------------------------------------------------
+
+
+def load(path: Path) -> Campaign:
+    """Read and validate a campaign file; every element's scenario is loaded with its
+    overrides, so a bad name or ``--set`` is reported before anything runs.
+
+    :raise InputError: naming the file, the key and the bad value.
+    """
+    if not path.is_file():
+        raise InputError(f"{path}: no such campaign file", hint="e.g. campaigns/ci.toml")
+    t = tomlconf.load(path)
+    description = t.get("description", str, "").strip()
+    max_failures = t.get("max_failures", int, DEFAULT_MAX_FAILURES)
+    max_interruptions = t.get("max_interruptions", int, DEFAULT_MAX_INTERRUPTIONS)
+    stall_factor = float(t.get("stall_factor", float, DEFAULT_STALL_FACTOR))
+    stall_floor = float(t.get("stall_floor", float, DEFAULT_STALL_FLOOR))
+    for key, v in (
+        ("max_failures", max_failures),
+        ("max_interruptions", max_interruptions),
+        ("stall_factor", stall_factor),
+        ("stall_floor", stall_floor),
+    ):
+        if v <= 0:
+            raise t.error(key, v, "must be positive")
+    runs = t.get("run", list, required=True)
+    elements: list[Element] = []
+    seen: set[str] = set()
+    skipped: list[str] = []
+    for i, item in enumerate(runs):
+        if not isinstance(item, dict):
+            raise t.error("run", item, f"item {i} must be a [[run]] table")
+        rt = tomlconf.Table(path, item, prefix=f"run[{i}].")
+        name = rt.get("scenario", str, required=True)
+        optional = rt.get("optional", bool, False)
+        base = list(rt.str_list("set"))
+        matrix = rt.get("matrix", dict, {})
+        axes: list[list[str]] = []
+        for key, values in matrix.items():
+            if not isinstance(values, list) or not values:
+                raise rt.error(f"matrix.{key}", values, "expected a non-empty list of values")
+            axes.append([f"{key}={_set_value(v)}" for v in values])
+        if rt.has("seeds") and rt.has("repetitions"):
+            raise rt.error("seeds", rt.data["seeds"], "give seeds or repetitions, not both")
+        seeds_raw = rt.get("seeds", list, [])
+        if not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds_raw):
+            raise rt.error("seeds", seeds_raw, "expected a list of integers")
+        reps = rt.get("repetitions", int, 1)
+        if reps < 1:
+            raise rt.error("repetitions", reps, "must be at least 1")
+        rt.finish()
+        try:
+            scenario.locate(name)
+        except InputError as e:
+            if optional:
+                skipped.append(name)
+                continue
+            raise InputError(f"{path}: run[{i}].scenario: {e.message}", hint=e.hint) from None
+        for combo in itertools.product(*axes) if axes else [()]:
+            overrides = (*base, *combo)
+            sc = _load_scenario(path, i, name, overrides)
+            seeds: list[int | None] = (
+                list(seeds_raw) if seeds_raw else [sc.seed + r for r in range(reps)]
+            )
+            for seed in seeds:
+                el = Element(len(elements), name, overrides, seed)
+                if el.key in seen:
+                    raise rt.error("scenario", name, f"element {el.label!r} is listed twice")
+                seen.add(el.key)
+                elements.append(el)
+    t.finish()
+    if not elements:
+        raise InputError(f"{path}: the campaign has no runs", hint="add a [[run]] table")
+    return Campaign(
+        path.stem,
+        path,
+        description,
+        tuple(elements),
+        max_failures,
+        max_interruptions,
+        stall_factor,
+        stall_floor,
+        tuple(skipped),
+    )
+
+
+def _set_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _load_scenario(path: Path, i: int, name: str, overrides: Sequence[str]) -> Any:
+    try:
+        return scenario.load(name, overrides)
+    except InputError as e:
+        raise InputError(f"{path}: run[{i}] ({name}): {e.message}", hint=e.hint) from None
+
+
+# --- history ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class History:
+    """What earlier finished runs of a scenario took (seconds)."""
+
+    durations: Sequence[float]
+
+    @property
+    def expected(self) -> float | None:
+        return statistics.median(self.durations) if self.durations else None
+
+    def stall_budget(self, factor: float, floor: float) -> float | None:
+        """``factor`` x the longest earlier run, at least ``floor``; None without history."""
+        return max(floor, factor * max(self.durations)) if self.durations else None
+
+
+def history(store: Store, scenario_name: str, limit: int = 20) -> History:
+    rows = store.execute(
+        "SELECT (julianday(finished_at) - julianday(started_at)) * 86400 FROM runs"
+        " WHERE scenario = ? AND status = 'done' AND finished_at IS NOT NULL"
+        " ORDER BY started_at DESC LIMIT ?",
+        (scenario_name, limit),
+    )
+    return History([float(r[0]) for r in rows if r[0] is not None and r[0] > 0])
+
+
+# --- running ------------------------------------------------------------------------
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class ElementContext:
+    db: Path
+    progress: ProgressFn
+    budget: float | None
+
+
+Runner = Callable[[Element, ElementContext], str]  # returns the run id
+
+
+class View(Protocol):
+    """What the engine tells a progress display; ``NullView`` ignores it all."""
+
+    def start(self, campaign: Campaign, rows: Sequence[ElementRow], eta: float) -> None: ...
+    def element(self, row: ElementRow, expected: float, budget: float | None) -> None: ...
+    def progress(self, what: str, done: int, total: int) -> None: ...
+    def finished(self, row: ElementRow, eta: float) -> None: ...
+
+
+class NullView:
+    def start(self, campaign: Campaign, rows: Sequence[ElementRow], eta: float) -> None:
+        pass
+
+    def element(self, row: ElementRow, expected: float, budget: float | None) -> None:
+        pass
+
+    def progress(self, what: str, done: int, total: int) -> None:
+        pass
+
+    def finished(self, row: ElementRow, eta: float) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class ElementRow:
+    element: Element
+    status: ElementStatus
+    run_id: str | None
+    failures: int
+    interruptions: int
+    last_error: str | None
+    seconds: float | None
+
+
+@dataclass
+class CampaignReport:
+    campaign_id: str
+    campaign: Campaign
+    db: Path
+    resumed: bool
+    rows: list[ElementRow] = field(default_factory=list)
+    ran: int = 0  # elements run (to completion or not) by this invocation
+
+    def by_status(self, status: ElementStatus) -> list[ElementRow]:
+        return [r for r in self.rows if r.status is status]
+
+
+RUNNERS: dict[str, Runner] = {}
+
+
+def register_runner(kind: str, runner: Runner) -> None:
+    """The runner for scenarios of ``kind`` (a scenario's ``kind`` key)."""
+    RUNNERS[kind] = runner
+
+
+def run_scenario_element(el: Element, ctx: ElementContext) -> str:
+    """The default runner: load the scenario and hand it to its kind's runner."""
+    sc = scenario.load(el.scenario, el.overrides)
+    kind = str(getattr(sc, "kind", "crash"))
+    if kind not in RUNNERS:
+        raise HarnessError(
+            f"no campaign runner for scenarios of kind {kind!r} ({el.scenario})",
+            hint="register one with harness.campaign.register_runner",
+        )
+    return RUNNERS[kind](el, ctx)
+
+
+def _run_crash(el: Element, ctx: ElementContext) -> str:
+    from harness.config.scenario import Scenario
+    from harness.experiments import crash as run
+
+    sc = scenario.load(el.scenario, el.overrides)
+    assert isinstance(sc, Scenario)
+    return run.execute(sc, db=ctx.db, seed=el.seed, progress=ctx.progress).run_id
+
+
+register_runner("crash", _run_crash)
+
+
+class Engine:
+    """Runs one campaign against one store; see the module docstring."""
+
+    def __init__(
+        self,
+        campaign: Campaign,
+        db: Path,
+        *,
+        runner: Runner = run_scenario_element,
+        view: View | None = None,
+        after_element: Callable[[Store, ElementRow], None] | None = None,
+    ):
+        self.campaign = campaign
+        self.db = db
+        self.runner = runner
+        self.view: View = view or NullView()
+        self.after_element = after_element
+
+    def run(self, *, new: bool = False) -> CampaignReport:
+        """Run (or resume) the campaign until every element is done or quarantined.
+
+        :raise InputError: the same campaign is running in another live process.
+        """
+        with Store.open(self.db) as st:
+            cid, resumed = self._adopt(st, new)
+            report = CampaignReport(cid, self.campaign, self.db, resumed)
+            try:
+                self._run_elements(st, report)
+            except BaseException:
+                st.execute(
+                    "UPDATE campaigns SET status = 'interrupted', pid = NULL WHERE id = ?",
+                    (cid,),
+                )
+                raise
+            report.rows = self.rows(st, cid)
+            st.execute(
+                "UPDATE campaigns SET status = 'done', finished_at = ? WHERE id = ?",
+                (utc_now(), cid),
+            )
+        return report
+
+    # -- bookkeeping (each statement atomic on its own)
+
+    def _adopt(self, st: Store, new: bool) -> tuple[str, bool]:
+        c = self.campaign
+        row = st.execute(
+            "SELECT id, host, pid FROM campaigns WHERE name = ? AND spec_hash = ?"
+            " AND status != 'done' ORDER BY started_at DESC, rowid DESC LIMIT 1",
+            (c.name, c.spec_hash),
+        )
+        cid: str | None = None
+        if row and not new:
+            cid, host, pid = row[0]
+            if host == socket.gethostname() and pid and pid != os.getpid() and pid_alive(pid):
+                raise InputError(
+                    f"campaign {c.name} ({cid}) is running in process {pid}",
+                    hint="wait for it, or stop it first; it resumes where it stopped",
+                )
+            st.execute(
+                "UPDATE campaigns SET status = 'running', host = ?, pid = ? WHERE id = ?",
+                (socket.gethostname(), os.getpid(), cid),
+            )
+        resumed = cid is not None
+        if cid is None:
+            cid = uuid.uuid4().hex[:12]
+            spec = {
+                "elements": [json.loads(e.key) for e in c.elements],
+                "max_failures": c.max_failures,
+                "max_interruptions": c.max_interruptions,
+            }
+            st.execute(
+                "INSERT INTO campaigns (id, name, path, spec_hash, spec, started_at, host, pid)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    cid,
+                    c.name,
+                    str(c.path),
+                    c.spec_hash,
+                    canonical_json(spec),
+                    utc_now(),
+                    socket.gethostname(),
+                    os.getpid(),
+                ),
+            )
+        # Idempotent: a campaign killed while inserting its elements completes them here.
+        for e in c.elements:
+            st.execute(
+                "INSERT OR IGNORE INTO campaign_elements (campaign_id, key, position, scenario,"
+                " overrides, seed) VALUES (?, ?, ?, ?, ?, ?)",
+                (cid, e.key, e.position, e.scenario, json.dumps(list(e.overrides)), e.seed),
+            )
+        return cid, resumed
+
+    def rows(self, st: Store, cid: str) -> list[ElementRow]:
+        by_key = {e.key: e for e in self.campaign.elements}
+        out = []
+        for key, status, run_id, failures, interruptions, error, seconds in st.execute(
+            "SELECT key, status, run_id, failures, interruptions, last_error, seconds"
+            " FROM campaign_elements WHERE campaign_id = ? ORDER BY position",
+            (cid,),
+        ):
+            if key in by_key:
+                out.append(
+                    ElementRow(
+                        by_key[key],
+                        ElementStatus(status),
+                        run_id,
+                        int(failures),
+                        int(interruptions),
+                        error,
+                        seconds,
+                    )
+                )
+        return out
+
+    def _row(self, st: Store, cid: str, el: Element) -> ElementRow:
+        return next(r for r in self.rows(st, cid) if r.element.key == el.key)
+
+    def _set(self, st: Store, cid: str, el: Element, sql: str, args: Sequence[Any] = ()) -> None:
+        st.execute(
+            f"UPDATE campaign_elements SET {sql} WHERE campaign_id = ? AND key = ?",
+            (*args, cid, el.key),
+        )
+
+    # -- the loop
+
+    def _run_elements(self, st: Store, report: CampaignReport) -> None:
+        c, cid = self.campaign, report.campaign_id
+        hist = {name: history(st, name) for name in {e.scenario for e in c.elements}}
+        expected_all = [h.expected for h in hist.values() if h.expected is not None]
+        fallback = statistics.median(expected_all) if expected_all else DEFAULT_EXPECTED
+
+        def expected(el: Element) -> float:
+            return hist[el.scenario].expected or fallback
+
+        def eta() -> float:
+            return sum(
+                expected(r.element)
+                for r in self.rows(st, cid)
+                if r.status not in (ElementStatus.DONE, ElementStatus.QUARANTINED)
+            )
+
+        rows = self.rows(st, cid)
+        self.view.start(c, rows, eta())
+        for row in rows:
+            el = row.element
+            if row.status is ElementStatus.RUNNING:
+                # Left running by a harness that was killed: an interruption, not a failure.
+                self._set(
+                    st,
+                    cid,
+                    el,
+                    "status = 'failed', interruptions = interruptions + 1,"
+                    " last_error = 'interrupted: the harness was killed during this run'",
+                )
+            while True:
+                row = self._row(st, cid, el)
+                if row.status in (ElementStatus.DONE, ElementStatus.QUARANTINED):
+                    break
+                if row.failures >= c.max_failures or row.interruptions >= c.max_interruptions:
+                    self._set(st, cid, el, "status = 'quarantined', finished_at = ?", (utc_now(),))
+                    self.view.finished(self._row(st, cid, el), eta())
+                    break
+                self._attempt(st, cid, el, expected(el), hist[el.scenario], report)
+                self.view.finished(self._row(st, cid, el), eta())
+
+    def _attempt(
+        self,
+        st: Store,
+        cid: str,
+        el: Element,
+        expected: float,
+        hist: History,
+        report: CampaignReport,
+    ) -> None:
+        c = self.campaign
+        budget = hist.stall_budget(c.stall_factor, c.stall_floor)
+        self._set(
+            st, cid, el, "status = 'running', pid = ?, started_at = ?", (os.getpid(), utc_now())
+        )
+        report.ran += 1
+        self.view.element(self._row(st, cid, el), expected, budget)
+        ctx = ElementContext(self.db, self.view.progress, budget)
+        t0 = time.monotonic()
+        try:
+            with stall_budget(budget):
+                run_id = self.runner(el, ctx)
+        except KeyboardInterrupt:
+            # A person stopped it: not the element's fault, so not an interruption either.
+            self._set(st, cid, el, "status = 'pending', pid = NULL")
+            raise
+        except Stalled:
+            self._fail(st, cid, el, f"timeout: stalled past its budget of {budget:.0f} s", t0)
+            return
+        except CrashlabError as e:
+            self._fail(st, cid, el, f"{type(e).__name__}: {e.message}", t0)
+            return
+        except Exception as e:  # a bug in a runner is a harness failure, not a loop
+            self._fail(st, cid, el, f"{type(e).__name__}: {e}", t0)
+            return
+        self._set(
+            st,
+            cid,
+            el,
+            "status = 'done', run_id = ?, seconds = ?, finished_at = ?, pid = NULL",
+            (run_id, round(time.monotonic() - t0, 2), utc_now()),
+        )
+        if self.after_element:
+            self.after_element(st, self._row(st, cid, el))
+
+    def _fail(self, st: Store, cid: str, el: Element, error: str, t0: float) -> None:
+        self._set(
+            st,
+            cid,
+            el,
+            "status = 'failed', failures = failures + 1, last_error = ?, seconds = ?, pid = NULL",
+            (error[:1000], round(time.monotonic() - t0, 2)),
+        )
+
+
+@contextmanager
+def stall_budget(seconds: float | None) -> Iterator[None]:
+    """Raise ``Stalled`` in the main thread if the block runs longer than ``seconds``."""
+    if seconds is None:
+        yield
+        return
+
+    def expire(signum: int, frame: FrameType | None) -> None:
+        raise Stalled(f"stalled past {seconds:.0f} s")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def default_db() -> Path:
+    return paths.default_db()

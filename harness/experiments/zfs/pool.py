@@ -1,0 +1,168 @@
+"""A pool in a guest: its disks, ``zpool create``, the fill, and reading its state back.
+
+Everything here is argv lists run through ``Guest.run``; parsing lives in ``parse``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from faults.disk import DiskFault
+from harness.config.zfs import Cell, Layout
+from harness.errors import HarnessError
+from harness.experiments.zfs import parse
+from harness.vm.backend import Disk, Guest
+
+POOL = "tank"
+MOUNT = "/tank"
+# One fill file per GiB: a single huge file would be one object with one dnode; several
+# files look more like a real pool, and a failure says how far the fill got.
+FILL_CHUNK = 1 << 30
+# The event queue defaults to 512 entries; a damaged disk yields thousands of checksum
+# ereports, and a full queue would drop the scan_start we time from.
+ZEVENT_LEN_MAX = 1 << 20
+
+
+@dataclass(frozen=True)
+class DiskSet:
+    data: tuple[Disk, ...]
+    spares: tuple[Disk, ...]  # fresh disks a lost disk is replaced with
+    cache: Disk | None
+    log: Disk | None
+
+    def all(self) -> tuple[Disk, ...]:
+        extra = tuple(d for d in (self.cache, self.log) if d is not None)
+        return self.data + self.spares + extra
+
+
+def make_disks(directory: Path, cell: Cell, fault: DiskFault) -> DiskSet:
+    """Sparse raw files for the data disks, one spare per lost disk, cache and log."""
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def disk(serial: str) -> Disk:
+        path = directory / f"{serial}.raw"
+        path.unlink(missing_ok=True)
+        with open(path, "wb") as f:
+            f.truncate(cell.pool.disk_size)
+        return Disk(path, serial)
+
+    p = cell.pool
+    spares = len(fault.disks) if fault.loses_disks else 0
+    return DiskSet(
+        tuple(disk(f"zd{i}") for i in range(p.disks)),
+        tuple(disk(f"zs{i}") for i in range(spares)),
+        disk("zc0") if p.cache else None,
+        disk("zl0") if p.log else None,
+    )
+
+
+def vdev_args(layout: Layout, devices: list[str]) -> list[str]:
+    if layout is Layout.MIRROR:
+        return ["mirror", *devices]
+    # raidzN and draidN (dRAID's data/children counts default from the device list).
+    return [str(layout), *devices]
+
+
+def create_argv(g: Guest, cell: Cell, disks: DiskSet) -> list[str]:
+    p = cell.pool
+    argv = [
+        "zpool",
+        "create",
+        "-f",
+        "-o",
+        f"ashift={p.ashift}",
+        "-O",
+        "compression=off",
+        "-O",
+        "atime=off",
+        "-O",
+        f"recordsize={p.recordsize}",
+        "-O",
+        f"mountpoint={MOUNT}",
+        POOL,
+        *vdev_args(p.layout, [g.disk(d.serial) for d in disks.data]),
+    ]
+    if disks.cache is not None:
+        argv += ["cache", g.disk(disks.cache.serial)]
+    if disks.log is not None:
+        argv += ["log", g.disk(disks.log.serial)]
+    return argv
+
+
+def run(g: Guest, argv: list[str], *, timeout: float = 300) -> str:
+    """Run a ZFS command that must succeed; its failure is a harness error naming it."""
+    r = g.run(argv, timeout=timeout)
+    if r.exitcode != 0:
+        raise HarnessError(
+            f"guest command failed with exit status {r.exitcode}: {shlex.join(argv[:3])}",
+            detail="$ " + shlex.join(argv) + "\n" + (r.err or r.out).strip()[-2000:],
+        )
+    return r.out
+
+
+def load_module(g: Guest) -> None:
+    run(g, ["modprobe", "zfs", f"zfs_zevent_len_max={ZEVENT_LEN_MAX}"], timeout=120)
+
+
+def versions(g: Guest) -> tuple[str, str]:
+    """(ZFS kernel module version, guest kernel release)."""
+    out = run(g, ["zfs", "version"]).splitlines()
+    kmod = next((line for line in out if line.startswith("zfs-kmod-")), out[-1] if out else "")
+    return kmod.removeprefix("zfs-kmod-"), run(g, ["uname", "-r"]).strip()
+
+
+def used_available(g: Guest) -> tuple[int, int]:
+    out = run(g, ["zfs", "get", "-Hp", "-o", "property,value", "used,available", POOL])
+    return parse.parse_used_available(out)
+
+
+def fill(g: Guest, nbytes: int, seed: int, *, timeout: float) -> int:
+    """Write ``nbytes`` of incompressible data into the pool; returns the bytes written.
+
+    AES-CTR keystream from openssl is ~10x faster than the guest's /dev/urandom under TCG
+    and is as incompressible; the password makes it reproducible per seed and file.
+    """
+    written = 0
+    i = 0
+    while written < nbytes:
+        n = min(FILL_CHUNK, nbytes - written)
+        script = (
+            f"openssl enc -aes-128-ctr -pbkdf2 -nosalt -pass pass:crashlab-{seed}-{i}"
+            f" </dev/zero 2>/dev/null | head -c {n} > {MOUNT}/fill-{i:04d}"
+        )
+        run(g, ["sh", "-c", script], timeout=timeout)
+        written += n
+        i += 1
+    run(g, ["zpool", "sync", POOL])
+    return written
+
+
+def status(g: Guest) -> parse.PoolStatus:
+    return parse.parse_status(run(g, ["zpool", "status", "-j", "--json-int", "-p", POOL]), POOL)
+
+
+def pool_list(g: Guest) -> parse.PoolList:
+    return parse.parse_list(run(g, ["zpool", "list", "-Hp", POOL]))
+
+
+def events(g: Guest) -> tuple[str, parse.Events]:
+    text = run(g, ["zpool", "events", "-v"], timeout=120)
+    return text, parse.parse_events(text)
+
+
+def timed(g: Guest, commands: list[list[str]], *, timeout: float) -> float:
+    """Run ``commands`` in one guest shell; seconds between first start and last end by
+    the guest's fine-grained clock (``date +%s.%N``), so host-agent round trips are not
+    counted but process start-up in the guest is."""
+    body = " && ".join(shlex.join(c) for c in commands)
+    script = f"a=$(date +%s.%N); {body}; rc=$?; b=$(date +%s.%N); echo $a $b; exit $rc"
+    r = g.run(["sh", "-c", script], timeout=timeout)
+    if r.exitcode != 0:
+        raise HarnessError(
+            f"guest command failed with exit status {r.exitcode}: {commands[-1][0]}",
+            detail="$ " + body + "\n" + (r.err or r.out).strip()[-2000:],
+        )
+    words = r.out.split()
+    return float(words[-1]) - float(words[-2]) if len(words) >= 2 else float("nan")

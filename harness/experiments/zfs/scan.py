@@ -1,0 +1,379 @@
+"""``scenario run`` for ``kind = "zfs"``: pool -> fill -> fault -> scrub or resilver -> store.
+
+Each repetition of each cell boots a fresh guest on fresh sparse disks, so no state
+(ARC, metaslab layout, event queue) leaks between repetitions. The scan is timed three
+ways, kept side by side in ``zfs_scans``: from the events (``seconds``, to one kernel
+tick), from ``zpool status`` (whole seconds, what the seed's authors had), and by the
+guest's clock around ``zpool scrub/replace`` + ``zpool wait`` (``wall_seconds``, which
+includes process start-up). Throughput is bytes repaired per second for a resilver
+(``processed``: what was written to the new disk), bytes issued per second for a scrub.
+
+Verdicts: a scan that leaves no permanent data error is ``consistent``; one that does is
+``data_loss``. Data loss with more damaged disks than the layout's redundancy is the
+expected result of the experiment (exit 0, reported as such); with no more damaged disks
+than the redundancy it is a finding (exit 1): ZFS should have repaired it.
+
+Multi-disk crash states (``experiment = "crash"``, issue 4 item 6) are
+``harness.zfs.crash``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from faults import disk as faults
+from faults.disk import When
+from harness import paths, proc
+from harness.config.zfs import Cell, Experiment, ZfsScenario
+from harness.errors import CommandFailed, HarnessError
+from harness.experiments.zfs import parse, pool
+from harness.image import build as image
+from harness.outcome import Outcome
+from harness.store import db as store
+from harness.vm.backend import Guest, GuestSpec, start_guest
+
+log = logging.getLogger("crashlab.zfs")
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class Measurement:
+    cell: Cell
+    repetition: int
+    fill_target: float
+    fill: float  # achieved, % of usable capacity (zfs used / (used + available))
+    pool_alloc: int  # raw bytes allocated, parity included (zpool list)
+    written: int
+    status: parse.PoolStatus
+    window: parse.Window
+    tick_ns: int
+    wall_seconds: float
+    damage: list[faults.Damage]
+    zfs_version: str
+    guest_kernel: str
+    accelerator: str
+    events_dropped: int
+    checksum_ereports: int
+    cell_kind: Experiment = Experiment.SCRUB
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def scan(self) -> parse.ScanStats:
+        assert self.status.scan is not None
+        return self.status.scan
+
+    @property
+    def seconds(self) -> float:
+        if self.window.seconds is not None:
+            return self.window.seconds
+        return float(self.scan.status_seconds or 0)
+
+    @property
+    def moved(self) -> int:
+        """The bytes throughput is computed from (see the module docstring)."""
+        return self.scan.processed if self.cell_kind is Experiment.RESILVER else self.scan.issued
+
+    @property
+    def bytes_per_second(self) -> float | None:
+        return self.moved / self.seconds if self.seconds > 0 else None
+
+    @property
+    def outcome(self) -> Outcome:
+        if self.scan.state != "FINISHED":
+            return Outcome.HARNESS_ERROR
+        return Outcome.DATA_LOSS if self.status.error_count else Outcome.CONSISTENT
+
+
+@dataclass
+class ZfsReport:
+    run_id: str
+    db: Path
+    scenario: ZfsScenario
+    measurements: list[Measurement]
+    seconds: float
+    expected_loss: bool
+
+
+def execute(sc: ZfsScenario, *, db: Path, seed: int | None = None, progress: Progress) -> ZfsReport:
+    started = time.monotonic()
+    img = image.require_image()
+    params = sc.resolved()
+    seed = sc.seed if seed is None else seed
+    cells = list(sc.cells())
+    st = store.Store.open(db)
+    try:
+        run_id = st.begin_run(
+            sc.name,
+            store.RunKind.ZFS,
+            params,
+            seed,
+            fs="zfs",
+            env=store.RunEnv(image_hash=img.hash, qemu_version=_qemu_version()),
+        )
+        out: list[Measurement] = []
+        try:
+            total = len(cells) * sc.repeat
+            for ci, cell in enumerate(cells):
+                for rep in range(sc.repeat):
+                    done = ci * sc.repeat + rep
+                    progress(f"{cell.label()} #{rep + 1}", done, total)
+                    m = run_once(sc, cell, rep, seed, run_dir(run_id) / f"c{ci}-r{rep}", progress)
+                    if not out:
+                        st.set_run_env(run_id, _env(img, m))
+                    _store(st, run_id, sc, m)
+                    out.append(m)
+        except BaseException as e:
+            status = (
+                store.RunStatus.INTERRUPTED
+                if isinstance(e, KeyboardInterrupt)
+                else store.RunStatus.FAILED
+            )
+            st.finish_run(run_id, status, {"error": str(e)[:500], "scans": len(out)})
+            raise
+        seconds = time.monotonic() - started
+        expected = len(sc.fault.disks) > min(c.pool.layout.redundancy(c.pool.disks) for c in cells)
+        st.finish_run(
+            run_id,
+            store.RunStatus.DONE,
+            {
+                "scans": len(out),
+                "outcome_counts": _counts(out),
+                "data_loss_expected": expected,
+                "seconds": round(seconds, 2),
+            },
+        )
+        return ZfsReport(run_id, db, sc, out, seconds, expected)
+    finally:
+        st.close()
+
+
+def run_dir(run_id: str) -> Path:
+    return paths.work_dir() / "zfs" / run_id
+
+
+@contextlib.contextmanager
+def _guest(sc: ZfsScenario, disks: pool.DiskSet, phases: dict[str, float]) -> Iterator[Guest]:
+    """A guest with ZFS loaded; boot, module load and teardown go into ``phases``."""
+    t = time.monotonic()
+    spec = GuestSpec(
+        disks=disks.all(), udev=True, memory_mb=sc.memory_mb, command_timeout=sc.timeout
+    )
+    with start_guest(spec) as g:
+        phases["boot"] = phases.get("boot", 0.0) + time.monotonic() - t
+        t = time.monotonic()
+        pool.load_module(g)
+        phases["modprobe"] = phases.get("modprobe", 0.0) + time.monotonic() - t
+        try:
+            yield g
+        finally:
+            t_down = time.monotonic()
+    phases["teardown"] = phases.get("teardown", 0.0) + time.monotonic() - t_down
+
+
+def run_once(
+    sc: ZfsScenario, cell: Cell, rep: int, seed: int, rdir: Path, progress: Progress
+) -> Measurement:
+    """One repetition in fresh guests; the disk files are deleted afterwards."""
+    phases: dict[str, float] = {}
+    disks = pool.make_disks(rdir, cell, sc.fault)
+    paths_ = [d.path for d in disks.data]
+    fault = sc.fault
+
+    def lap(name: str, t: float) -> float:
+        now = time.monotonic()
+        phases[name] = phases.get(name, 0.0) + now - t
+        return now
+
+    try:
+        with contextlib.ExitStack() as stack:
+            g = stack.enter_context(_guest(sc, disks, phases))
+            zfs_version, kernel = pool.versions(g)
+            t = time.monotonic()
+            pool.run(g, pool.create_argv(g, cell, disks))
+            used0, avail0 = pool.used_available(g)
+            t = lap("create", t)
+            target = int((used0 + avail0) * cell.fill / 100) - used0
+            written = pool.fill(g, max(0, target), seed * 1000 + rep, timeout=sc.timeout)
+            used, avail = pool.used_available(g)
+            listed = pool.pool_list(g)
+            t = lap("fill", t)
+            if fault.when is When.OFFLINE:
+                pool.run(g, ["zpool", "export", pool.POOL])
+                stack.close()
+                t = time.monotonic()
+                damage = faults.apply(fault, paths_)
+                t = lap("fault", t)
+                g = stack.enter_context(_guest(sc, disks, phases))
+                t = time.monotonic()
+                pool.run(g, ["zpool", "import", "-d", "/dev/disk/by-id", pool.POOL])
+                t = lap("import", t)
+            else:
+                pool.run(g, ["zpool", "events", "-c"])
+                t = time.monotonic()
+                damage = faults.apply(fault, paths_)
+                t = lap("fault", t)
+            wall = _scan(g, sc, disks)
+            t = lap("scan", t)
+            status = pool.status(g)
+            _, events = pool.events(g)
+            lap("collect", t)
+            if status.scan is None:
+                raise HarnessError(
+                    f"{cell.label()}: zpool status shows no scan after the {sc.experiment}"
+                )
+            window = parse.scan_window(events, str(sc.experiment))
+            if window.seconds is None:
+                log.warning("no %s start/finish events; using zpool status", sc.experiment)
+            m = Measurement(
+                cell=cell,
+                repetition=rep,
+                fill_target=cell.fill,
+                fill=100 * used / (used + avail),
+                pool_alloc=listed.alloc,
+                written=written,
+                status=status,
+                window=window,
+                tick_ns=parse.tick_ns(events),
+                wall_seconds=wall,
+                damage=damage,
+                zfs_version=zfs_version,
+                guest_kernel=kernel,
+                accelerator=g.accelerator,
+                events_dropped=events.dropped,
+                checksum_ereports=len(events.of("ereport.fs.zfs.checksum")),
+                phases=phases,
+                cell_kind=sc.experiment,
+            )
+        return m
+    finally:
+        for d in disks.all():
+            d.path.unlink(missing_ok=True)
+
+
+def _scan(g: Guest, sc: ZfsScenario, disks: pool.DiskSet) -> float:
+    """Start the scrub or the replacements and wait for the end; guest-clock seconds."""
+    if sc.experiment is Experiment.SCRUB:
+        cmds = [["zpool", "scrub", pool.POOL], ["zpool", "wait", "-t", "scrub", pool.POOL]]
+        return pool.timed(g, cmds, timeout=sc.timeout)
+    cmds = []
+    for i, spare in zip(sc.fault.disks, disks.spares, strict=True):
+        old = g.disk(disks.data[i].serial)
+        if sc.fault.kind is faults.FaultKind.DETACH:
+            cmds.append(["zpool", "offline", "-f", pool.POOL, old])
+        cmds.append(["zpool", "replace", pool.POOL, old, g.disk(spare.serial)])
+    # Not only `resilver`: the old disk lingers under "replacing" until the swap is done.
+    cmds.append(["zpool", "wait", "-t", "resilver,replace", pool.POOL])
+    return pool.timed(g, cmds, timeout=sc.timeout)
+
+
+def _store(st: store.Store, run_id: str, sc: ZfsScenario, m: Measurement) -> None:
+    s = m.scan
+    p = m.cell.pool
+    st.add_zfs_scan(
+        run_id,
+        repetition=m.repetition,
+        kind=store.ScanKind(str(sc.experiment)),
+        layout=str(p.layout),
+        seconds=m.seconds,
+        fill=m.fill,
+        examined=s.examined,
+        issued=s.issued,
+        repaired=s.processed,
+        errors=m.status.errors_json(),
+        extra={
+            "cell": {
+                "layout": str(p.layout),
+                "disks": p.disks,
+                "disk_size": p.disk_size,
+                "fill": m.fill_target,
+                "ashift": p.ashift,
+                "recordsize": p.recordsize,
+                "cache": p.cache,
+                "log": p.log,
+            },
+            "disks": p.disks,
+            "disk_size": p.disk_size,
+            "fill_target": m.fill_target,
+            "processed": s.processed,
+            "scan_errors": s.errors,
+            "data_errors": m.status.error_count,
+            "pool_state": m.status.state,
+            "outcome": str(m.outcome),
+            "start_ns": m.window.start_ns,
+            "finish_ns": m.window.finish_ns,
+            "clock_tick_ns": m.tick_ns,
+            "status_seconds": s.status_seconds,
+            "wall_seconds": m.wall_seconds,
+            "bytes_per_second": m.bytes_per_second,
+            "zfs_version": m.zfs_version,
+            "guest_kernel": m.guest_kernel,
+            "fault": {
+                **sc.fault.to_json(),
+                "damage": [d.to_json() for d in m.damage],
+                "written": m.written,
+                "pool_alloc": m.pool_alloc,
+                "events_dropped": m.events_dropped,
+                "checksum_ereports": m.checksum_ereports,
+            },
+            "phases": {k: round(v, 3) for k, v in m.phases.items()},
+        },
+    )
+
+
+def _env(img: image.Image, m: Measurement) -> store.RunEnv:
+    return run_env(img, m.accelerator, m.guest_kernel, m.zfs_version)
+
+
+def run_env(
+    img: image.Image, accelerator: str, guest_kernel: str, zfs_version: str
+) -> store.RunEnv:
+    packages = img.manifest.get("packages")
+    tools = {str(k): str(v) for k, v in packages.items()} if isinstance(packages, dict) else {}
+    return store.RunEnv(
+        accelerator=store.Accelerator(accelerator),
+        guest_kernel=guest_kernel,
+        qemu_version=_qemu_version(),
+        image_hash=img.hash,
+        tool_versions={"host": platform.release(), "zfs-kmod": zfs_version, **tools},
+    )
+
+
+def _counts(ms: list[Measurement]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for m in ms:
+        out[str(m.outcome)] = out.get(str(m.outcome), 0) + 1
+    return out
+
+
+def _qemu_version() -> str:
+    try:
+        return proc.run(["qemu-system-x86_64", "--version"]).stdout.splitlines()[0]
+    except (CommandFailed, HarnessError, IndexError):
+        return "unknown"
+
+
+def overhead(ms: list[Measurement]) -> dict[str, float]:
+    """Mean seconds per phase over the repetitions (boot, modprobe, fill, scan, ...)."""
+    names: list[str] = []
+    for m in ms:
+        names += [k for k in m.phases if k not in names]
+    return {k: statistics.fmean(m.phases.get(k, 0.0) for m in ms) for k in names}
+
+
+def summary_json(r: ZfsReport) -> dict[str, Any]:
+    return {
+        "run_id": r.run_id,
+        "scenario": r.scenario.name,
+        "seconds": r.seconds,
+        "data_loss_expected": r.expected_loss,
+        "overhead": overhead(r.measurements),
+    }

@@ -1,0 +1,295 @@
+"""Record a workload's block writes with dm-log-writes in a fresh guest.
+
+In the guest the disk under test is wrapped as ``log-writes <dut> <logdev>``: every write,
+flush, FUA and discard that reaches the device is appended to the log disk, in completion
+order, with its data. The workload adds marks: ``crashlab:mkfs`` right after mkfs, then
+``crashlab:sync:<n>`` after every completed fsync/fdatasync/sync (written by
+``harness/guest/opgen.py``), so the host knows at each log position what must be durable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+from harness.record import logwrites
+from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
+
+DM_NAME = "crashlab-lw"
+MOUNTPOINT = "/mnt/test"
+GUEST_DIR = "/tmp/crashlab"
+MKFS_MARK = "crashlab:mkfs"
+UMOUNT_MARK = "crashlab:umount"
+GUEST_SCRIPTS = Path(__file__).parent.parent / "guest"
+
+
+@dataclass(frozen=True)
+class FsSpec:
+    type: str
+    disk_size: int
+    data_mode: str | None = None
+    mkfs_options: Sequence[str] = ()
+    mount_options: Sequence[str] = ()
+
+    def mkfs_argv(self, dev: str) -> list[str]:
+        if self.type in ("ext2", "ext3", "ext4"):
+            return [f"mkfs.{self.type}", "-F", "-q", *self.mkfs_options, dev]
+        if self.type == "xfs":
+            return ["mkfs.xfs", "-f", "-q", *self.mkfs_options, dev]
+        if self.type == "btrfs":
+            return ["mkfs.btrfs", "-f", "-q", *self.mkfs_options, dev]
+        raise HarnessError(f"no mkfs known for filesystem type {self.type!r}")
+
+    def mount_opts(self) -> list[str]:
+        opts = list(self.mount_options)
+        if self.data_mode:
+            opts.append(f"data={self.data_mode}")
+        return opts
+
+    def mount_argv(self, dev: str, target: str, extra: Sequence[str] = ()) -> list[str]:
+        opts = [*self.mount_opts(), *extra]
+        return ["mount", "-t", self.type, *(["-o", ",".join(opts)] if opts else []), dev, target]
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    type: str  # "ops" (harness/guest/opgen.py) or "fio"
+    ops: int = 200
+    files: int = 16
+    max_size: int = 256 * 1024
+    fsync_names: bool = True
+    fio_job: str = ""
+
+
+@dataclass(frozen=True)
+class Recording:
+    log_path: Path
+    device_size: int
+    oracle: dict[str, Any]
+    seconds: dict[str, float]
+    guest_kernel: str
+    accelerator: str
+    workload_output: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+RECORDERS = ("dm-log-writes", "qemu-blklogwrites")
+
+
+def record(
+    workdir: Path,
+    fs: FsSpec,
+    workload: WorkloadSpec,
+    seed: int,
+    *,
+    timeout: float = 1800,
+    recorder: str = "dm-log-writes",
+) -> Recording:
+    """Boot a guest, run mkfs + workload on a logged disk, return the log on the host.
+
+    ``dm-log-writes`` (the default) logs in the guest kernel, below the filesystem: every
+    write with its FLUSH/FUA flags, and a mark at every completed fsync.
+    ``qemu-blklogwrites`` logs on the host, in QEMU's block layer, in the same format. It
+    cannot show what the guest kernel does not pass down to QEMU: no FUA (virtio-blk
+    turns it into write + flush) and no marks — the host places marks only between guest
+    commands (after mkfs, and after the workload's final sync), so the oracle can require
+    only what the final mark requires; entries are in completion order.
+    """
+    if recorder not in RECORDERS:
+        raise HarnessError(f"unknown recorder {recorder!r}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    dut = workdir / "dut.raw"
+    logdev = workdir / "log.raw"
+    for path, size in ((dut, fs.disk_size), (logdev, max(4 * fs.disk_size, 1 << 30))):
+        path.unlink(missing_ok=True)
+        with open(path, "wb") as f:
+            f.truncate(size)
+    disks: tuple[Disk, ...]
+    if recorder == "dm-log-writes":
+        disks = (Disk(dut, "dut"), Disk(logdev, "log"))
+    else:
+        disks = (Disk(dut, "dut", blklogwrites=logdev),)
+    spec = GuestSpec(disks=disks, command_timeout=timeout, workdir=None)
+    host_marks: list[tuple[int, str]] = []
+    with start_guest(spec) as guest:
+        seconds: dict[str, float] = {"boot": guest.boot_seconds()}
+        kernel = guest.run(["uname", "-r"], check=True).out.strip()
+        if recorder == "dm-log-writes":
+            marker: Marker = DmMarker(guest)
+        else:
+            marker = HostMarker(logdev, host_marks)
+        oracle, output = _record_in(guest, fs, workload, seed, seconds, marker)
+        accelerator = guest.accelerator
+    if host_marks:
+        logwrites.insert_marks(logdev, host_marks)
+    # The log device is sparse and larger than the log: keep only the log.
+    with logwrites.open_log(logdev) as lg:
+        used = lg.used
+    os.truncate(logdev, used)
+    return Recording(
+        log_path=logdev,
+        device_size=fs.disk_size,
+        oracle=oracle,
+        seconds=seconds,
+        guest_kernel=kernel,
+        accelerator=accelerator,
+        workload_output=output,
+    )
+
+
+class Marker:
+    """How a mark gets into the log, and which device the filesystem is made on."""
+
+    per_sync = False  # can the workload mark every fsync itself?
+
+    def setup(self, step: Step, guest: Guest) -> str:
+        raise NotImplementedError
+
+    def mark(self, step: Step, text: str) -> None:
+        raise NotImplementedError
+
+    def teardown(self, step: Step, guest: Guest) -> None:
+        pass
+
+
+Step = Callable[[str, list[str]], str]
+
+
+class DmMarker(Marker):
+    """dm-log-writes in the guest: ``dmsetup message ... mark TEXT``."""
+
+    per_sync = True
+
+    def __init__(self, guest: Guest) -> None:
+        self.guest = guest
+
+    def setup(self, step: Step, guest: Guest) -> str:
+        dut = step("resolve", ["readlink", "-f", guest.disk("dut")]).strip()
+        log = step("resolve", ["readlink", "-f", guest.disk("log")]).strip()
+        sectors = step("resolve", ["blockdev", "--getsz", dut]).strip()
+        table = f"0 {sectors} log-writes {dut} {log}"
+        step("dm-create", ["dmsetup", "create", DM_NAME, "--table", table])
+        return f"/dev/mapper/{DM_NAME}"
+
+    def mark(self, step: Step, text: str) -> None:
+        step("mark", ["dmsetup", "message", DM_NAME, "0", "mark", text])
+
+    def teardown(self, step: Step, guest: Guest) -> None:
+        step("dm-remove", ["dmsetup", "remove", DM_NAME])
+        # dm-log-writes reports a full log device only in the kernel log.
+        dmesg = guest.run(["dmesg"]).out
+        if "log-writes" in dmesg and "log device" in dmesg.lower() and "error" in dmesg.lower():
+            raise HarnessError(
+                "dm-log-writes reported an error while logging",
+                detail="\n".join(line for line in dmesg.splitlines() if "log" in line)[-2000:],
+            )
+
+
+class HostMarker(Marker):
+    """QEMU's blklogwrites: the host notes how many entries the log has after a guest
+    command finished; the marks are inserted into the log afterwards."""
+
+    def __init__(self, logfile: Path, marks: list[tuple[int, str]]) -> None:
+        self.logfile = logfile
+        self.marks = marks
+
+    def setup(self, step: Step, guest: Guest) -> str:
+        return step("resolve", ["readlink", "-f", guest.disk("dut")]).strip()
+
+    def mark(self, step: Step, text: str) -> None:
+        self.marks.append((logwrites.count_entries(self.logfile), text))
+
+
+def install_scripts(guest: Guest) -> None:
+    guest.run(["mkdir", "-p", GUEST_DIR, MOUNTPOINT], check=True)
+    for script in sorted(GUEST_SCRIPTS.glob("*.py")):
+        if script.name != "__init__.py":
+            guest.write_file(f"{GUEST_DIR}/{script.name}", script.read_bytes())
+
+
+def _record_in(
+    guest: Guest,
+    fs: FsSpec,
+    workload: WorkloadSpec,
+    seed: int,
+    seconds: dict[str, float],
+    marker: Marker,
+) -> tuple[dict[str, Any], str]:
+    def step(name: str, argv: list[str]) -> str:
+        start = time.monotonic()
+        r = guest.run(argv)
+        seconds[name] = seconds.get(name, 0.0) + time.monotonic() - start
+        if not r.ok:
+            raise HarnessError(
+                f"recording failed at step '{name}' (exit status {r.exitcode})",
+                detail="$ " + shlex.join(argv) + "\n" + (r.err or r.out).strip()[-3000:],
+            )
+        return r.out
+
+    install_scripts(guest)
+    dev = marker.setup(step, guest)
+    step("mkfs", fs.mkfs_argv(dev))
+    marker.mark(step, MKFS_MARK)
+    step("mount", fs.mount_argv(dev, MOUNTPOINT))
+    oracle_path = f"{GUEST_DIR}/oracle.json"
+    oracle: dict[str, Any] = {}
+    if workload.type == "ops":
+        marks = (
+            ["--mark-cmd", "dmsetup", "--dm-name", DM_NAME]
+            if marker.per_sync
+            else ["--mark-cmd", "none"]
+        )
+        output = step(
+            "workload",
+            [
+                "python3",
+                f"{GUEST_DIR}/opgen.py",
+                "run",
+                "--root",
+                MOUNTPOINT,
+                "--seed",
+                str(seed),
+                "--ops",
+                str(workload.ops),
+                "--files",
+                str(workload.files),
+                "--max-size",
+                str(workload.max_size),
+                "--fsync-names",
+                "yes" if workload.fsync_names else "no",
+                *marks,
+                "--oracle",
+                oracle_path,
+            ],
+        )
+        oracle = json.loads(guest.read_file(oracle_path))
+        if not marker.per_sync and oracle.get("final_mark"):
+            # opgen ended with sync: the final mark's requirements hold from here on.
+            marker.mark(step, str(oracle["final_mark"]))
+    elif workload.type == "fio":
+        guest.write_file(f"{GUEST_DIR}/job.fio", workload.fio_job.encode())
+        output = step(
+            "workload",
+            [
+                "fio",
+                f"--directory={MOUNTPOINT}",
+                "--output-format=terse",
+                f"--randseed={seed}",
+                f"{GUEST_DIR}/job.fio",
+            ],
+        )
+        step("sync", ["sync"])
+        marker.mark(step, "crashlab:sync:1")
+    else:
+        raise HarnessError(f"unknown workload type {workload.type!r}")
+    step("umount", ["umount", MOUNTPOINT])
+    marker.mark(step, UMOUNT_MARK)
+    marker.teardown(step, guest)
+    return oracle, output

@@ -1,0 +1,283 @@
+"""Materialise crash states as image files, incrementally.
+
+fstests' replay-log rebuilds every state from entry 0, which makes checking all the
+states of a log quadratic. A :class:`Replayer` instead keeps one working image at a
+*base*: the log's entries ``[0, base)`` applied for good. ``goto(state)`` moves the base
+forward to the state's first divergent entry (the first one it drops or tears, else its
+prefix) and applies the rest of the state under an undo journal; ``restore()`` plays the
+journal backwards so the image is exactly the base again. Visiting states in order of
+their first divergent entry (:func:`replay_order`) therefore reads every log entry about
+once, plus each state's short volatile tail.
+
+A state that diverges before the base cannot be reached by going forward, so the image
+is zeroed and rebuilt from entry 0; callers should sort (``walk`` does).
+
+The journal keeps the old bytes in memory, skipping holes of the sparse image (it
+records them as holes and punches them again on restore).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import hashlib
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+
+from harness.errors import HarnessError, InputError
+from harness.record.logwrites import SECTOR, Entry, Log
+from harness.replay.crashstates import CrashState
+
+FALLOC_FL_KEEP_SIZE = 0x01
+FALLOC_FL_PUNCH_HOLE = 0x02
+_ZEROS = bytes(1 << 20)
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_fallocate = _libc.fallocate
+_fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+_fallocate.restype = ctypes.c_int
+
+
+def punch_hole(fd: int, offset: int, length: int) -> None:
+    """Zero a range, deallocating it where the filesystem can (keeps images sparse)."""
+    if length <= 0:
+        return
+    if _fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        return
+    err = ctypes.get_errno()
+    if err not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+        raise HarnessError(f"cannot punch a hole in the image: {os.strerror(err)}")
+    end = offset + length
+    while offset < end:
+        n = os.pwrite(fd, memoryview(_ZEROS)[: min(len(_ZEROS), end - offset)], offset)
+        offset += n
+
+
+def _data_extents(fd: int, offset: int, length: int) -> Iterator[tuple[int, int, bool]]:
+    """(start, length, is_data) pieces covering the range, via SEEK_DATA / SEEK_HOLE."""
+    end = offset + length
+    pos = offset
+    while pos < end:
+        try:
+            data = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno != errno.ENXIO:
+                raise
+            data = end  # no data after pos
+        data = min(data, end)
+        if data > pos:
+            yield pos, data - pos, False
+        if data >= end:
+            return
+        hole = min(os.lseek(fd, data, os.SEEK_HOLE), end)
+        yield data, hole - data, True
+        pos = hole
+
+
+def _pread(fd: int, offset: int, length: int) -> bytes:
+    buf = os.pread(fd, length, offset)
+    if len(buf) != length:
+        raise HarnessError(f"short read of the image at byte {offset}")
+    return buf
+
+
+class Replayer:
+    """A working image of ``device_size`` bytes that visits crash states of ``log``.
+
+    :raise InputError: the log writes past ``device_size``.
+    """
+
+    def __init__(self, log: Log, image: Path, device_size: int) -> None:
+        if log.extent() > device_size:
+            raise InputError(
+                f"{log.path}: the log writes up to byte {log.extent()}, past "
+                f"the end of a {device_size}-byte device"
+            )
+        self.log = log
+        self.image = image
+        self.size = device_size
+        self.base = 0
+        self.current: CrashState | None = None
+        self._journal: list[tuple[int, int, bytes | None]] = []
+        self._fd = os.open(image, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.ftruncate(self._fd, device_size)
+
+    def __enter__(self) -> Replayer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    # -- applying entries ------------------------------------------------------------
+
+    def save_range(self, offset: int, length: int) -> None:
+        """Journal a range before something writes it, so :meth:`restore` undoes it.
+
+        The replayer calls this itself; a checker that modifies the image outside the
+        log (a repairing fsck, say) calls it for the ranges it is about to write.
+        """
+        for start, n, is_data in _data_extents(self._fd, offset, length):
+            self._journal.append((start, n, _pread(self._fd, start, n) if is_data else None))
+
+    def _apply(
+        self, e: Entry, journal: bool, runs: Iterable[tuple[int, int]] | None = None
+    ) -> None:
+        if e.is_discard:
+            if journal:
+                self.save_range(e.offset, e.length)
+            punch_hole(self._fd, e.offset, e.length)
+            return
+        if not e.data_len:
+            return
+        data = self.log.data(e)
+        try:
+            for s, c in runs if runs is not None else ((0, e.nr_sectors),):
+                off, n = s * SECTOR, c * SECTOR
+                if journal:
+                    self.save_range(e.offset + off, n)
+                os.pwrite(self._fd, data[off : off + n], e.offset + off)
+        finally:
+            data.release()
+
+    def _check(self, state: CrashState) -> None:
+        n = len(self.log.entries)
+        bad = (
+            state.prefix > n
+            or any(not 0 <= i < state.prefix for i in state.dropped)
+            or (state.torn is not None and not 0 <= state.torn < state.prefix)
+        )
+        if state.log_hash != self.log.hash:
+            raise InputError(
+                f"crash state {state.id} belongs to another log "
+                f"(log hash {state.log_hash[:16]}, this log {self.log.hash[:16]})"
+            )
+        if bad:
+            raise InputError(f"crash state {state.id} refers to entries beyond the log's {n}")
+        if state.torn is not None:
+            nr = self.log.entries[state.torn].nr_sectors
+            if any(s < 0 or c < 1 or s + c > nr for s, c in state.torn_runs):
+                raise InputError(
+                    f"crash state {state.id}: torn runs exceed entry {state.torn}'s {nr} sectors"
+                )
+
+    def _zero(self) -> None:
+        os.ftruncate(self._fd, 0)
+        os.ftruncate(self._fd, self.size)
+        self.base = 0
+        self._journal.clear()
+
+    def advance(self, to: int) -> None:
+        """Apply entries ``[base, to)`` for good (restarting from zero if ``to < base``)."""
+        if self._journal:
+            self.restore()
+        if to < self.base:
+            self._zero()
+        entries = self.log.entries
+        for i in range(self.base, to):
+            self._apply(entries[i], journal=False)
+        self.base = max(self.base, to)
+
+    # -- states ----------------------------------------------------------------------
+
+    def goto(self, state: CrashState) -> None:
+        """Set the image to ``state``; :meth:`restore` brings it back to the base.
+
+        :raise InputError: the state is not one of this log's.
+        """
+        self._goto(state, journal=True)
+
+    def _goto(self, state: CrashState, journal: bool) -> None:
+        self._check(state)
+        self.advance(state.first_divergent)
+        dropped = set(state.dropped)
+        entries = self.log.entries
+        for i in range(self.base, state.prefix):
+            if i == state.torn:
+                self._apply(entries[i], journal, runs=state.torn_runs)
+            elif i not in dropped:
+                self._apply(entries[i], journal)
+        self.current = state
+
+    def restore(self) -> None:
+        """Undo everything written since the base was last reached."""
+        for offset, length, old in reversed(self._journal):
+            if old is None:
+                punch_hole(self._fd, offset, length)
+            else:
+                os.pwrite(self._fd, old, offset)
+        self._journal.clear()
+        self.current = None
+
+    @contextlib.contextmanager
+    def at(self, state: CrashState) -> Iterator[Path]:
+        """The image set to ``state`` for the duration of the block."""
+        self.goto(state)
+        try:
+            yield self.image
+        finally:
+            self.restore()
+
+    def walk(self, states: Iterable[CrashState]) -> Iterator[CrashState]:
+        """Visit ``states`` in replay order, the image set to each while it is yielded."""
+        for state in replay_order(states):
+            self.goto(state)
+            try:
+                yield state
+            finally:
+                self.restore()
+
+    def digest(self) -> str:
+        return image_digest(self.image)
+
+    def verify_base(self) -> bool:
+        """Whether the image equals the log's first ``base`` entries built from scratch
+        (for tests and ``--paranoid`` runs: it rebuilds a whole image)."""
+        scratch = self.image.with_name(self.image.name + ".verify")
+        try:
+            _build(self.log, scratch, self.size, self.base)
+            return image_digest(scratch) == self.digest()
+        finally:
+            scratch.unlink(missing_ok=True)
+
+
+def replay_order(states: Iterable[CrashState]) -> list[CrashState]:
+    """The order in which a :class:`Replayer` never has to go back."""
+    return sorted(states, key=lambda s: (s.first_divergent, s.prefix, s.id))
+
+
+def _build(log: Log, out: Path, size: int, prefix: int) -> Replayer:
+    r = Replayer(log, out, size)
+    try:
+        r.advance(prefix)
+    finally:
+        r.close()
+    return r
+
+
+def materialize(log: Log, state: CrashState, out: Path, size: int) -> Path:
+    """Build one state from scratch into ``out`` (for ``scenario reproduce``).
+
+    :raise InputError: the state is not one of this log's, or the log does not fit.
+    """
+    with Replayer(log, out, size) as r:
+        r._goto(state, journal=False)  # the state is the result: nothing to undo
+    return out
+
+
+def image_digest(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()

@@ -1,0 +1,221 @@
+"""PNG charts from the store (matplotlib, headless Agg backend).
+
+* ``recovery``: the distribution (box plot) of each recovery phase's seconds per group;
+* ``crashmap``: the outcome of every crash state of one run along the write log, with the
+  flush, FUA and mark positions underneath;
+* ``resilver``: resilver (or scrub) seconds against pool fill, one line per layout.
+
+The log positions of flushes/FUAs/marks come from the ``log_events`` table; when a log
+has none there yet, they are read from the log file the run kept (if it is still there)
+and stored, so the chart survives the work directory being cleaned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from harness.errors import InputError
+from harness.outcome import Outcome
+from harness.report import query
+from harness.store.db import Store
+from harness.store.logevents import log_events
+
+_OUTCOME_COLOURS = {
+    "skipped": "#bbbbbb",
+    "consistent": "#2ca02c",
+    "harness_error": "#ffbf00",
+    "timeout": "#ff7f0e",
+    "panic": "#8c564b",
+    "repaired": "#1f77b4",
+    "unrepairable": "#9467bd",
+    "mount_failed": "#e377c2",
+    "data_loss": "#d62728",
+}
+
+
+class NoData(Exception):
+    """Nothing to plot; the message says why and what to run first."""
+
+
+def _label(by: Sequence[str], key: tuple[Any, ...]) -> str:
+    return "\n".join("-" if v is None else str(v) for v in key) if by else "all"
+
+
+def plot_recovery(store: Store, by: Sequence[str], out: Path, runs: Sequence[str] = ()) -> Path:
+    """Box plots of each recovery phase's seconds, one box per group.
+
+    :raise InputError: unknown field or run. :raise NoData: no recovery times stored.
+    """
+    k = query.kind("recovery")
+    values, _ = query.collect(store, k, query.resolve_fields(store, k, by), runs)
+    if not values:
+        raise NoData(k.empty_hint)
+    splits = query.ordered_splits(k, values)
+    keys = sorted(values, key=query.sort_key)
+    ncols = min(3, len(splits))
+    nrows = -(-len(splits) // ncols)
+    width = max(6.0, min(18.0, 1.2 * len(keys) * ncols + 2))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, 4.2 * nrows), squeeze=False)
+    for ax, phase in zip(axes.flat, splits, strict=False):
+        data = [values[key].get(phase, []) for key in keys]
+        present = [(key, d) for key, d in zip(keys, data, strict=True) if d]
+        ax.boxplot(
+            [d for _, d in present],
+            tick_labels=[_label(by, key) for key, _ in present],
+            showfliers=True,
+            flierprops={"markersize": 3},
+        )
+        for i, (_, d) in enumerate(present, start=1):
+            ax.annotate(
+                f"n={len(d)}",
+                (i, 1.0),
+                xycoords=("data", "axes fraction"),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
+        ax.set_title(phase, pad=14)
+        ax.set_ylabel("seconds")
+        ax.set_xlabel(", ".join(by) if by else "")
+        ax.grid(axis="y", alpha=0.3)
+        ax.tick_params(axis="x", labelsize=8)
+    for ax in list(axes.flat)[len(splits) :]:
+        ax.set_visible(False)
+    fig.suptitle(f"Crash-state recovery time by {', '.join(by) or 'nothing'} (seconds per phase)")
+    return _save(fig, out)
+
+
+def plot_crashmap(store: Store, run: str, out: Path) -> Path:
+    """Outcome of every crash state of ``run`` at its log position, events underneath.
+
+    :raise InputError: unknown run. :raise NoData: the run has no crash states.
+    """
+    r = store.run(run)
+    states = store.execute(
+        "SELECT s.prefix, COALESCE(v.outcome, 'not checked') FROM crash_states s"
+        " LEFT JOIN verdicts v ON v.run_id = s.run_id AND v.state_id = s.id"
+        " WHERE s.run_id = ? ORDER BY s.prefix",
+        (r.id,),
+    )
+    if not states:
+        raise NoData(f"run {r.id} has no crash states")
+    events = log_events(store, r.id)
+    rank = {str(o): o.severity for o in Outcome}
+    outcomes = sorted({str(o) for _, o in states}, key=lambda o: rank.get(o, -1))
+    fig, (ax, ev) = plt.subplots(
+        2,
+        1,
+        figsize=(12, 2.2 + 0.45 * len(outcomes) + 1.6),
+        sharex=True,
+        gridspec_kw={"height_ratios": [max(1, len(outcomes)), 1.6]},
+    )
+    for y, o in enumerate(outcomes):
+        xs = [int(p) for p, oo in states if oo == o]
+        ax.scatter(
+            xs,
+            [y] * len(xs),
+            s=36,
+            color=_OUTCOME_COLOURS.get(o, "#7f7f7f"),
+            edgecolor="black",
+            linewidth=0.4,
+            label=f"{o} ({len(xs)})",
+            zorder=3,
+        )
+    ax.set_yticks(range(len(outcomes)), outcomes)
+    ax.set_ylim(-0.6, len(outcomes) - 0.4)
+    ax.set_ylabel("verdict")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="outcome (states)")
+    ax.set_title(
+        f"Crash map of run {r.id} ({r.scenario}): verdict of each crash state along the write log"
+    )
+    rows = [("flush", "#555555"), ("fua", "#1f77b4"), ("mark", "#2ca02c")]
+    for y, (kind, colour) in enumerate(rows):
+        # A state with prefix p applies entries [0, p): an event at entry i is inside
+        # every state whose prefix is > i, so it is drawn at i + 1.
+        xs = [i + 1 for i in events[kind]]
+        ev.vlines(xs, y - 0.35, y + 0.35, color=colour, linewidth=0.8, label=f"{kind} ({len(xs)})")
+    ev.set_yticks(range(len(rows)), [k.upper() if k == "fua" else k for k, _ in rows])
+    ev.set_ylim(-0.6, len(rows) - 0.4)
+    ev.set_xlabel("log position (log entries applied = crash-state prefix)")
+    if not any(events.values()):
+        ev.text(
+            0.5,
+            0.5,
+            "flush/FUA/mark positions unknown: the run's log is gone",
+            transform=ev.transAxes,
+            ha="center",
+            va="center",
+            fontsize=9,
+            color="#777777",
+        )
+    ev.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="log events")
+    return _save(fig, out)
+
+
+def plot_scans(store: Store, by: Sequence[str], out: Path, kind_name: str = "resilver") -> Path:
+    """ZFS scan seconds against fill (x) per layout (one line each), mean with min-max bars.
+
+    ``by`` is (layout field, fill field), e.g. ``("layout", "fill")``.
+
+    :raise NoData: no scans of this kind stored.
+    """
+    if len(by) != 2:
+        raise InputError(
+            f"plot {kind_name} wants --by LINE,X (e.g. layout,fill), not {','.join(by)!r}"
+        )
+    line_field, x_field = by
+    if kind_name in query.TABLE_KINDS:
+        k = query.TABLE_KINDS[kind_name]
+        values, _ = query.collect(store, k, query.resolve_fields(store, k, by))
+        # a kind may split its values (seconds, MB/s): plot the seconds
+        split = "seconds" if k.split else k.value
+        points = {key: v[split] for key, v in values.items() if v.get(split)}
+    else:
+        cols = {"layout", "fill", "repetition"}
+        for f in by:
+            if f not in cols:
+                raise InputError(f"unknown field {f!r}", hint="fields: " + ", ".join(sorted(cols)))
+        points = {}
+        for a, b, s in store.execute(
+            f"SELECT {line_field}, {x_field}, seconds FROM zfs_scans WHERE kind = ?",
+            (kind_name,),
+        ):
+            points.setdefault((a, b), []).append(float(s))
+    points = {key: v for key, v in points.items() if key[1] is not None}
+    if not points:
+        raise NoData(
+            f"no {kind_name} measurements in the store yet (table zfs_scans is empty for"
+            f" kind {kind_name!r}): run a ZFS {kind_name} scenario first"
+        )
+    fig, ax = plt.subplots(figsize=(8, 5))
+    lines = sorted({key[0] for key in points}, key=lambda v: str(v))
+    for line in lines:
+        xs = sorted((key[1], v) for key, v in points.items() if key[0] == line)
+        x = [float(p[0]) for p in xs]
+        mean = [sum(v) / len(v) for _, v in xs]
+        lo = [m - min(v) for m, (_, v) in zip(mean, xs, strict=True)]
+        hi = [max(v) - m for m, (_, v) in zip(mean, xs, strict=True)]
+        ax.errorbar(x, mean, yerr=[lo, hi], marker="o", capsize=4, label=str(line))
+    ax.set_xlabel(f"{x_field} (% of pool capacity)" if x_field == "fill" else x_field)
+    ax.set_ylabel(f"{kind_name} time (seconds)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(title=line_field)
+    ax.set_title(f"ZFS {kind_name} time against {x_field}, per {line_field} (mean, min-max)")
+    return _save(fig, out)
+
+
+def _save(fig: Any, out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -1,0 +1,374 @@
+"""Grouped tables over the store: ``scenario results table KIND --by FIELD,...``.
+
+A *table kind* is one registered record (``TableKind``): the SQL that yields one
+observation per row (it must have a ``run_id`` column; call its rows ``o``), the
+observation's own groupable fields (name -> SQL over ``o``; a correlated subquery is
+fine, it only runs when that field is asked for), the numeric column summarised (n,
+mean, stdev, min, p50, p95, max), an optional column that splits the statistics
+(recovery: ``phase``) and an optional SQL whose rows are counted per outcome
+(recovery: one verdict per crash state; the fields must work over it too). Every kind
+can also be grouped by any property of its run: the ``runs`` columns in ``RUN_FIELDS`` and every
+leaf of the stored scenario parameters (``fs.disk_size``, ``workload.ops``, or just
+``ops`` when the leaf name is unique).
+
+Adding a kind (the ZFS scans, say) is one call::
+
+    query.register_table(query.TableKind(
+        name="resilver",
+        help="resilver time per pool layout and fill",
+        source="SELECT run_id, layout, fill, repetition, seconds"
+               " FROM zfs_scans WHERE kind = 'resilver'",
+        fields={"layout": "o.layout", "fill": "o.fill", "repetition": "o.repetition"},
+        value="seconds",
+        default_by=("layout", "fill"),
+    ))
+
+Run-level fields are computed once per run, not per row; SQLite hands back each
+(run, fields, split)'s values as one ``group_concat`` string, and the percentiles
+(SQLite has none) are computed in Python after one sort per group. That keeps 100,000
+crash states with three phases each at about a quarter of a second
+(``bench/bench_query.py``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.errors import InputError
+from harness.outcome import Outcome
+from harness.store.db import Phase, PhaseStats, Store, phase_stats
+
+# Properties of a run every table kind can be grouped by: name -> SQL over `runs r`.
+RUN_FIELDS: dict[str, str] = {
+    "scenario": "r.scenario",
+    "kind": "r.kind",
+    "fs": "r.fs",
+    "data_mode": "COALESCE(json_extract(r.params, '$.fs.data_mode'),"
+    " json_extract(r.params, '$.data_mode'))",
+    "kernel": "r.guest_kernel",
+    "accelerator": "r.accelerator",
+    "host": "r.host",
+    "seed": "r.seed",
+    "status": "r.status",
+    "run": "r.id",
+    "image": "r.image_hash",
+    "qemu": "r.qemu_version",
+}
+
+
+@dataclass(frozen=True)
+class TableKind:
+    """One kind of grouped table; see the module docstring for an example."""
+
+    name: str
+    help: str
+    source: str  # SELECT with a run_id column, one row per observation
+    value: str  # the numeric column summarised
+    fields: Mapping[str, str] = field(default_factory=dict)  # name -> SQL over `o`
+    split: str | None = None  # statistics per distinct value of this column
+    split_order: tuple[str, ...] = ()  # how the split values are listed (others after)
+    counts_source: str | None = None  # SELECT with run_id, the fields, and `outcome`
+    unit: str = "s"
+    default_by: tuple[str, ...] = ("scenario",)
+    empty_hint: str = "no rows yet"
+
+
+TABLE_KINDS: dict[str, TableKind] = {}
+
+
+def register_table(kind: TableKind) -> None:
+    """Make ``kind`` available to ``results table`` and ``results plot`` (by its name)."""
+    TABLE_KINDS[kind.name] = kind
+
+
+register_table(
+    TableKind(
+        name="recovery",
+        help="recovery time of crash states (journal replay, fsck, mount, ...) and verdicts",
+        source="SELECT run_id, state_id, phase, seconds FROM recovery_times",
+        fields={
+            "generator": "(SELECT s.generator FROM crash_states s"
+            " WHERE s.run_id = o.run_id AND s.id = o.state_id)",
+            "outcome": "(SELECT v.outcome FROM verdicts v"
+            " WHERE v.run_id = o.run_id AND v.state_id = o.state_id)",
+            "phase": "o.phase",
+        },
+        value="seconds",
+        split="phase",
+        split_order=tuple(str(p) for p in Phase),
+        counts_source="SELECT run_id, state_id, outcome, NULL AS phase FROM verdicts",
+        default_by=("fs", "data_mode"),
+        empty_hint="no recovery times stored yet: run a crash scenario (`scenario run NAME`)",
+    )
+)
+
+
+@dataclass(frozen=True)
+class Group:
+    key: tuple[Any, ...]
+    counted: int  # rows of counts_source (crash states for recovery); 0 without one
+    counts: Mapping[str, int]
+    stats: Mapping[str, PhaseStats]  # split value (or the value column's name) -> stats
+
+
+@dataclass(frozen=True)
+class GroupedTable:
+    kind: TableKind
+    by: tuple[str, ...]
+    groups: Sequence[Group]
+    splits: Sequence[str] = field(default_factory=list)
+    outcomes: Sequence[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.name,
+            "by": list(self.by),
+            "unit": self.kind.unit,
+            "groups": [
+                {
+                    "key": dict(zip(self.by, g.key, strict=True)),
+                    "count": g.counted,
+                    "outcomes": dict(g.counts),
+                    "stats": {
+                        name: {k: v for k, v in s.__dict__.items() if k != "phase"}
+                        for name, s in g.stats.items()
+                    },
+                }
+                for g in self.groups
+            ],
+        }
+
+
+def kind(name: str) -> TableKind:
+    """The registered table kind ``name``.
+
+    :raise InputError: no such kind (the message lists the known ones).
+    """
+    if name not in TABLE_KINDS:
+        raise InputError(
+            f"unknown table {name!r}",
+            hint=_did_you_mean(name, TABLE_KINDS) + "tables: " + ", ".join(sorted(TABLE_KINDS)),
+        )
+    return TABLE_KINDS[name]
+
+
+def param_fields(store: Store) -> dict[str, str]:
+    """Every leaf of the stored scenario parameters: field name -> SQL over ``runs r``.
+
+    Dotted paths always work (``workload.ops``); a leaf name alone (``ops``) works when
+    no other path ends in it.
+    """
+    paths = [
+        str(p)
+        for (p,) in store.execute(
+            "SELECT DISTINCT substr(j.fullkey, 3) FROM (SELECT DISTINCT params FROM runs) r,"
+            " json_tree(r.params) j WHERE j.type != 'object' AND j.fullkey NOT LIKE '%[%'"
+        )
+        # keys with dots or quotes in them would need quoting in the JSON path
+        if p and '"' not in p
+    ]
+    out = {p: f"json_extract(r.params, '$.{p}')" for p in paths}
+    leaves: dict[str, list[str]] = {}
+    for p in paths:
+        leaves.setdefault(p.rpartition(".")[2], []).append(p)
+    for leaf, full in leaves.items():
+        if len(full) == 1 and leaf not in out:
+            out[leaf] = out[full[0]]
+    return out
+
+
+def valid_fields(store: Store, k: TableKind) -> dict[str, str]:
+    """Field name -> SQL expression (over ``o``, the kind's source, and ``r``, its run)."""
+    fields = dict(k.fields)
+    fields |= {f: e for f, e in RUN_FIELDS.items() if f not in fields}
+    fields |= {f: e for f, e in param_fields(store).items() if f not in fields}
+    return fields
+
+
+def resolve_fields(store: Store, k: TableKind, by: Sequence[str]) -> list[tuple[str, str]]:
+    """``by`` as (name, SQL) pairs.
+
+    :raise InputError: an unknown field (the hint lists the valid ones).
+    """
+    valid = valid_fields(store, k)
+    out = []
+    for name in by:
+        if name not in valid:
+            local = [*k.fields, *RUN_FIELDS]
+            params = sorted(f for f in valid if f not in local)
+            raise InputError(
+                f"unknown field {name!r} for table {k.name!r}",
+                hint=_did_you_mean(name, valid)
+                + "valid fields: "
+                + ", ".join(local)
+                + (("; parameters: " + ", ".join(params)) if params else ""),
+            )
+        out.append((name, valid[name]))
+    return out
+
+
+def parse_by(text: str) -> list[str]:
+    return [f.strip() for f in text.split(",") if f.strip()]
+
+
+def grouped(store: Store, name: str, by: Sequence[str], runs: Sequence[str] = ()) -> GroupedTable:
+    """The table ``name`` grouped by ``by``, optionally only over the runs ``runs``.
+
+    :raise InputError: unknown kind, field or run id.
+    """
+    k = kind(name)
+    fields = resolve_fields(store, k, by)
+    values, counts = collect(store, k, fields, runs)
+    outcome_rank = {str(o): o.severity for o in Outcome}
+    outcomes = sorted(
+        {o for c in counts.values() for o in c}, key=lambda o: (outcome_rank.get(o, 99), o)
+    )
+    splits = ordered_splits(k, values)
+    groups = []
+    for key in sorted(set(values) | set(counts), key=sort_key):
+        per = values.get(key, {})
+        c = counts.get(key, {})
+        groups.append(
+            Group(
+                key=key,
+                counted=sum(c.values()),
+                counts={o: c[o] for o in outcomes if o in c},
+                stats={s: summarise(s, per[s]) for s in splits if s in per},
+            )
+        )
+    return GroupedTable(k, tuple(n for n, _ in fields), groups, splits, outcomes)
+
+
+Values = dict[tuple[Any, ...], dict[str, list[float]]]
+Counts = dict[tuple[Any, ...], dict[str, int]]
+
+
+def ordered_splits(k: TableKind, values: Values) -> list[str]:
+    rank = {s: i for i, s in enumerate(k.split_order)}
+    return sorted({s for v in values.values() for s in v}, key=lambda s: (rank.get(s, 999), s))
+
+
+def collect(
+    store: Store, k: TableKind, fields: Sequence[tuple[str, str]], runs: Sequence[str] = ()
+) -> tuple[Values, Counts]:
+    """The raw values (group key -> split -> values) and outcome counts of a kind."""
+    run_ids = [store.resolve_run_id(r) for r in runs]
+    where = f" WHERE o.run_id IN ({', '.join('?' * len(run_ids))})" if run_ids else ""
+    # Run-level fields once per run; the rest per row, in SQL.
+    run_part = [i for i, (n, _) in enumerate(fields) if n not in k.fields]
+    row_part = [i for i, (n, _) in enumerate(fields) if n in k.fields]
+    run_keys: dict[str, tuple[Any, ...]] = {
+        str(row[0]): tuple(row[1:])
+        for row in store.execute(
+            f"SELECT r.id, {', '.join([fields[i][1] for i in run_part] or ['NULL'])} FROM runs r"
+        )
+    }
+
+    def full_key(run_id: str, local: Sequence[Any]) -> tuple[Any, ...]:
+        rk = run_keys.get(run_id, ())
+        key: list[Any] = [None] * len(fields)
+        for j, i in enumerate(run_part):
+            key[i] = rk[j]
+        for j, i in enumerate(row_part):
+            key[i] = local[j]
+        return tuple(key)
+
+    local_sql = "".join(f", {fields[i][1]}" for i in row_part)
+    nlocal = len(row_part)
+    split = f"o.{k.split}" if k.split else "NULL"
+    group_cols = ", ".join(str(i + 1) for i in range(nlocal + 2))
+    values: Values = {}
+    for row in store.execute(
+        f"SELECT o.run_id{local_sql}, {split}, group_concat(o.{k.value})"
+        f" FROM ({k.source}) o{where} GROUP BY {group_cols}",
+        run_ids,
+    ):
+        if row[-1] is None:
+            continue
+        s = k.value if k.split is None else str(row[-2])
+        values.setdefault(full_key(row[0], row[1 : 1 + nlocal]), {}).setdefault(s, []).extend(
+            map(float, str(row[-1]).split(","))
+        )
+
+    counts: Counts = {}
+    if k.counts_source:
+        for row in store.execute(
+            f"SELECT o.run_id{local_sql}, o.outcome, count(*)"
+            f" FROM ({k.counts_source}) o{where} GROUP BY {group_cols}",
+            run_ids,
+        ):
+            c = counts.setdefault(full_key(row[0], row[1 : 1 + nlocal]), {})
+            c[str(row[-2])] = c.get(str(row[-2]), 0) + int(row[-1])
+    return values, counts
+
+
+def summarise(name: str, values: list[float]) -> PhaseStats:
+    """n, mean, stdev, min, p50, p95 and max of ``values`` (sorted in place); needs one."""
+    values.sort()
+    return phase_stats(name, values)
+
+
+def sort_key(key: tuple[Any, ...]) -> tuple[tuple[int, Any], ...]:
+    # None last, numbers numerically, everything else as text.
+    return tuple(
+        (2, "") if v is None else (0, v) if isinstance(v, int | float) else (1, str(v)) for v in key
+    )
+
+
+def _did_you_mean(name: str, choices: Mapping[str, Any]) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6)
+    return ("did you mean " + " or ".join(repr(c) for c in close) + "? ") if close else ""
+
+
+# --- export -------------------------------------------------------------------------
+
+EXPORT_COLUMNS = (
+    "run_id",
+    "scenario",
+    "fs",
+    "data_mode",
+    "kernel",
+    "accelerator",
+    "seed",
+    "state_id",
+    "generator",
+    "prefix",
+    "last_mark",
+    "outcome",
+)
+
+
+def export_states(store: Store, runs: Sequence[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """One row per crash state of ``runs``: the columns of ``v_states`` plus one
+    ``<phase>_seconds`` column per recovery phase present; returns (columns, rows).
+
+    :raise InputError: an unknown or ambiguous run id.
+    """
+    ids = list(dict.fromkeys(store.resolve_run_id(r) for r in runs))
+    marks = ", ".join("?" * len(ids))
+    rows: list[dict[str, Any]] = [
+        dict(zip(EXPORT_COLUMNS, row, strict=True))
+        for row in store.execute(
+            f"SELECT {', '.join(EXPORT_COLUMNS)} FROM v_states WHERE run_id IN ({marks})"
+            " ORDER BY run_id, prefix, state_id",
+            ids,
+        )
+    ]
+    # Keep the order the runs were asked for.
+    order = {r: i for i, r in enumerate(ids)}
+    rows.sort(key=lambda r: order[r["run_id"]])
+    times: dict[tuple[str, str], dict[str, float]] = {}
+    for run_id, state_id, phase, seconds in store.execute(
+        f"SELECT run_id, state_id, phase, seconds FROM recovery_times WHERE run_id IN ({marks})",
+        ids,
+    ):
+        times.setdefault((run_id, state_id), {})[f"{phase}_seconds"] = float(seconds)
+    rank = {f"{p}_seconds": i for i, p in enumerate(Phase)}
+    phases = sorted({p for t in times.values() for p in t}, key=lambda p: (rank.get(p, 99), p))
+    for r in rows:
+        t = times.get((r["run_id"], r["state_id"]), {})
+        r.update({p: t.get(p) for p in phases})
+    return [*EXPORT_COLUMNS, *phases], rows

@@ -1,13 +1,23 @@
-"""Every host subprocess goes through ``run()``: argv lists only, timed, logged, and a
-missing program becomes ToolMissing naming its package."""
+"""Every host child process goes through this module: argv lists only, timed, logged, and a
+missing program becomes ToolMissing naming its package.
+
+``run()`` runs a command to completion. ``spawn()`` starts one that outlives the call (a
+guest's QEMU, the KVM probe, datasette) as a ``Child`` that is always stopped when its
+block ends. Both leave a ``Result`` (argv, exit status, seconds, output) and a debug log
+line, so every child the lab started can be accounted for.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
+import os
 import shlex
+import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,11 +56,7 @@ def run(
     """
     args = [str(a) for a in argv]
     exe = tools.require(args[0]) if "/" not in args[0] else args[0]
-    full_env = None
-    if env is not None:
-        import os
-
-        full_env = {**os.environ, **env}
+    full_env = {**os.environ, **env} if env is not None else None
     log.debug("$ %s", shlex.join(args))
     start = time.monotonic()
     try:
@@ -93,3 +99,93 @@ def run(
             stderr = "\n".join(tail)
         raise CommandFailed(args, cp.returncode, stdout, stderr)
     return result
+
+
+class Child:
+    """A running child process started by ``spawn()``; its output goes to a file."""
+
+    def __init__(self, argv: list[str], popen: subprocess.Popen[bytes], output: Path | None):
+        self.argv = argv
+        self.popen = popen
+        self.output = output
+        self.started = time.monotonic()
+        self.result: Result | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def wait(self) -> int:
+        """Block until the child exits by itself; its exit status."""
+        return self.popen.wait()
+
+    def read_output(self) -> str:
+        if self.output is None or not self.output.exists():
+            return ""
+        return self.output.read_text(errors="replace")
+
+    def stop(self, grace: float = 10.0, *, terminate: bool = True) -> Result:
+        """SIGTERM (unless the caller already asked it to quit), wait ``grace`` seconds,
+        then SIGKILL. Idempotent; returns what the child left."""
+        if self.result is not None:
+            return self.result
+        if self.popen.poll() is None and terminate:
+            self.popen.terminate()
+        try:
+            self.popen.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+        self.result = Result(
+            self.argv,
+            self.popen.returncode,
+            self.read_output(),
+            "",
+            time.monotonic() - self.started,
+        )
+        log.debug(
+            "exit %d after %.3f s: %s", self.result.returncode, self.result.seconds, self.argv[0]
+        )
+        return self.result
+
+
+@contextlib.contextmanager
+def spawn(
+    argv: Sequence[str | Path],
+    *,
+    output: Path | None = None,
+    die_with_parent: bool = False,
+    grace: float = 10.0,
+) -> Iterator[Child]:
+    """Start ``argv`` (stdin closed, stdout and stderr to ``output`` or discarded) and stop
+    it when the block ends, however it ends.
+
+    ``die_with_parent``: the kernel SIGTERMs the child when we die, even by SIGKILL, so a
+    killed harness leaves no server holding a port (Linux's PR_SET_PDEATHSIG).
+    """
+    args = [str(a) for a in argv]
+    exe = tools.require(args[0]) if "/" not in args[0] else args[0]
+    log.debug("$ %s &", shlex.join(args))
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(output.open("wb")) if output is not None else subprocess.DEVNULL
+        popen = subprocess.Popen(
+            [exe, *args[1:]],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent if die_with_parent else None,
+        )
+    child = Child(args, popen, output)
+    try:
+        yield child
+    finally:
+        child.stop(grace)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: ask for SIGTERM when the parent dies."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG

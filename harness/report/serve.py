@@ -17,10 +17,8 @@ import importlib.util
 import json
 import logging
 import shlex
-import signal
 import socket
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from harness import proc
 from harness.errors import HarnessError, InputError
 from harness.store.db import Store
 
@@ -385,7 +384,7 @@ class Server:
     db_name: str
     snapshot: Path
     argv: list[str]
-    process: subprocess.Popen[bytes]
+    process: proc.Child
 
 
 def require_datasette() -> None:
@@ -436,40 +435,20 @@ def start_server(db: Path, port: int = DEFAULT_PORT) -> Iterator[Server]:
             "sql_time_limit_ms",
             "5000",
         ]
-        log.debug("$ %s", shlex.join(argv))
         out = d / "datasette.log"
-        # Not proc.run: that helper runs a command to completion; a server outlives the
-        # call, so it is spawned here and always stopped in the finally below.
-        with out.open("wb") as logf:
-            proc = subprocess.Popen(
-                argv, stdout=logf, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
-            )
         url = f"http://{HOST}:{port}/"
-        try:
-            _wait_ready(proc, url, out, argv)
-            yield Server(url, db_name, snap, argv, proc)
-        finally:
-            _stop(proc)
+        with proc.spawn(argv, output=out, die_with_parent=True) as child:
+            _wait_ready(child, url)
+            yield Server(url, db_name, snap, argv, child)
 
 
-def _die_with_parent() -> None:
-    """In the child: SIGTERM it when we die, even by SIGKILL, so no server is left holding
-    the port (Linux's PR_SET_PDEATHSIG; elsewhere the finally below is all there is)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, out: Path, argv: list[str]) -> None:
+def _wait_ready(child: proc.Child, url: str) -> None:
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
+        if not child.alive():
             raise HarnessError(
-                f"datasette exited with status {proc.returncode} before serving",
-                detail="$ " + shlex.join(argv) + "\n" + out.read_text(errors="replace"),
+                f"datasette exited with status {child.returncode} before serving",
+                detail="$ " + shlex.join(child.argv) + "\n" + child.read_output(),
             )
         try:
             with urllib.request.urlopen(url + "-/versions.json", timeout=2) as r:
@@ -480,15 +459,5 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, out: Path, argv: list[s
         time.sleep(0.2)
     raise HarnessError(
         f"datasette did not answer on {url} within {STARTUP_TIMEOUT:.0f} s",
-        detail="$ " + shlex.join(argv) + "\n" + out.read_text(errors="replace"),
+        detail="$ " + shlex.join(child.argv) + "\n" + child.read_output(),
     )
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

@@ -13,7 +13,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -102,20 +101,14 @@ def floor_boot(kernel: Path, accelerator: str, timeout: float = PROBE_TIMEOUT) -
             memory_mb=512,
         )
         start = time.monotonic()
-        p = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        try:
+        with proc.spawn(argv, grace=0) as child:
             while time.monotonic() - start < timeout:
                 if con.exists() and PROBE_OK in con.read_text(errors="replace"):
                     return time.monotonic() - start
-                if p.poll() is not None:
+                if not child.alive():
                     return None
                 time.sleep(0.01)
             return None
-        finally:
-            p.kill()
-            p.wait()
 
 
 def _cache_file() -> Path:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import shlex
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import proc
 from harness.errors import GuestAgentError, GuestBootFailed, GuestError, GuestPanic, GuestTimeout
 from harness.image.build import Image, require_image
 from harness.vm import accel, console
@@ -131,7 +131,8 @@ class QemuGuest:
         self.workdir = workdir
         self.console_log = workdir / "console.log"
         self.argv = qemu_argv(image, spec, accelerator, workdir)
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: proc.Child | None = None
+        self._children = contextlib.ExitStack()
         self.agent = Agent(workdir / "qga.sock")
         self._started = 0.0
         self._ready = 0.0
@@ -139,10 +140,10 @@ class QemuGuest:
 
     # -- lifecycle ------------------------------------------------------------------------
     def launch(self) -> None:
-        log.debug("$ %s", shlex.join(self.argv))
         self._started = time.monotonic()
-        self.proc = subprocess.Popen(
-            self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        # QEMU's own output goes to a file, not a pipe nobody drains while the guest runs.
+        self.proc = self._children.enter_context(
+            proc.spawn(self.argv, output=self.workdir / "qemu.out")
         )
         self._wait_for_socket(self.workdir / "qga.sock", 10)
         self.agent.connect()
@@ -189,7 +190,7 @@ class QemuGuest:
 
     def _check_alive(self, what: str) -> None:
         assert self.proc is not None
-        if self.proc.poll() is None:
+        if self.proc.alive():
             return
         text = console.tail(self.console_log)
         found = console.scan(text)
@@ -200,13 +201,11 @@ class QemuGuest:
         )
 
     def _failure_text(self) -> str:
-        out = b""
-        if self.proc is not None and self.proc.poll() is not None and self.proc.stdout:
-            out = self.proc.stdout.read() or b""
+        out = self.proc.read_output() if self.proc is not None else ""
         return "\n".join(
             [
                 "$ " + shlex.join(self.argv),
-                out.decode(errors="replace").strip(),
+                out.strip()[-4000:],
                 "--- console ---",
                 console.tail(self.console_log),
             ]
@@ -230,8 +229,9 @@ class QemuGuest:
 
     def shutdown(self) -> None:
         """Sync the guest, then QMP quit, then kill. Always leaves no QEMU behind."""
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None or not self.proc.alive():
             self.agent.close()
+            self._children.close()
             return
         with contextlib.suppress(GuestError, OSError):
             self.agent.exec(["/bin/sync"], timeout=20)
@@ -243,11 +243,9 @@ class QemuGuest:
             qmp.connect()
             qmp.cmd("quit")
             qmp.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        # Asked to quit over QMP: give it 10 s to go by itself, then it is killed.
+        self.proc.stop(10, terminate=False)
+        self._children.close()
 
     # -- the Guest protocol ---------------------------------------------------------------
     def run(

@@ -1,0 +1,264 @@
+"""Rich renderings of stored runs for ``scenario results``: run details, grouped tables,
+diffs and baseline checks. The CLI parses and loads; this module only draws."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from harness.outcome import Outcome, is_finding, is_harness
+from harness.report import diff as rdiff
+from harness.report import query
+from harness.store.db import RunDetail, RunRow
+
+# Rows of non-consistent states printed before pointing at --json for the rest.
+SHOWN_STATES = 50
+
+
+def print_detail(console: Console, d: RunDetail) -> None:
+    r = d.run
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    for key, value in (
+        ("run", r.id),
+        ("scenario", f"{r.scenario} ({r.kind})"),
+        ("fs", r.fs or "-"),
+        ("status", status_markup(r)),
+        ("started", local_time(r.started_at)),
+        ("duration", duration(r)),
+        ("seed", "-" if r.seed is None else str(r.seed)),
+        ("host", r.host or "-"),
+        ("accelerator", r.accelerator or "-"),
+        ("guest kernel", r.guest_kernel or "-"),
+        ("qemu", r.qemu_version or "-"),
+        ("image", r.image_hash or "-"),
+        ("tools", ", ".join(f"{k} {v}" for k, v in sorted(r.tool_versions.items())) or "-"),
+        ("outcomes", counts_markup(r.outcome_counts) or "no states checked"),
+    ):
+        head.add_row(key, value)
+    # The summary repeats the counts for a finished run; show only what it adds (an
+    # error message of a failed run, say).
+    extra = {k: v for k, v in (r.summary or {}).items() if k != "outcome_counts"}
+    for key, value in sorted(flatten(extra).items()):
+        head.add_row(key, str(value))
+    console.print(head)
+
+    params = Table(title="parameters", title_justify="left")
+    params.add_column("key")
+    params.add_column("value", overflow="fold")
+    for key, value in sorted(flatten(r.params).items()):
+        params.add_row(key, json.dumps(value))
+    if r.params:
+        console.print(params)
+
+    if d.recovery:
+        rec = Table(title="recovery time (seconds)", title_justify="left")
+        rec.add_column("phase")
+        for col in ("n", "mean", "p50", "p95", "max"):
+            rec.add_column(col, justify="right")
+        for ph in d.recovery:
+            rec.add_row(
+                ph.phase, str(ph.n), *(f"{v:.3f}" for v in (ph.mean, ph.p50, ph.p95, ph.max))
+            )
+        console.print(rec)
+
+    flagged = [s for s in d.states if s.outcome not in (Outcome.CONSISTENT, None)]
+    unchecked = sum(1 for s in d.states if s.outcome is None)
+    if flagged:
+        st = Table(title="states that were not consistent", title_justify="left")
+        for col in ("state", "outcome", "generator", "last mark", "description", "checks"):
+            st.add_column(col, overflow="fold")
+        for s in flagged[:SHOWN_STATES]:
+            st.add_row(
+                s.id,
+                outcome_markup(s.outcome or ""),
+                s.generator,
+                s.last_mark or "-",
+                s.description,
+                ", ".join(
+                    f"{c.stage}/{c.checker}: {c.outcome}"
+                    for c in s.checks
+                    if c.outcome != Outcome.CONSISTENT
+                ),
+            )
+        console.print(st)
+        if len(flagged) > SHOWN_STATES:
+            console.print(f"… and {len(flagged) - SHOWN_STATES} more: use --json for all")
+    elif d.states:
+        console.print("every checked state was consistent")
+    if unchecked:
+        console.print(f"{unchecked} state(s) recorded but not checked (resume the run)")
+
+
+def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict) or not d:
+        return {prefix: d} if prefix else {}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def local_time(iso: str) -> str:
+    return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def duration(r: RunRow) -> str:
+    seconds = r.duration
+    if seconds is None:
+        return "-"
+    s = round(seconds)
+    if s < 60:
+        return f"{seconds:.1f}s"
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{sec:02d}s"
+
+
+def style(outcome: str) -> str:
+    try:
+        o = Outcome(outcome)
+    except ValueError:
+        return "magenta"
+    if is_finding(o):
+        return "bold red"
+    if is_harness(o):
+        return "yellow"
+    return "green" if o is Outcome.CONSISTENT else "dim"
+
+
+def outcome_markup(outcome: str) -> str:
+    return f"[{style(outcome)}]{outcome}[/]"
+
+
+def counts_markup(counts: Mapping[str, int], sep: str = "  ") -> str:
+    return sep.join(f"[{style(o)}]{o} {n}[/]" for o, n in counts.items())
+
+
+def status_markup(r: RunRow) -> str:
+    colour = {"done": "green", "running": "cyan", "failed": "red", "interrupted": "yellow"}
+    return f"[{colour.get(str(r.status), 'white')}]{r.status}[/]"
+
+
+def print_grouped(console: Console, result: query.GroupedTable) -> None:
+    by = result.by or ("all",)
+
+    def key_cells(key: tuple[Any, ...]) -> list[str]:
+        return [_cell(v) for v in key] if result.by else ["all"]
+
+    if result.outcomes:
+        t = Table(
+            title=f"{result.kind.name}: outcomes by {', '.join(by)}",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+        )
+        for f in by:
+            t.add_column(f)
+        t.add_column("n", justify="right")
+        for o in result.outcomes:
+            t.add_column(outcome_markup(o), justify="right")
+        for g in result.groups:
+            t.add_row(
+                *key_cells(g.key),
+                str(g.counted),
+                *(str(g.counts.get(o, "")) for o in result.outcomes),
+            )
+        console.print(t)
+    unit = result.kind.unit
+    t = Table(
+        title=f"{result.kind.name}: {result.kind.value} by {', '.join(by)}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    for f in by:
+        t.add_column(f)
+    if result.kind.split:
+        t.add_column(result.kind.split)
+    for col in ("n", "mean", "stdev", "min", "p50", "p95", "max"):
+        t.add_column(col if col == "n" else f"{col} {unit}", justify="right")
+    for g in result.groups:
+        for i, (name, st) in enumerate(g.stats.items()):
+            t.add_row(
+                *(key_cells(g.key) if i == 0 else [""] * len(by)),
+                *([name] if result.kind.split else []),
+                str(st.n),
+                *(f"{v:.3f}" for v in (st.mean, st.stdev, st.min, st.p50, st.p95, st.max)),
+                end_section=i == len(g.stats) - 1 and len(g.stats) > 1,
+            )
+    console.print(t)
+
+
+def _cell(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
+def print_diff(console: Console, d: rdiff.RunDiff) -> None:
+    console.print(
+        f"[bold]{d.a.id}[/] ({d.a.scenario}, {d.a.guest_kernel or '-'}) -> "
+        f"[bold]{d.b.id}[/] ({d.b.scenario}, {d.b.guest_kernel or '-'})"
+    )
+    for note in d.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    console.print(
+        f"{d.matched} states checked in both; {len(d.changes)} changed outcome"
+        f" ({len(d.worse)} worse)"
+    )
+    if d.changes:
+        t = Table(title="outcome changes", title_justify="left", box=box.SIMPLE_HEAD)
+        for col in ("state", "before", "after", "recovery s before", "recovery s after"):
+            t.add_column(col, justify="right" if col.startswith("recovery") else "left")
+        for c in d.changes[:SHOWN_STATES]:
+            t.add_row(
+                c.state_id,
+                outcome_markup(c.before) if c.before else "[dim]absent[/]",
+                outcome_markup(c.after) if c.after else "[dim]absent[/]",
+                _secs(c.seconds_before),
+                _secs(c.seconds_after),
+            )
+        console.print(t)
+        if len(d.changes) > SHOWN_STATES:
+            console.print(f"… and {len(d.changes) - SHOWN_STATES} more: use --json for all")
+    if d.phases:
+        t = Table(
+            title="recovery time, states in both runs", title_justify="left", box=box.SIMPLE_HEAD
+        )
+        for col in ("phase", "n", "mean s before", "mean s after", "delta s", "delta %"):
+            t.add_column(col, justify="left" if col == "phase" else "right")
+        for p in d.phases:
+            pct = f"{100 * p.delta / p.mean_before:+.0f}%" if p.mean_before else "-"
+            t.add_row(
+                p.phase,
+                str(p.n),
+                f"{p.mean_before:.3f}",
+                f"{p.mean_after:.3f}",
+                f"{p.delta:+.3f}",
+                pct,
+            )
+        console.print(t)
+
+
+def _secs(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def print_check(console: Console, r: rdiff.CheckReport) -> None:
+    head = f"run {r.run.id} ({r.run.scenario}): "
+    if r.regressions:
+        console.print(head + "[bold red]REGRESSED[/]")
+        for line in r.regressions:
+            console.print(f"  [red]-[/] {line}")
+    else:
+        console.print(
+            head
+            + "[green]within the baseline[/]"
+            + (f"  ({counts_markup(r.run.outcome_counts)})" if r.run.outcome_counts else "")
+        )
+    for note in r.notes:
+        console.print(f"  [yellow]note:[/] {note}")

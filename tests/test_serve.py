@@ -26,7 +26,7 @@ import pytest
 
 from harness.errors import InputError
 from harness.outcome import Outcome
-from harness.report import serve
+from harness.report import serve, serve_meta
 from harness.store.db import (
     Accelerator,
     CheckResult,
@@ -167,7 +167,7 @@ def test_pages_tables_queries_and_json(db: Path, served: Served) -> None:
     index = served.get("")
     assert "crashlab results" in index and "Read-only snapshot" in index
     page = served.get("lab")
-    for title, *_ in serve.CANNED_QUERIES.values():
+    for title, *_ in serve_meta.CANNED_QUERIES.values():
         assert title in page
     assert 'href="/lab/v_runs"' in page
     # a view, with its column descriptions and the run in it
@@ -236,11 +236,11 @@ def test_snapshot_includes_the_wal(tmp_path: Path) -> None:
 
 def test_every_described_column_exists_and_every_query_runs(db: Path) -> None:
     with Store.open(db) as store:
-        for table, (_, columns) in serve.TABLES.items():
+        for table, (_, columns) in serve_meta.TABLES.items():
             have = {str(r[1]) for r in store.execute(f"PRAGMA table_info({table})")}
             assert have, f"no table or view {table}"
             assert set(columns) <= have, f"{table}: {set(columns) - have}"
-        for name, (_, _, sql) in serve.CANNED_QUERIES.items():
+        for name, (_, _, sql) in serve_meta.CANNED_QUERIES.items():
             args = {"run": ""} if ":run" in sql else {}
             conn = sqlite3.connect(db)
             try:

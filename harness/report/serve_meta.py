@@ -1,0 +1,304 @@
+"""What datasette shows of the store: canned queries, column descriptions, the stylesheet
+and the metadata file. Data, not code; it follows docs/results.md so a researcher lands on
+the ``v_*`` views and the queries, not on the raw tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+_FINDINGS = "('repaired', 'unrepairable', 'mount_failed', 'data_loss')"
+
+# name -> (title, description, SQL). Named parameters (``:run``) become form fields;
+# an empty one means "all".
+CANNED_QUERIES: dict[str, tuple[str, str, str]] = {
+    "recovery_by_fs_mode": (
+        "Recovery time by filesystem and data mode",
+        "Seconds per recovery phase (journal replay, fsck, mount, ...) over every checked"
+        " crash state, per filesystem and data mode. Percentiles: `scenario results table"
+        " recovery --by fs,data_mode`.",
+        """SELECT fs, data_mode, phase, count(*) AS n,
+       round(avg(seconds), 3) AS mean_s,
+       round(min(seconds), 3) AS min_s,
+       round(max(seconds), 3) AS max_s
+  FROM v_recovery
+ GROUP BY fs, data_mode, phase
+ ORDER BY fs, data_mode, phase""",
+    ),
+    "outcomes_by_fs_mode": (
+        "Outcomes by filesystem and data mode",
+        "How many checked crash states ended in each outcome.",
+        """SELECT fs, data_mode, outcome, count(*) AS states
+  FROM v_states
+ WHERE outcome IS NOT NULL
+ GROUP BY fs, data_mode, outcome
+ ORDER BY fs, data_mode, states DESC""",
+    ),
+    "findings_per_run": (
+        "Findings per run",
+        "Every run, newest first, with its checked states, findings (repaired,"
+        " unrepairable, mount_failed, data_loss) and harness failures (could not tell).",
+        """SELECT run_id, scenario, fs, data_mode, kernel, status, started_at,
+       duration_seconds, states, findings, harness_failures
+  FROM v_runs
+ ORDER BY started_at DESC""",
+    ),
+    "findings": (
+        "Findings, state by state",
+        "Each crash state with a finding and the fsync mark it followed. Leave *run*"
+        " empty for all runs, or give a run id (or its first characters).",
+        f"""SELECT run_id, scenario, fs, data_mode, state_id, outcome, last_mark,
+       recovery_seconds, description
+  FROM v_states
+ WHERE outcome IN {_FINDINGS}
+   AND (:run = '' OR run_id LIKE :run || '%')
+ ORDER BY run_id, prefix""",
+    ),
+    "slowest_fsck_per_run": (
+        "Slowest fsck of each run",
+        "The longest fsck phase (seconds) of each run.",
+        """SELECT run_id, scenario, fs, data_mode, max(seconds) AS max_fsck_s
+  FROM v_recovery
+ WHERE phase = 'fsck'
+ GROUP BY run_id
+ ORDER BY max_fsck_s DESC""",
+    ),
+    "resilver_by_layout_fill": (
+        "Resilver time by pool layout and fill",
+        "ZFS resilver seconds per layout and fill fraction (the seed 003 chart as a"
+        " table). For scrubs, see scan_times.",
+        """SELECT layout, fill, count(*) AS n,
+       round(avg(seconds), 3) AS mean_s,
+       round(min(seconds), 3) AS min_s,
+       round(max(seconds), 3) AS max_s
+  FROM zfs_scans
+ WHERE kind = 'resilver'
+ GROUP BY layout, fill
+ ORDER BY layout, fill""",
+    ),
+    "scan_times": (
+        "ZFS scrub and resilver times by layout and fill",
+        "Both scan kinds, with the bytes per second they achieved.",
+        """SELECT kind, layout, fill, count(*) AS n,
+       round(avg(seconds), 3) AS mean_s,
+       round(max(seconds), 3) AS max_s,
+       round(avg(bytes_per_second) / 1048576, 1) AS mean_mib_per_s
+  FROM zfs_scans
+ GROUP BY kind, layout, fill
+ ORDER BY kind, layout, fill""",
+    ),
+    "campaign_elements": (
+        "Campaign elements",
+        "Every element of every campaign: its status, run, failures and interruptions.",
+        """SELECT campaign, campaign_id, campaign_status, position, scenario, overrides,
+       seed, status, run_id, failures, interruptions, last_error, seconds
+  FROM v_campaign_elements
+ ORDER BY campaign_id, position""",
+    ),
+}
+
+_RUN = "the run's id (`scenario results show RUN`)"
+_SCENARIO = "scenario name (scenarios/NAME.toml)"
+_FS = "filesystem under test (ext4, xfs, btrfs, ...)"
+_MODE = "ext4 data= mode (ordered, journal, writeback); empty for other filesystems"
+_KERNEL = "guest kernel release"
+_OUTCOME = (
+    "the state's verdict, least to worst: skipped consistent harness_error timeout panic"
+    " repaired unrepairable mount_failed data_loss; empty: recorded, not yet checked"
+)
+_STATE = "crash state id, unique per run (e.g. fua-0042); the same id in two runs is the same cut"
+_MARK = "the last fsync mark before the cut (what the workload had made durable)"
+_PREFIX = "number of log entries applied to make this state"
+
+# table or view -> (description, {column: description})
+TABLES: dict[str, tuple[str, dict[str, str]]] = {
+    "v_runs": (
+        "One row per run: start here.",
+        {
+            "run_id": _RUN,
+            "scenario": _SCENARIO,
+            "kind": "crash (replayed crash states) or zfs (scrub/resilver timings)",
+            "fs": _FS,
+            "data_mode": _MODE,
+            "seed": "workload seed; same scenario + parameters + seed = same workload",
+            "status": "running, done, failed or interrupted",
+            "kernel": _KERNEL,
+            "accelerator": "kvm or tcg (TCG times are not comparable with KVM times)",
+            "host": "machine the run ran on",
+            "started_at": "UTC, ISO 8601",
+            "finished_at": "UTC, ISO 8601; empty while running or if killed",
+            "duration_seconds": "wall time of the whole run, seconds",
+            "states": "crash states with a verdict",
+            "findings": "states that were repaired, unrepairable, mount_failed or data_loss",
+            "harness_failures": "states the lab could not check (harness_error, timeout, panic)",
+        },
+    ),
+    "v_states": (
+        "One row per crash state, with its verdict and total recovery time.",
+        {
+            "run_id": _RUN,
+            "scenario": _SCENARIO,
+            "fs": _FS,
+            "data_mode": _MODE,
+            "kernel": _KERNEL,
+            "accelerator": "kvm or tcg",
+            "seed": "workload seed",
+            "state_id": _STATE,
+            "generator": "how the cut was chosen (fua, flush, mark, random, ...)",
+            "prefix": _PREFIX,
+            "last_mark": _MARK,
+            "outcome": _OUTCOME,
+            "recovery_seconds": "sum of the state's recovery phases, seconds",
+            "description": "what the cut is, in words",
+        },
+    ),
+    "v_state_outcomes": (
+        "One row per checked crash state (states with a verdict only).",
+        {
+            "run_id": _RUN,
+            "scenario": _SCENARIO,
+            "fs": _FS,
+            "state_id": _STATE,
+            "outcome": _OUTCOME,
+            "generator": "how the cut was chosen",
+            "last_mark": _MARK,
+            "description": "what the cut is, in words",
+        },
+    ),
+    "v_recovery": (
+        "One row per recovery phase of a crash state.",
+        {
+            "run_id": _RUN,
+            "scenario": _SCENARIO,
+            "fs": _FS,
+            "data_mode": _MODE,
+            "state_id": _STATE,
+            "phase": "journal_replay, fsck, mount, umount, fsck_after, repair or guest_repair",
+            "seconds": "time the phase took, seconds",
+        },
+    ),
+    "v_campaign_elements": (
+        "One row per campaign element (scenario x overrides x seed).",
+        {
+            "campaign": "campaign name (campaigns/NAME.toml)",
+            "campaign_id": "one execution of the campaign (resumes keep the id)",
+            "campaign_status": "running, done or interrupted",
+            "position": "order in the campaign file",
+            "scenario": _SCENARIO,
+            "overrides": "the --set overrides, as a JSON list",
+            "seed": "workload seed",
+            "status": "pending, running, done, failed (retried) or quarantined",
+            "run_id": "the element's run, once it has one",
+            "failures": "harness failures so far (quarantined at max_failures)",
+            "interruptions": "times the harness was killed during it (max_interruptions)",
+            "last_error": "why the last attempt failed",
+            "seconds": "wall time of the last attempt, seconds",
+        },
+    ),
+    "runs": (
+        "What the harness writes per run; `params` is the resolved scenario as JSON.",
+        {
+            "id": "run id",
+            "params": "resolved scenario (JSON): json_extract(params, '$.workload.ops')",
+            "summary": "final counts, or the error of a failed run (JSON)",
+            "tool_versions": "versions of the host tools used (JSON)",
+            "image_hash": "guest image recipe hash",
+            "pid": "harness process id (resume tells a dead run from a live one)",
+        },
+    ),
+    "crash_states": (
+        "A cut of a dm-log-writes log.",
+        {"id": _STATE, "prefix": _PREFIX, "last_mark": _MARK, "log_hash": "the log's hash"},
+    ),
+    "checks": (
+        "Each checker's outcome on a state, with an excerpt of its output.",
+        {
+            "stage": "host (userspace on a copy) or guest (the kernel mounts it)",
+            "checker": "e2fsck, xfs_repair, mount, oracle, ...",
+            "outcome": _OUTCOME,
+            "exit_status": "the checker's exit status",
+            "seconds": "time the check took, seconds",
+            "output": "head and tail of its output",
+        },
+    ),
+    "recovery_times": (
+        "Seconds per recovery phase per state.",
+        {"phase": "recovery phase", "seconds": "seconds"},
+    ),
+    "verdicts": (
+        "A state's final outcome; its presence means the state is done.",
+        {"outcome": _OUTCOME, "decided_at": "UTC, ISO 8601"},
+    ),
+    "zfs_scans": (
+        "ZFS scrub and resilver timings.",
+        {
+            "kind": "scrub or resilver",
+            "layout": "pool layout (mirror, raidz1, ...)",
+            "fill": "fraction of the pool filled before the scan",
+            "seconds": "scan time, seconds (from zpool events when present)",
+            "bytes_per_second": "bytes examined per second",
+        },
+    ),
+    "log_events": (
+        "Flush, FUA and mark positions of a log (crash maps).",
+        {"entry": "log entry index", "kind": "flush, fua or mark", "mark": "mark name"},
+    ),
+}
+
+# Facets a researcher filters by first; only on views whose columns are always there.
+# Datasette lists column descriptions one per two lines above the rows, which pushes a
+# view's rows below the fold; a two-column grid keeps them to one short line each.
+STYLESHEET = """\
+dl.column-descriptions {
+    display: grid; grid-template-columns: max-content 1fr; gap: 0.1em 1.5em;
+    font-size: 0.85em; max-width: 70em;
+}
+dl.column-descriptions dt, dl.column-descriptions dd { margin: 0; padding: 0; line-height: 1.3em; }
+"""
+STATIC_MOUNT = "crashlab"
+
+# What a researcher opens first, linked from the database page (datasette lists the
+# tables, which are mostly bookkeeping, above the views).
+_START = {
+    "v_runs": "a row per run",
+    "v_states": "per crash state",
+    "v_recovery": "per recovery phase",
+    "v_campaign_elements": "per campaign element",
+}
+
+_FACETS = {"v_runs": ["scenario", "status"], "v_states": ["fs", "data_mode", "outcome"]}
+_SORT_DESC = {"v_runs": "started_at"}
+
+
+def metadata(db_name: str, source: Path, taken: str) -> dict[str, Any]:
+    """Datasette metadata for a snapshot of ``source`` served as ``db_name``."""
+    tables: dict[str, Any] = {}
+    for name, (description, columns) in TABLES.items():
+        t: dict[str, Any] = {"description": description, "columns": columns}
+        if name in _FACETS:
+            t["facets"] = _FACETS[name]
+        if name in _SORT_DESC:
+            t["sort_desc"] = _SORT_DESC[name]
+        tables[name] = t
+    where = f"Read-only snapshot of <code>{_html(str(source))}</code> taken {_html(taken)}."
+    start = ", ".join(f'<a href="/{db_name}/{v}">{v}</a> ({what})' for v, what in _START.items())
+    return {
+        "title": "crashlab results",
+        "description_html": f'{where} Open <a href="/{db_name}">{db_name}</a> for the queries.',
+        "extra_css_urls": [f"/{STATIC_MOUNT}/serve.css"],
+        "databases": {
+            db_name: {
+                "description_html": f"{where}<br>Start with the views: {start};"
+                " or a canned query below. The schema is documented in docs/results.md.",
+                "tables": tables,
+                "queries": {
+                    name: {"title": title, "description": desc, "sql": sql}
+                    for name, (title, desc, sql) in CANNED_QUERIES.items()
+                },
+            }
+        },
+    }
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -18,15 +18,14 @@ from harness.errors import InputError
 from harness.experiments.zfs import crash, parse
 from harness.outcome import Outcome
 from harness.record.logwrites import FLUSH, FUA, Log, open_log
+from harness.replay.honest import intervals, label_regions
 from harness.replay.multicrash import (
     MultiState,
     common_marks,
     consistent_cuts,
     cut_points,
     generate,
-    intervals,
     is_honest,
-    label_regions,
     multi_state_id,
     torn_across,
 )
@@ -303,7 +302,7 @@ def test_unmatched_label_runs_vouch_for_nothing_past_a_label(
     with ExitStack() as stack:
         logs = _open(stack, tmp_path, [zfs_log(0, (2, 1)), zfs_log(1, (1, 1))])
         (_, lo), (_, hi) = common_marks(logs)[0:2]
-        assert not intervals(logs, VDEV)[0].matched
+        assert not intervals(logs, common_marks(logs), VDEV)[0].matched
         assert "cannot be matched" in caplog.text
         assert not is_honest(logs, (hi[0], hi[1] - 1), VDEV)
         assert is_honest(logs, (lo[0] + 2, lo[1] + 1), VDEV)  # before any label write

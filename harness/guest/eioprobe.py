@@ -44,7 +44,12 @@ def sh(argv: list[str], timeout: float = 120, keep: int = 800) -> dict[str, Any]
         rc, out = p.returncode, (p.stdout + p.stderr).decode(errors="replace")
     except subprocess.TimeoutExpired:
         rc, out = -1, "[blocked: timed out]"
-    return {"argv": argv, "rc": rc, "seconds": round(time.monotonic() - start, 3), "out": out[-keep:]}
+    return {
+        "argv": argv,
+        "rc": rc,
+        "seconds": round(time.monotonic() - start, 3),
+        "out": out[-keep:],
+    }
 
 
 def in_child(fn: Callable[[], None], timeout: float) -> dict[str, Any]:
@@ -161,7 +166,9 @@ class Probe:
         r = sh([*json.loads(a.mkfs), dm_dev], 300)
         self.step("mkfs", **r)
         os.makedirs(MNT, exist_ok=True)
-        self.step("mount", **sh(["mount", "-t", a.fs, "-o", a.mount_opts or "defaults", dm_dev, MNT]))
+        self.step(
+            "mount", **sh(["mount", "-t", a.fs, "-o", a.mount_opts or "defaults", dm_dev, MNT])
+        )
 
     def remount(self, dm_dev: str) -> None:
         a = self.a
@@ -178,7 +185,10 @@ class Probe:
     def run(self) -> dict[str, Any]:
         a = self.a
         sectors = int(sh(["blockdev", "--getsz", a.dev])["out"].strip() or 0)
-        self.step("dm-create", **sh(["dmsetup", "create", DM, "--table", flakey_table(a.dev, sectors, None)]))
+        self.step(
+            "dm-create",
+            **sh(["dmsetup", "create", DM, "--table", flakey_table(a.dev, sectors, None)]),
+        )
         dm_dev = f"/dev/mapper/{DM}"
         self.make_fs(dm_dev)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)

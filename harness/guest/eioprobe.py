@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """What fsync reports when the disk fails writes, inside the guest (stdlib only).
 
-The disk under test sits on dm-flakey, loaded "always up". The probe makes the
+The disk under test sits on dm-flakey, loaded healthy (the host gives both tables,
+``faults/dm.py``). The probe makes the
 filesystem, writes ``f`` (content OLD) and fsyncs it, overwrites it with NEW without
-fsync, then switches the device to ``error_writes`` (or ``drop_writes``) by a table
-reload -- ``dmsetup suspend --nolockfs`` so the switch itself flushes nothing -- and asks
+fsync, then switches the device to the faulty table (``error_writes``, ``drop_writes``,
+...) by a reload -- ``dmsetup suspend --nolockfs`` so the switch itself flushes nothing -- and asks
 fsync, again and again, what happened: the fstests/"fsyncgate" protocol. It then restores
 the device, fsyncs once more, unmounts, mounts cleanly and reads ``f`` back.
 
@@ -33,8 +34,6 @@ MNT = "/mnt/eio"
 POOL = "eiopool"
 SIZE = 256 << 10
 OLD, NEW = b"O", b"N"
-# A down interval longer than any probe: intervals count from the table load.
-FOREVER = 86400
 
 
 def sh(argv: list[str], timeout: float = 120, keep: int = 800) -> dict[str, Any]:
@@ -88,17 +87,11 @@ def in_child(fn: Callable[[], None], timeout: float) -> dict[str, Any]:
     return {"errno": None, "error": "blocked", "seconds": round(timeout, 3)}
 
 
-def flakey_table(dev: str, sectors: int, feature: str | None) -> str:
-    if feature is None:
-        return f"0 {sectors} flakey {dev} 0 {FOREVER} 0"
-    return f"0 {sectors} flakey {dev} 0 0 {FOREVER} 1 {feature}"
-
-
-def reload(dev: str, sectors: int, feature: str | None) -> list[dict[str, Any]]:
+def reload(table: str) -> list[dict[str, Any]]:
     # --nolockfs: do not freeze the filesystem, which would flush exactly what we test.
     return [
         sh(["dmsetup", "suspend", "--nolockfs", DM]),
-        sh(["dmsetup", "load", DM, "--table", flakey_table(dev, sectors, feature)]),
+        sh(["dmsetup", "load", DM, "--table", table]),
         sh(["dmsetup", "resume", DM]),
     ]
 
@@ -184,10 +177,9 @@ class Probe:
 
     def run(self) -> dict[str, Any]:
         a = self.a
-        sectors = int(sh(["blockdev", "--getsz", a.dev])["out"].strip() or 0)
         self.step(
             "dm-create",
-            **sh(["dmsetup", "create", DM, "--table", flakey_table(a.dev, sectors, None)]),
+            **sh(["dmsetup", "create", DM, "--table", a.healthy]),
         )
         dm_dev = f"/dev/mapper/{DM}"
         self.make_fs(dm_dev)
@@ -195,7 +187,7 @@ class Probe:
         os.pwrite(fd, OLD * SIZE, 0)
         self.step("fsync-old", **in_child(lambda: os.fsync(fd), a.timeout))
         os.pwrite(fd, NEW * SIZE, 0)  # buffered, not yet durable
-        self.step("fault-on", feature=a.fault, cmds=reload(a.dev, sectors, a.fault))
+        self.step("fault-on", table=a.faulty, cmds=reload(a.faulty))
         for n in (1, 2):
             self.step(f"fsync-{n}", **in_child(lambda: os.fsync(fd), a.timeout))
         os.close(fd)
@@ -220,7 +212,7 @@ class Probe:
 
         self.step("new-file-fsync", **in_child(new_file, a.timeout))
         self.step("mount-state-faulty", state=mount_state(self.mnt))
-        self.step("fault-off", cmds=reload(a.dev, sectors, None))
+        self.step("fault-off", cmds=reload(a.healthy))
         self.step("fsync-after-restore", **in_child(reopen_fsync, a.timeout))
         self.step("mount-state-restored", state=mount_state(self.mnt))
         self.remount(dm_dev)
@@ -236,11 +228,11 @@ def kernel_log() -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dev", required=True)
     ap.add_argument("--fs", required=True)
     ap.add_argument("--mkfs", default="[]", help="JSON argv of mkfs, without the device")
     ap.add_argument("--mount-opts", default="")
-    ap.add_argument("--fault", default="error_writes", choices=["error_writes", "drop_writes"])
+    ap.add_argument("--healthy", required=True, help="the dm table that never misbehaves")
+    ap.add_argument("--faulty", required=True, help="the dm table of the fault")
     ap.add_argument("--failmode", default="continue")
     ap.add_argument("--timeout", type=float, default=60.0)
     args = ap.parse_args()

@@ -77,6 +77,11 @@ class CommandFailed(HarnessError):
         self.stderr = stderr
 
 
+class CommandTimeout(HarnessError):
+    """A host command ran past its timeout (and was killed): a hang, the lab's
+    ``timeout`` outcome where it is judged."""
+
+
 class ImageError(HarnessError):
     pass
 

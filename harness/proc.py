@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import tools
-from harness.errors import CommandFailed, HarnessError
+from harness.errors import CommandFailed, CommandTimeout
 
 log = logging.getLogger("crashlab.proc")
 
@@ -88,7 +88,7 @@ def run(
             stdout = cp.stdout.decode(errors="replace")
             stderr = cp.stderr.decode(errors="replace")
     except subprocess.TimeoutExpired as e:
-        raise HarnessError(
+        raise CommandTimeout(
             f"command timed out after {timeout} s: {args[0]}", detail="$ " + shlex.join(args)
         ) from e
     result = Result(args, cp.returncode, stdout, stderr, time.monotonic() - start)

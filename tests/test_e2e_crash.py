@@ -12,6 +12,7 @@ import pytest
 from harness.check import guest as guestcheck
 from harness.config import scenario
 from harness.experiments import crash as run
+from harness.experiments import lifecycle
 from harness.image import build as image
 from harness.outcome import HARNESS, Outcome
 
@@ -19,21 +20,21 @@ pytestmark = pytest.mark.vm
 
 
 @pytest.fixture(scope="module")
-def small_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[run.RunReport, Path]:
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[lifecycle.Report, Path]:
     if image.cached() is None:
         pytest.skip("guest image not built")
     db = tmp_path_factory.mktemp("e2e") / "lab.sqlite"
     sc = scenario.load(
         "ext4-ordered-fsync", ["workload.ops=60", "crash.max_states=6", "check.guest_batch=6"]
     )
-    return run.execute(sc, db=db), db
+    return lifecycle.execute(sc, db=db), db
 
 
 def test_every_state_has_a_verdict_and_no_harness_failure(
-    small_run: tuple[run.RunReport, Path],
+    small_run: tuple[lifecycle.Report, Path],
 ) -> None:
     report, db = small_run
-    assert report.states_total == 6
+    assert report.items == 6
     con = sqlite3.connect(db)
     verdicts = dict(
         con.execute(
@@ -58,7 +59,7 @@ def test_every_state_has_a_verdict_and_no_harness_failure(
     assert log[0] > 100 and log[1] > 0 and log[2] >= 3
 
 
-def test_resume_redoes_nothing(small_run: tuple[run.RunReport, Path]) -> None:
+def test_resume_redoes_nothing(small_run: tuple[lifecycle.Report, Path]) -> None:
     report, db = small_run
     sc = scenario.load(
         "ext4-ordered-fsync", ["workload.ops=60", "crash.max_states=6", "check.guest_batch=6"]
@@ -67,14 +68,14 @@ def test_resume_redoes_nothing(small_run: tuple[run.RunReport, Path]) -> None:
     con = sqlite3.connect(db)
     con.execute("UPDATE runs SET status = 'interrupted' WHERE id = ?", (report.run_id,))
     con.commit()
-    again = run.execute(sc, db=db)
+    again = lifecycle.execute(sc, db=db)
     assert again.run_id == report.run_id and again.resumed
     assert again.states_skipped == 6
     n = con.execute("SELECT count(*) FROM verdicts WHERE run_id = ?", (report.run_id,)).fetchone()
     assert n[0] == 6
 
 
-def test_oracle_has_teeth(small_run: tuple[run.RunReport, Path], tmp_path: Path) -> None:
+def test_oracle_has_teeth(small_run: tuple[lifecycle.Report, Path], tmp_path: Path) -> None:
     """The earliest crash state, checked against the *final* mark's oracle, must be
     data_loss: files written later cannot be there. A check that cannot fail is no check."""
     report, db = small_run
@@ -109,12 +110,12 @@ def test_qemu_blklogwrites_recorder(tmp_path: Path) -> None:
             "crash.max_states=4",
         ],
     )
-    report = run.execute(sc, db=tmp_path / "lab.sqlite")
+    report = lifecycle.execute(sc, db=tmp_path / "lab.sqlite")
     con = sqlite3.connect(tmp_path / "lab.sqlite")
     fuas, marks = con.execute("SELECT fuas, marks FROM logs").fetchone()
     assert fuas == 0 and marks == 3  # mkfs, the workload's final sync, umount
     outcomes = {Outcome(v) for (v,) in con.execute("SELECT outcome FROM verdicts")}
-    assert report.states_total == 4 and not outcomes & HARNESS
+    assert report.items == 4 and not outcomes & HARNESS
 
 
 @pytest.mark.parametrize("name", ["xfs-fsync", "btrfs-fsync"])
@@ -124,10 +125,10 @@ def test_other_filesystems(name: str, tmp_path: Path) -> None:
     if image.cached() is None:
         pytest.skip("guest image not built")
     sc = scenario.load(name, ["workload.ops=40", "crash.max_states=4", "check.guest_batch=4"])
-    report = run.execute(sc, db=tmp_path / "lab.sqlite")
+    report = lifecycle.execute(sc, db=tmp_path / "lab.sqlite")
     con = sqlite3.connect(tmp_path / "lab.sqlite")
     rows = con.execute("SELECT stage, outcome FROM checks").fetchall()
-    assert len(rows) == 8 and report.states_total == 4
+    assert len(rows) == 8 and report.items == 4
     guest = [Outcome(o) for s, o in rows if s == "guest"]
     # Every state mounted and was judged; none was a harness failure.
     assert len(guest) == 4 and not set(guest) & HARNESS

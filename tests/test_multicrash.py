@@ -16,6 +16,7 @@ from harness.config import scenario
 from harness.config.zfs import Experiment, ZfsScenario
 from harness.errors import InputError
 from harness.experiments.zfs import crash, parse
+from harness.experiments.zfs import record as zfs_record
 from harness.outcome import Outcome
 from harness.record.logwrites import FLUSH, FUA, Log, open_log
 from harness.replay.honest import intervals, label_regions
@@ -171,7 +172,7 @@ def test_required_at_marks_excludes_what_the_next_round_touches() -> None:
         {"round": 2, "files": {"f000": "c", "f001": "b"}, "touched": ["f000"]},
         {"round": 3, "files": {"f000": "c"}, "touched": ["f001"]},
     ]
-    req = crash.required_at_marks(rounds)
+    req = zfs_record.required_at_marks(rounds)
     assert req[MKFS_MARK] == {}
     assert req["crashlab:zsync:1"] == {"f001": "b"}
     assert req["crashlab:zsync:2"] == {"f000": "c"}

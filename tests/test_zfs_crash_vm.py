@@ -10,6 +10,7 @@ import pytest
 from harness import paths
 from harness.config import scenario
 from harness.config.zfs import ZfsScenario
+from harness.experiments import lifecycle
 from harness.experiments.zfs import crash
 from harness.image import build as image
 from harness.outcome import Outcome, is_harness
@@ -33,7 +34,9 @@ def test_pool_crash_states(guest_image: image.Image, tmp_path: Path) -> None:
     )
     assert isinstance(sc, ZfsScenario)
     db = tmp_path / "lab.sqlite"
-    r = crash.execute(sc, db=db, progress=lambda what, done, total: None)
+    report = lifecycle.execute(sc, db=db)
+    r = report.experiment
+    assert isinstance(r, crash.ZfsCrash)
     consistent = [s for s in r.states if s.consistent]
     assert [s.mark for s in consistent] == ["crashlab:mkfs", "crashlab:zsync:1", "crashlab:zsync:2"]
     assert len(r.states) == len(consistent) + 2 and set(r.results) == {s.id for s in r.states}
@@ -46,9 +49,11 @@ def test_pool_crash_states(guest_image: image.Image, tmp_path: Path) -> None:
     for s in r.states:
         assert not is_harness(r.results[s.id].outcome), r.results[s.id].output
     with store.Store.open(db, create=False) as st:
-        run = st.run(r.run_id)
+        run = st.run(report.run_id)
         assert run.kind == "zfs" and run.status == "done"
-        rows = st.execute("SELECT state_id, outcome FROM verdicts WHERE run_id = ?", (r.run_id,))
+        rows = st.execute(
+            "SELECT state_id, outcome FROM verdicts WHERE run_id = ?", (report.run_id,)
+        )
         assert {sid for sid, _ in rows} == {s.id for s in r.states}
-        roles = st.execute("SELECT role FROM run_logs WHERE run_id = ?", (r.run_id,))
+        roles = st.execute("SELECT role FROM run_logs WHERE run_id = ?", (report.run_id,))
         assert sorted(x for (x,) in roles) == ["vdev0", "vdev1", "vdev2"]

@@ -30,7 +30,7 @@ def test_scrub_events() -> None:
     first = ev.of("ereport.fs.zfs.checksum")[0]
     assert first.fields["vdev_path"] == "/dev/disk/by-id/virtio-zd1-part1"
     assert "scheme" not in first.fields
-    w = parse.scan_window(ev, "scrub")
+    (w,) = parse.scan_windows(ev, "scrub")
     # 04:02:09.543997450 -> 04:02:15.467997173, as the header lines say.
     assert w.seconds == pytest.approx(5.923999723, abs=1e-9)
     assert parse.tick_ns(ev) == 4_000_000  # HZ=250: the coarse clock's tick
@@ -38,13 +38,16 @@ def test_scrub_events() -> None:
 
 def test_resilver_events() -> None:
     ev = events("events-resilver-raidz1.txt")
-    w = parse.scan_window(ev, "resilver")
+    w = parse.overall(parse.scan_windows(ev, "resilver"))
     assert w.seconds == pytest.approx(29.451996519 - 18.959997009, abs=1e-9)
     assert ev.of("sysevent.fs.zfs.resilver_finish")[0].fields["resilver_type"] == "healing"
-    assert parse.scan_window(ev, "scrub") == parse.Window(None, None)
+    assert parse.scan_windows(ev, "scrub") == []
+    assert parse.overall([]) == parse.Window(None, None)
 
 
-def test_window_takes_the_last_start_and_the_finish_after_it() -> None:
+def test_each_scan_is_timed_on_its_own() -> None:
+    # Two disks replaced: the second resilver is deferred until the first ends (issue 9
+    # item 7: only the last one used to be timed).
     text = "\n".join(
         f"Nov 22 2026 04:02:0{i}.000000000 sysevent.fs.zfs.{cls}\n"
         f'        class = "sysevent.fs.zfs.{cls}"\n        time = 0x{i:x} 0x{n:x} \n'
@@ -55,9 +58,21 @@ def test_window_takes_the_last_start_and_the_finish_after_it() -> None:
             (4, "scrub_finish", 500_000),
         )
     )
-    w = parse.scan_window(parse.parse_events(text), "scrub")
-    assert (w.start_ns, w.finish_ns) == (3 * 10**9 + 7, 4 * 10**9 + 500_000)
-    assert w.seconds == pytest.approx(1.000499993)
+    first, second = parse.scan_windows(parse.parse_events(text), "scrub")
+    assert (first.start_ns, first.finish_ns) == (1 * 10**9, 2 * 10**9 + 5)
+    assert (second.start_ns, second.finish_ns) == (3 * 10**9 + 7, 4 * 10**9 + 500_000)
+    assert second.seconds == pytest.approx(1.000499993)
+    whole = parse.overall([first, second])
+    assert whole.seconds == pytest.approx(3.0005)
+
+
+def test_a_start_without_a_finish_is_not_timed() -> None:
+    text = (
+        "Nov 22 2026 04:02:01.000000000 sysevent.fs.zfs.resilver_start\n"
+        '        class = "sysevent.fs.zfs.resilver_start"\n        time = 0x1 0x0 \n'
+    )
+    (w,) = parse.scan_windows(parse.parse_events(text), "resilver")
+    assert w.seconds is None
 
 
 def test_status_after_scrub() -> None:

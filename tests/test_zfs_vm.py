@@ -9,6 +9,7 @@ import pytest
 from harness import paths
 from harness.config import scenario
 from harness.config.zfs import ZfsScenario
+from harness.experiments import lifecycle
 from harness.experiments.zfs import scan as run
 from harness.image import build as image
 from harness.outcome import Outcome
@@ -24,8 +25,9 @@ def test_scrub_repairs_zeros_on_one_disk(guest_image: image.Image, tmp_path: Pat
     )
     assert isinstance(sc, ZfsScenario)
     db = tmp_path / "lab.sqlite"
-    r = run.execute(sc, db=db, progress=lambda what, done, total: None)
-    [m] = r.measurements
+    r = lifecycle.execute(sc, db=db)
+    assert isinstance(r.experiment, run.ZfsScan)
+    [m] = r.experiment.measurements
     assert m.scan.function == "SCRUB" and m.scan.state == "FINISHED"
     assert m.scan.processed > 0  # bytes repaired
     assert m.status.error_count == 0 and m.outcome is Outcome.CONSISTENT
@@ -38,3 +40,6 @@ def test_scrub_repairs_zeros_on_one_disk(guest_image: image.Image, tmp_path: Pat
         [row] = st.zfs_scans(store.ScanKind.SCRUB)
         assert row["data_errors"] == 0 and row["processed"] == m.scan.processed
         assert row["zfs_version"] == m.zfs_version and st.run(r.run_id).status == "done"
+        # where the seconds came from is a column, and the run resumes by item
+        assert row["seconds_source"] == "events" and row["item"] == "c0-r0"
+        assert row["expected_loss"] == 0 and len(row["scans"]) == 1

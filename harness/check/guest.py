@@ -8,15 +8,17 @@ batch goes on, so one bad state never costs the others their verdicts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from harness.check.host import CheckResult
-from harness.errors import GuestPanic, GuestTimeout, HarnessError
+from harness.errors import GuestError, GuestPanic, GuestTimeout, HarnessError
 from harness.outcome import Outcome
 from harness.record import recorder as record
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
@@ -32,58 +34,70 @@ class Item:
     mark: str | None  # the last mark at or before the state
 
 
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def in_guests(
+    items: Sequence[T],
+    start: Callable[[Sequence[T]], AbstractContextManager[Guest]],
+    check_one: Callable[[Guest, int, T], R],
+    failed: Callable[[T, Outcome, str], R],
+) -> Iterator[tuple[T, R]]:
+    """Check ``items`` one after another in guests started by ``start(remaining)``;
+    yield each result the moment it is known.
+
+    A hang or a panic is the lab's ``timeout``/``panic`` for that item only: the guest is
+    replaced and the rest go on. A guest that cannot be started or driven makes every
+    item *not yet judged* a harness error -- an item already yielded keeps its result,
+    so a channel failure never erases a finding.
+    """
+    todo = list(items)
+    while todo:
+        judged = 0
+        try:
+            with start(todo) as guest:
+                for i, it in enumerate(todo):
+                    try:
+                        result = check_one(guest, i, it)
+                    except (GuestTimeout, GuestPanic) as e:
+                        kind = Outcome.TIMEOUT if isinstance(e, GuestTimeout) else Outcome.PANIC
+                        judged = i + 1
+                        yield it, failed(it, kind, f"{e.message}\n{e.console[-1200:]}")
+                        break
+                    judged = i + 1
+                    yield it, result
+        except HarnessError as e:
+            if judged == 0 or not isinstance(e, GuestError):
+                # Not a guest that died after its state was reported: the lab could not
+                # drive a guest, so what is left is a harness error, never a finding.
+                text = f"{e.message}\n{e.detail or ''}"[-1500:]
+                for it in todo[judged:]:
+                    yield it, failed(it, Outcome.HARNESS_ERROR, text)
+                return
+        todo = todo[judged:]
+
+
 def check_batch(
     items: Sequence[Item], fs: record.FsSpec, oracle: dict[str, Any] | None, *, timeout: float
 ) -> Iterator[tuple[str, CheckResult]]:
     """Yield (state id, guest check) for each item, as soon as each is known."""
-    todo = list(items)
-    while todo:
-        spec = GuestSpec(
-            disks=tuple(Disk(it.image, f"s{i}") for i, it in enumerate(todo)),
-            command_timeout=timeout,
-        )
-        failed_at: int | None = None
-        try:
-            with start_guest(spec) as guest:
-                _prepare(guest, oracle)
-                for i, it in enumerate(todo):
-                    try:
-                        yield it.key, _check_one(guest, f"s{i}", it, fs, oracle, timeout)
-                    except (GuestTimeout, GuestPanic) as e:
-                        kind = Outcome.TIMEOUT if isinstance(e, GuestTimeout) else Outcome.PANIC
-                        yield (
-                            it.key,
-                            CheckResult(
-                                "guest",
-                                "mount+verify",
-                                kind,
-                                None,
-                                0.0,
-                                f"{e.message}\n{e.console[-1200:]}",
-                            ),
-                        )
-                        failed_at = i
-                        break
-        except HarnessError as e:
-            if failed_at is not None:
-                pass  # the guest died with the state already reported; start another
-            else:
-                # The guest itself could not be started or driven: every remaining state
-                # is a harness error, never a filesystem finding.
-                for it in todo:
-                    yield (
-                        it.key,
-                        CheckResult(
-                            "guest",
-                            "mount+verify",
-                            Outcome.HARNESS_ERROR,
-                            None,
-                            0.0,
-                            f"{e.message}\n{e.detail or ''}"[-1500:],
-                        ),
-                    )
-                return
-        todo = todo[failed_at + 1 :] if failed_at is not None else []
+
+    @contextlib.contextmanager
+    def start(todo: Sequence[Item]) -> Iterator[Guest]:
+        disks = tuple(Disk(it.image, f"s{i}") for i, it in enumerate(todo))
+        with start_guest(GuestSpec(disks=disks, command_timeout=timeout)) as guest:
+            _prepare(guest, oracle)
+            yield guest
+
+    def one(guest: Guest, i: int, it: Item) -> CheckResult:
+        return _check_one(guest, f"s{i}", it, fs, oracle, timeout)
+
+    def failed(it: Item, kind: Outcome, text: str) -> CheckResult:
+        return CheckResult("guest", "mount+verify", kind, None, 0.0, text)
+
+    for it, result in in_guests(items, start, one, failed):
+        yield it.key, result
 
 
 def _prepare(guest: Guest, oracle: dict[str, Any] | None) -> None:

@@ -9,14 +9,16 @@ Nothing here mounts anything: the host kernel never sees a crash image.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import proc
-from harness.errors import HarnessError
+from harness.errors import CommandTimeout, HarnessError
 from harness.outcome import Outcome
 
 EXT = ("ext2", "ext3", "ext4")
@@ -40,19 +42,33 @@ class CheckResult:
     note: str = ""
 
 
-def host_check(fs: str, image: Path, scratch: Path) -> CheckResult:
-    """Check ``image`` in userspace; ``scratch`` is a directory for undo files and copies."""
+# e2fsck's exit bits that say the lab, not the filesystem, failed: usage error, cancelled,
+# shared-library error. Exit 8 ("operational error") is also what a crash image with a
+# destroyed superblock gets, so it is a finding unless the output says the image could
+# not even be opened.
+E2FSCK_HARNESS_BITS = 16 | 32 | 128
+E2FSCK_CANNOT_OPEN = ("No such file or directory", "Permission denied", "Device or resource busy")
+
+
+def host_check(fs: str, image: Path, scratch: Path, *, timeout: float | None = None) -> CheckResult:
+    """Check ``image`` in userspace; ``scratch`` is a directory for undo files and copies.
+
+    Each checker command gets ``timeout`` seconds: past it, the state's host check is the
+    lab's ``timeout`` outcome (a hang), never a finding.
+    """
     scratch.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
+    run = functools.partial(proc.run, check=False, timeout=timeout)
     try:
         if fs in EXT:
-            r = _check_ext(fs, image, scratch)
+            r = _check_ext(fs, image, scratch, run)
         elif fs == "xfs":
             r = _check_readonly(
                 "xfs_repair -n",
                 ["xfs_repair", "-n", "-f", image],
                 image,
                 scratch,
+                run,
                 repair=["xfs_repair", "-f"],
                 dirty_log="metadata changes in a log",
             )
@@ -62,6 +78,7 @@ def host_check(fs: str, image: Path, scratch: Path) -> CheckResult:
                 ["btrfs", "check", "--readonly", image],
                 image,
                 scratch,
+                run,
                 repair=["btrfs", "check", "--repair", "--force"],
                 dirty_log=None,
             )
@@ -71,7 +88,7 @@ def host_check(fs: str, image: Path, scratch: Path) -> CheckResult:
         return CheckResult(
             "host",
             fs,
-            Outcome.HARNESS_ERROR,
+            Outcome.TIMEOUT if isinstance(e, CommandTimeout) else Outcome.HARNESS_ERROR,
             None,
             time.monotonic() - start,
             f"{e.message}\n{e.detail or ''}"[-EXCERPT:],
@@ -79,50 +96,73 @@ def host_check(fs: str, image: Path, scratch: Path) -> CheckResult:
     return r
 
 
-def _check_ext(fs: str, image: Path, scratch: Path) -> CheckResult:
+Runner = Callable[..., proc.Result]
+
+
+def _check_ext(fs: str, image: Path, scratch: Path, run: Runner) -> CheckResult:
     phases: dict[str, float] = {}
     out: list[str] = []
     undo = _undo_file(scratch)
     undo.unlink(missing_ok=True)
-    if fs != "ext2":
-        # e2fsck -fn exits 4 on an image whose journal needs recovery: replay it first,
-        # recording what it overwrites so the image can be put back.
-        # -p, not -y: with a corrupt journal, -y "clears" it and restarts as a full
-        # repair, so the read-only check after it would see a repaired image and call a
-        # broken state consistent. Preen replays a sound journal and stops at anything else.
-        j = proc.run(["e2fsck", "-E", "journal_only", "-p", "-z", undo, image], check=False)
-        phases["journal_replay"] = j.seconds
-        out.append(j.stdout + j.stderr)
-        if j.returncode >= 8:
-            _undo(undo, image)
-            return CheckResult(
-                "host",
-                "e2fsck",
-                Outcome.UNREPAIRABLE,
-                j.returncode,
-                j.seconds,
-                _excerpt(out),
-                phases,
-                note="journal replay failed",
-            )
     try:
-        f = proc.run(["e2fsck", "-f", "-n", image], check=False)
+        if fs != "ext2":
+            # e2fsck -fn exits 4 on an image whose journal needs recovery: replay it first,
+            # recording what it overwrites so the image can be put back.
+            # -p, not -y: with a corrupt journal, -y "clears" it and restarts as a full
+            # repair, so the read-only check after it would see a repaired image and call
+            # a broken state consistent. Preen replays a sound journal and stops at
+            # anything else.
+            j = run(["e2fsck", "-E", "journal_only", "-p", "-z", undo, image])
+            phases["journal_replay"] = j.seconds
+            out.append(j.stdout + j.stderr)
+            _e2fsck_operational(j)
+            if j.returncode >= 8:
+                return CheckResult(
+                    "host",
+                    "e2fsck",
+                    Outcome.UNREPAIRABLE,
+                    j.returncode,
+                    j.seconds,
+                    _excerpt(out),
+                    phases,
+                    note="journal replay failed",
+                )
+        f = run(["e2fsck", "-f", "-n", image])
         phases["fsck"] = f.seconds
         out.append(f.stdout + f.stderr)
+        _e2fsck_operational(f)
         if f.returncode == 0:
             outcome, status = Outcome.CONSISTENT, 0
         else:
             outcome, status, rep = _repair_copy(
-                image, scratch, ["e2fsck", "-f", "-y"], ["e2fsck", "-f", "-n"], ok_codes=(0, 1, 2)
+                image, scratch, run, ["e2fsck", "-f", "-y"], ["e2fsck", "-f", "-n"], (0, 1, 2)
             )
             phases["repair"] = rep.seconds
             out.append(rep.stdout + rep.stderr)
             status = f.returncode
     finally:
+        # Also after a timeout: the working image is replayed incrementally for the next
+        # state, so whatever the journal replay wrote must be put back.
         _undo(undo, image)
     return CheckResult(
         "host", "e2fsck", outcome, status, sum(phases.values()), _excerpt(out), phases
     )
+
+
+def _e2fsck_operational(r: proc.Result) -> None:
+    """Raise if e2fsck failed for the lab's reasons, not the image's.
+
+    :raise HarnessError: usage error, cancelled, library error, or an image it could not
+        open -- never a finding.
+    """
+    text = r.stdout + r.stderr
+    if r.returncode & E2FSCK_HARNESS_BITS or (
+        r.returncode & 8 and any(m in text for m in E2FSCK_CANNOT_OPEN)
+    ):
+        raise HarnessError(
+            f"e2fsck failed to run (exit {r.returncode}): not a finding",
+            detail="$ " + " ".join(r.argv) + "\n" + text[-EXCERPT:],
+        )
 
 
 def _check_readonly(
@@ -130,11 +170,12 @@ def _check_readonly(
     argv: list[str | Path],
     image: Path,
     scratch: Path,
+    run: Runner,
     *,
     repair: list[str],
     dirty_log: str | None,
 ) -> CheckResult:
-    r = proc.run(argv, check=False)
+    r = run(argv)
     phases = {"fsck": r.seconds}
     text = r.stdout + r.stderr
     if r.returncode == 0:
@@ -151,9 +192,7 @@ def _check_readonly(
             phases,
             note="dirty log: judged by the guest's mount",
         )
-    outcome, _, rep = _repair_copy(
-        image, scratch, repair, [str(a) for a in argv[:-1]], ok_codes=(0,)
-    )
+    outcome, _, rep = _repair_copy(image, scratch, run, repair, [str(a) for a in argv[:-1]], (0,))
     phases["repair"] = rep.seconds
     return CheckResult(
         "host",
@@ -167,16 +206,21 @@ def _check_readonly(
 
 
 def _repair_copy(
-    image: Path, scratch: Path, repair: list[str], recheck: list[str], ok_codes: tuple[int, ...]
+    image: Path,
+    scratch: Path,
+    run: Runner,
+    repair: list[str],
+    recheck: list[str],
+    ok_codes: tuple[int, ...],
 ) -> tuple[Outcome, int, proc.Result]:
     """Damage found: try the repair on a sparse copy and check the result read-only."""
     copy = scratch / "repair.img"
     proc.run(["cp", "--sparse=always", image, copy])
     try:
-        rep = proc.run([*repair, copy], check=False)
+        rep = run([*repair, copy])
         if rep.returncode not in ok_codes:
             return Outcome.UNREPAIRABLE, rep.returncode, rep
-        again = proc.run([*recheck, copy], check=False)
+        again = run([*recheck, copy])
         return (
             (Outcome.REPAIRED if again.returncode == 0 else Outcome.UNREPAIRABLE),
             rep.returncode,

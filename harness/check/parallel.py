@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.check import host as check
 from harness.errors import HarnessError
+from harness.outcome import is_harness
 from harness.record import logwrites
 from harness.replay import replayer as replay
 from harness.replay.crashstates import CrashState
@@ -45,7 +46,12 @@ def split(states: Sequence[CrashState], workers: int) -> list[list[CrashState]]:
 
 
 def check_run(
-    log_path: Path, states: Sequence[CrashState], fs: str, size: int, workdir: Path
+    log_path: Path,
+    states: Sequence[CrashState],
+    fs: str,
+    size: int,
+    workdir: Path,
+    timeout: float | None = None,
 ) -> Iterator[tuple[CrashState, check.CheckResult]]:
     """Replay and host-check ``states`` in one process (what each worker does)."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -54,9 +60,20 @@ def check_run(
     try:
         with logwrites.open_log(log_path) as lg, replay.Replayer(lg, image, size) as rp:
             for state in rp.walk(states):
-                yield state, check.host_check(fs, rp.image, workdir / "scratch")
+                yield state, checked(rp, fs, workdir / "scratch", timeout)
     finally:
         image.unlink(missing_ok=True)
+
+
+def checked(
+    rp: replay.Replayer, fs: str, scratch: Path, timeout: float | None
+) -> check.CheckResult:
+    """Host-check the replayer's current state; a checker that was killed or failed may
+    have left the image changed, so the replayer starts afresh after it."""
+    result = check.host_check(fs, rp.image, scratch, timeout=timeout)
+    if is_harness(result.outcome):
+        rp.distrust()
+    return result
 
 
 def host_checks(
@@ -66,18 +83,21 @@ def host_checks(
     size: int,
     workdir: Path,
     workers: int | None = None,
+    timeout: float | None = None,
 ) -> Iterator[tuple[CrashState, check.CheckResult]]:
-    """Yield (state, host check) as each is known, from ``workers`` processes."""
+    """Yield (state, host check) as each is known, from ``workers`` processes; each
+    checker command gets ``timeout`` seconds."""
     runs = split(states, workers or default_workers())
     if len(runs) <= 1:
-        yield from check_run(log_path, runs[0] if runs else [], fs, size, workdir / "w0")
+        run = runs[0] if runs else []
+        yield from check_run(log_path, run, fs, size, workdir / "w0", timeout)
         return
     ctx = mp.get_context("fork")
     q: Any = ctx.Queue()
     procs = [
         ctx.Process(
             target=_worker,
-            args=(log_path, [s.to_dict() for s in run], fs, size, workdir / f"w{i}", q),
+            args=(log_path, [s.to_dict() for s in run], fs, size, workdir / f"w{i}", timeout, q),
             daemon=True,
         )
         for i, run in enumerate(runs)
@@ -107,11 +127,17 @@ def host_checks(
 
 
 def _worker(
-    log_path: Path, states: list[dict[str, Any]], fs: str, size: int, workdir: Path, q: Any
+    log_path: Path,
+    states: list[dict[str, Any]],
+    fs: str,
+    size: int,
+    workdir: Path,
+    timeout: float | None,
+    q: Any,
 ) -> None:
     try:
         run = [CrashState.from_dict(d) for d in states]
-        for state, result in check_run(log_path, run, fs, size, workdir):
+        for state, result in check_run(log_path, run, fs, size, workdir, timeout):
             q.put(("result", state.id, result))
     except BaseException as e:  # reported to the parent, which raises it as a harness error
         import traceback

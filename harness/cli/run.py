@@ -7,15 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-from harness import outcome, paths
+from harness import paths
 from harness.cli import ui
 from harness.config import scenario
-from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK
 from harness.experiments import crash as run
-from harness.report import runlog
-from harness.store import db as store
+from harness.experiments import lifecycle
+from harness.report import runlog, summary
 
 console = Console(highlight=False)
 
@@ -27,6 +25,11 @@ def register(sub: Any, add_set_option: Any) -> None:
     p.add_argument("--seed", type=int, help="override the scenario's seed")
     p.add_argument(
         "--db", type=Path, default=None, help="SQLite store (default results/lab.sqlite)"
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start a new run even if an unfinished one of this scenario could be resumed",
     )
     p.set_defaults(func=cmd_run)
 
@@ -59,70 +62,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     sc = scenario.load(args.name, args.set)
     db = args.db or paths.default_db()
     db.parent.mkdir(parents=True, exist_ok=True)
-    if sc.kind == scenario.Kind.ZFS:
-        from harness.cli import zfs as cli
-
-        return cli.cmd_run(sc, args, db)
-    assert isinstance(sc, scenario.Scenario)
     with ui.progress(sc.name) as progress:
-        report = run.execute(sc, db=db, seed=args.seed, progress=progress)
-    status = summarize(sc, report)
+        report = lifecycle.execute(sc, db=db, seed=args.seed, fresh=args.fresh, progress=progress)
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 160)  # a log file: do not fold the numbers
+    summary.print_summary(console, report)
     console.print(f"log: {runlog.write_run_log(report.db, report.run_id)}")
-    return status
-
-
-def summarize(sc: scenario.Scenario, report: run.RunReport) -> int:
-    st = store.Store.open(report.db, create=False)
-    try:
-        detail = st.run_detail(report.run_id)
-    finally:
-        st.close()
-    counts = {k: v for k, v in detail.run.outcome_counts.items() if v}
-    verdicts = [outcome.Outcome(v) for v in counts]
-    status = outcome.exit_status(verdicts)
-    rec = report.recording
-    console.print(
-        f"[bold]{sc.name}[/]  run [bold]{report.run_id}[/]"
-        + ("  (resumed)" if report.resumed else "")
-        + f"  {report.seconds:.0f} s  store: {report.db}"
-    )
-    console.print(
-        f"log: {rec.get('log_entries')} entries, {rec.get('flushes')} flushes, "
-        f"{rec.get('fuas')} FUA, {rec.get('marks')} marks; "
-        f"{report.states_total} crash states"
-    )
-    t = Table("verdict", "states", "kind")
-    for name in sorted(counts, key=lambda o: outcome.Outcome(o).severity):
-        o = outcome.Outcome(name)
-        kind = "finding" if outcome.is_finding(o) else "harness" if outcome.is_harness(o) else ""
-        style = "red" if kind == "finding" else "yellow" if kind == "harness" else "green"
-        t.add_row(f"[{style}]{name}[/]", str(counts[name]), kind)
-    console.print(t)
-    if detail.recovery:
-        rt = Table("recovery phase", "n", "mean ms", "p50 ms", "p95 ms", "max ms")
-        for ph in detail.recovery:
-            rt.add_row(
-                ph.phase,
-                str(ph.n),
-                f"{ph.mean * 1e3:.1f}",
-                f"{ph.p50 * 1e3:.1f}",
-                f"{ph.p95 * 1e3:.1f}",
-                f"{ph.max * 1e3:.1f}",
-            )
-        console.print(rt)
-    msg = {
-        EXIT_OK: "[green]no finding[/]: every checked crash state recovered with its fsync'd data"
-        if sc.check.guest
-        else "[green]no finding[/] by the host checker (check.guest=false: states were not"
-        " mounted and fsync'd data was not verified)",
-        EXIT_FINDING: "[red]finding[/]: the filesystem lost fsync'd data or needed repair"
-        " in some state"
-        f" — scenario results show {report.run_id}",
-        EXIT_HARNESS: "[yellow]harness failure[/]: some states could not be checked (hang, panic, "
-        "lab error); this says nothing about the filesystem",
-    }
-    console.print(msg[status])
-    return status
+    return report.status
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:

@@ -216,6 +216,11 @@ class Scenario:
     extends: tuple[str, ...] = ()  # the chain of parents, nearest first
     overrides: tuple[str, ...] = ()  # the --set arguments applied
 
+    @property
+    def experiment_kind(self) -> str:
+        """The experiment kind that runs this scenario (harness/experiments/)."""
+        return "crash"
+
     def resolved(self) -> dict[str, Any]:
         """Every setting with defaults filled in; JSON-able, stored with each run."""
         fs: dict[str, Any] = {"type": str(self.fs.type)}

@@ -228,6 +228,11 @@ class ZfsScenario:
         for layout, fill in itertools.product(layouts, fills):
             yield Cell(replace(self.pool, layout=Layout(layout)), float(fill))
 
+    @property
+    def experiment_kind(self) -> str:
+        """The experiment kind that runs this scenario (harness/experiments/zfs/)."""
+        return "zfs-crash" if self.experiment is Experiment.CRASH else "zfs-scan"
+
     def resolved(self) -> dict[str, Any]:
         p = self.pool
         return {

@@ -34,8 +34,8 @@ past its budget is a hang: it is stopped with ``Stalled`` and counted as a failu
 timeout outcome.
 
 The engine takes the element runner as a callable, so the bookkeeping is unit-tested
-without guests; ``RUNNERS`` maps a scenario kind to its runner (crash runs are
-registered here; another kind registers its own with ``register_runner``).
+without guests; the default runner hands each element to the run lifecycle
+(``harness/experiments/lifecycle.py``), which finds the scenario's experiment kind.
 """
 
 from __future__ import annotations
@@ -44,23 +44,22 @@ import hashlib
 import itertools
 import json
 import os
-import signal
 import socket
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from types import FrameType
 from typing import Any, Protocol
 
 from harness import paths
 from harness.config import scenario
 from harness.config import tables as tomlconf
-from harness.errors import CrashlabError, HarnessError, InputError
+from harness.errors import CrashlabError, InputError
+from harness.experiments import lifecycle
+from harness.experiments.lifecycle import Stalled, stall_budget
 from harness.store.db import Store, canonical_json, pid_alive, utc_now
 
 DEFAULT_MAX_FAILURES = 2
@@ -77,15 +76,6 @@ class ElementStatus(StrEnum):
     DONE = "done"
     FAILED = "failed"
     QUARANTINED = "quarantined"
-
-
-class Stalled(BaseException):
-    """A step ran past its stall budget.
-
-    A BaseException, like KeyboardInterrupt, so that no ``except Exception`` (or a
-    checker turning a ``HarnessError`` into a per-state outcome) swallows it on its way
-    out; the run records itself as failed and the campaign counts a timeout.
-    """
 
 
 @dataclass(frozen=True)
@@ -316,36 +306,12 @@ class CampaignReport:
         return [r for r in self.rows if r.status is status]
 
 
-RUNNERS: dict[str, Runner] = {}
-
-
-def register_runner(kind: str, runner: Runner) -> None:
-    """The runner for scenarios of ``kind`` (a scenario's ``kind`` key)."""
-    RUNNERS[kind] = runner
-
-
 def run_scenario_element(el: Element, ctx: ElementContext) -> str:
-    """The default runner: load the scenario and hand it to its kind's runner."""
-    sc = scenario.load(el.scenario, el.overrides)
-    kind = str(getattr(sc, "kind", "crash"))
-    if kind not in RUNNERS:
-        raise HarnessError(
-            f"no campaign runner for scenarios of kind {kind!r} ({el.scenario})",
-            hint="register one with harness.campaign.register_runner",
-        )
-    return RUNNERS[kind](el, ctx)
-
-
-def _run_crash(el: Element, ctx: ElementContext) -> str:
-    from harness.config.scenario import Scenario
-    from harness.experiments import crash as run
+    """The default runner: the scenario on the run lifecycle, which resumes an unfinished
+    run of the same element."""
 
     sc = scenario.load(el.scenario, el.overrides)
-    assert isinstance(sc, Scenario)
-    return run.execute(sc, db=ctx.db, seed=el.seed, progress=ctx.progress).run_id
-
-
-register_runner("crash", _run_crash)
+    return lifecycle.execute(sc, db=ctx.db, seed=el.seed, progress=ctx.progress).run_id
 
 
 class Engine:
@@ -566,25 +532,6 @@ class Engine:
             "status = 'failed', failures = failures + 1, last_error = ?, seconds = ?, pid = NULL",
             (error[:1000], round(time.monotonic() - t0, 2)),
         )
-
-
-@contextmanager
-def stall_budget(seconds: float | None) -> Iterator[None]:
-    """Raise ``Stalled`` in the main thread if the block runs longer than ``seconds``."""
-    if seconds is None:
-        yield
-        return
-
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise Stalled(f"stalled past {seconds:.0f} s")
-
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def default_db() -> Path:

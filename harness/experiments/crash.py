@@ -1,19 +1,19 @@
-"""``scenario run``: record -> crash states -> host and guest checks -> the store.
+"""Crash replay (kind ``crash``): record -> crash states -> host and guest checks.
 
-Each state's verdict is committed the moment it is known; a run killed half-way is found
-again by ``find_resumable_run`` (same scenario, parameters and seed) and goes on from
-where it stopped, reusing the recorded log kept in its run directory.
+The workload runs in a guest on dm-log-writes; the log is cut into crash states
+(``harness/replay``), each state's image is checked on the host and mounted in a guest
+(``harness/check``). The lifecycle commits each state's verdict the moment it is known; a
+resumed run reuses the recorded log kept in its run directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import platform
 import shutil
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,9 @@ from harness.check import host as check
 from harness.check import parallel
 from harness.config.scenario import FioWorkload, Scenario
 from harness.errors import HarnessError
+from harness.experiments import lifecycle
 from harness.image import build as image
-from harness.outcome import Outcome, reduce
+from harness.outcome import reduce
 from harness.record import logwrites
 from harness.record import recorder as record
 from harness.replay import crashstates
@@ -33,26 +34,6 @@ from harness.store import db as store
 from harness.store import logevents
 
 log = logging.getLogger("crashlab.run")
-
-Progress = Callable[[str, int, int], None]  # (what, done, total)
-
-
-@dataclass
-class RunReport:
-    run_id: str
-    db: Path
-    resumed: bool
-    states_total: int
-    states_skipped: int
-    verdicts: dict[str, str] = field(default_factory=dict)
-    recording: dict[str, Any] = field(default_factory=dict)
-    seconds: float = 0.0
-
-    def counts(self) -> dict[str, int]:
-        c: dict[str, int] = {}
-        for v in self.verdicts.values():
-            c[v] = c.get(v, 0) + 1
-        return c
 
 
 def fs_spec(sc: Scenario) -> record.FsSpec:
@@ -78,109 +59,23 @@ def run_dir(run_id: str) -> Path:
     return paths.work_dir() / "runs" / run_id
 
 
-def execute(
-    sc: Scenario,
-    *,
-    db: Path,
-    seed: int | None = None,
-    progress: Progress = lambda what, done, total: None,
-) -> RunReport:
-    started = time.monotonic()
-    seed = sc.seed if seed is None else seed
-    params = sc.resolved()
-    img = image.require_image()
-    st = store.Store.open(db)
-    try:
-        run_id = st.find_resumable_run(sc.name, params, seed)
-        resumed = run_id is not None
-        if run_id is not None:
-            st.resume_run(run_id)
-        else:
-            run_id = st.begin_run(sc.name, store.RunKind.CRASH, params, seed, fs=str(sc.fs.type))
-        try:
-            report = _execute(sc, st, run_id, seed, img, resumed, progress)
-        except BaseException as e:
-            status = (
-                store.RunStatus.INTERRUPTED
-                if isinstance(e, KeyboardInterrupt)
-                else store.RunStatus.FAILED
-            )
-            st.finish_run(run_id, status, {"error": str(e)[:500]})
-            raise
-        report.db = db
-        report.seconds = time.monotonic() - started
-        st.finish_run(
-            run_id,
-            store.RunStatus.DONE,
-            {
-                "outcome_counts": report.counts(),
-                "states": report.states_total,
-                "recording": report.recording,
-                "seconds": round(report.seconds, 2),
-            },
-        )
-        return report
-    finally:
-        st.close()
+@lifecycle.register("crash")
+class CrashReplay(lifecycle.Experiment):
+    """Record a workload on dm-log-writes, cut the log into crash states, check each."""
 
+    run_kind = store.RunKind.CRASH
 
-def _execute(
-    sc: Scenario,
-    st: store.Store,
-    run_id: str,
-    seed: int,
-    img: image.Image,
-    resumed: bool,
-    progress: Progress,
-) -> RunReport:
-    rdir = run_dir(run_id)
-    rdir.mkdir(parents=True, exist_ok=True)
-    fs = fs_spec(sc)
-    meta_path = rdir / "recording.json"
-    if meta_path.exists() and (rdir / "log.raw").exists():
-        meta = json.loads(meta_path.read_text())
-        oracle = (
-            json.loads((rdir / "oracle.json").read_text())
-            if (rdir / "oracle.json").exists()
-            else {}
-        )
-    else:
-        progress("recording the workload in a guest", 0, 0)
-        rec = record.record(
-            rdir,
-            fs,
-            workload_spec(sc),
-            seed,
-            timeout=sc.check.timeout,
-            recorder=str(sc.recorder.type),
-        )
-        oracle = rec.oracle
-        (rdir / "oracle.json").write_text(json.dumps(oracle))
-        meta = {
-            "device_size": rec.device_size,
-            "seconds": rec.seconds,
-            "guest_kernel": rec.guest_kernel,
-            "accelerator": rec.accelerator,
-        }
-        meta_path.write_text(json.dumps(meta))
-        (rdir / "dut.raw").unlink(missing_ok=True)
-    st.set_run_env(
-        run_id,
-        store.RunEnv(
-            accelerator=store.Accelerator(meta["accelerator"]),
-            guest_kernel=meta["guest_kernel"],
-            qemu_version=_qemu_version(),
-            image_hash=img.hash,
-            tool_versions={
-                "host": platform.release(),
-                **_guest_packages(img),
-            },
-        ),
-    )
-
-    with logwrites.open_log(rdir / "log.raw") as lg:
+    def prepare(self) -> None:
+        run, sc = self.run, self.sc
+        rdir = run.dir
+        rdir.mkdir(parents=True, exist_ok=True)
+        self.fsspec = fs_spec(sc)
+        self.meta, self.oracle = _recording(sc, rdir, run.seed, run.progress)
+        run.store.set_run_env(run.run_id, _env(run.image, self.meta))
+        self.log = self._stack.enter_context(logwrites.open_log(rdir / "log.raw"))
+        lg = self.log
         stats = lg.stats()
-        st.add_log(
+        run.store.add_log(
             store.LogInfo(
                 hash=lg.hash,
                 path=str(rdir / "log.raw"),
@@ -191,66 +86,116 @@ def _execute(
                 discards=stats.discards,
                 bytes=stats.bytes_written,
             ),
-            run_id=run_id,
+            run_id=run.run_id,
         )
-        logevents.record_events(st, lg)
+        logevents.record_events(run.store, lg)
         specs = [{"kind": str(s.kind), **s.params()} for s in sc.crash.states]
-        states = _cap(crashstates.generate(lg, specs, seed), sc.crash.max_states)
-        done = st.done_state_ids(run_id)
-        report = RunReport(
-            run_id,
-            Path(),
-            resumed,
-            len(states),
-            len(done & {s.id for s in states}),
-            recording={
-                "log_entries": stats.entries,
-                "fuas": stats.fuas,
-                "flushes": stats.flushes,
-                "marks": stats.marks,
-                "log_bytes": lg.used,
-                **{f"{k}_seconds": round(v, 3) for k, v in meta["seconds"].items()},
-            },
+        self.states = _cap(crashstates.generate(lg, specs, run.seed), sc.crash.max_states)
+        self.recording = {
+            "log_entries": stats.entries,
+            "fuas": stats.fuas,
+            "flushes": stats.flushes,
+            "marks": stats.marks,
+            "log_bytes": lg.used,
+            **{f"{k}_seconds": round(v, 3) for k, v in self.meta["seconds"].items()},
+        }
+
+    def __init__(self, run: lifecycle.Run):
+        super().__init__(run)
+        self._stack = contextlib.ExitStack()
+
+    def items(self) -> Sequence[crashstates.CrashState]:
+        return self.states
+
+    def check(
+        self, todo: Sequence[lifecycle.Item]
+    ) -> Iterator[tuple[crashstates.CrashState, list[check.CheckResult]]]:
+        states = [s for s in todo if isinstance(s, crashstates.CrashState)]
+        size = int(self.meta["device_size"])
+        yield from _check_states(
+            self.sc,
+            self.log,
+            self.fsspec,
+            self.oracle,
+            states,
+            size,
+            self.run.dir,
+            self.run.progress,
         )
-        for s in states:
-            if s.id in done:
-                report.verdicts[s.id] = "done earlier"
-        todo = [s for s in states if s.id not in done]
-        _check_states(
-            sc, st, run_id, lg, fs, oracle, todo, int(meta["device_size"]), rdir, report, progress
-        )
-    return report
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def commit(self, item: lifecycle.Item, result: Any) -> None:
+        assert isinstance(item, crashstates.CrashState)
+        _commit(self.run.store, self.run.run_id, item, result)
+
+    def summary(self) -> dict[str, Any]:
+        return {"states": len(self.states), "recording": self.recording}
+
+
+def _recording(
+    sc: Scenario, rdir: Path, seed: int, progress: lifecycle.Progress
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The recorded log's metadata and oracle: kept from an earlier attempt of this run
+    (resume), else recorded now in a guest."""
+    meta_path = rdir / "recording.json"
+    if meta_path.exists() and (rdir / "log.raw").exists():
+        oracle_path = rdir / "oracle.json"
+        oracle = json.loads(oracle_path.read_text()) if oracle_path.exists() else {}
+        return json.loads(meta_path.read_text()), oracle
+    progress("recording the workload in a guest", 0, 0)
+    rec = record.record(
+        rdir,
+        fs_spec(sc),
+        workload_spec(sc),
+        seed,
+        timeout=sc.check.timeout,
+        recorder=str(sc.recorder.type),
+    )
+    (rdir / "oracle.json").write_text(json.dumps(rec.oracle))
+    meta = {
+        "device_size": rec.device_size,
+        "seconds": rec.seconds,
+        "guest_kernel": rec.guest_kernel,
+        "accelerator": rec.accelerator,
+    }
+    meta_path.write_text(json.dumps(meta))
+    (rdir / "dut.raw").unlink(missing_ok=True)
+    return meta, rec.oracle
+
+
+def _env(img: image.Image, meta: dict[str, Any]) -> store.RunEnv:
+    return store.RunEnv(
+        accelerator=store.Accelerator(meta["accelerator"]),
+        guest_kernel=meta["guest_kernel"],
+        qemu_version=qemu_version(),
+        image_hash=img.hash,
+        tool_versions={"host": platform.release(), **guest_packages(img)},
+    )
 
 
 def _check_states(
     sc: Scenario,
-    st: store.Store,
-    run_id: str,
     lg: logwrites.Log,
     fs: record.FsSpec,
     oracle: dict[str, Any],
     todo: list[crashstates.CrashState],
     size: int,
     rdir: Path,
-    report: RunReport,
-    progress: Progress,
-) -> None:
+    progress: lifecycle.Progress,
+) -> Iterator[tuple[crashstates.CrashState, list[check.CheckResult]]]:
     # Images are sparse but up to `size` each: two workers plus a repair copy at most.
     with paths.fast_scratch(rdir, 3 * size) as fast:
-        total = len(todo)
-        finished = 0
         scratch = fast / "scratch"
         batch_dir = rdir / "batch"
         ordered = replay.replay_order(todo)
         if not sc.check.guest:
             # Host checks only: spread them over every core.
-            progress(f"replay + host check ({fs.type})", finished, total)
             for state, result in parallel.host_checks(
-                lg.path, ordered, fs.type, size, fast / "host"
+                lg.path, ordered, fs.type, size, fast / "host", timeout=sc.check.timeout
             ):
-                _commit(st, run_id, state, [result], report)
-                finished += 1
-                progress(f"replay + host check ({fs.type})", finished, total)
+                yield state, [result]
             return
         # Guest checks: replay (and host-check) a batch, copy each state's image, then
         # mount the whole batch in one guest.
@@ -265,21 +210,21 @@ def _check_states(
                 shutil.rmtree(batch_dir, ignore_errors=True)
                 batch_dir.mkdir(parents=True)
                 for state in rp.walk(batch):
-                    progress(f"replay + host check ({fs.type})", finished, total)
+                    progress(f"replay + host check ({fs.type})", b, len(ordered))
                     if sc.check.host:
-                        host_results[state.id] = check.host_check(fs.type, rp.image, scratch)
+                        host_results[state.id] = parallel.checked(
+                            rp, fs.type, scratch, sc.check.timeout
+                        )
                     copy = batch_dir / f"{state.id}.img"
                     check.copy_image(rp.image, copy)
                     items.append(guestcheck.Item(state.id, copy, state.mark))
                 by_id = {s.id: s for s in batch}
-                progress(f"mounting {len(items)} crash images in a guest", finished, total)
+                progress(f"mounting {len(items)} crash images in a guest", b, len(ordered))
                 for sid, guest_result in guestcheck.check_batch(
-                    items, fs, oracle or None, timeout=min(sc.check.timeout, 300)
+                    items, fs, oracle or None, timeout=sc.check.timeout
                 ):
                     results = [r for r in (host_results.get(sid), guest_result) if r is not None]
-                    _commit(st, run_id, by_id[sid], results, report)
-                    finished += 1
-                    progress(f"mounting {len(items)} crash images in a guest", finished, total)
+                    yield by_id[sid], results
                 shutil.rmtree(batch_dir, ignore_errors=True)
         work_img.unlink(missing_ok=True)
 
@@ -289,7 +234,6 @@ def _commit(
     run_id: str,
     state: crashstates.CrashState,
     results: list[check.CheckResult],
-    report: RunReport,
 ) -> None:
     recovery: dict[str, float] = {}
     for r in results:
@@ -322,7 +266,6 @@ def _commit(
         recovery,
         verdict,
     )
-    report.verdicts[state.id] = str(verdict)
 
 
 def _cap(states: list[crashstates.CrashState], most: int) -> list[crashstates.CrashState]:
@@ -335,12 +278,12 @@ def _cap(states: list[crashstates.CrashState], most: int) -> list[crashstates.Cr
     return [states[round(i * step)] for i in range(most)]
 
 
-def _guest_packages(img: image.Image) -> dict[str, str]:
+def guest_packages(img: image.Image) -> dict[str, str]:
     packages = img.manifest.get("packages")
     return {str(k): str(v) for k, v in packages.items()} if isinstance(packages, dict) else {}
 
 
-def _qemu_version() -> str:
+def qemu_version() -> str:
     try:
         return proc.run(["qemu-system-x86_64", "--version"]).stdout.splitlines()[0]
     except (HarnessError, IndexError):
@@ -371,6 +314,3 @@ def reproduce(state_id: str, *, db: Path, out: Path) -> tuple[Path, dict[str, An
     with logwrites.open_log(rdir / "log.raw") as lg:
         replay.materialize(lg, state, out, int(meta["device_size"]))
     return out, {"run_id": run_id, "state": state.to_dict(), "description": state.describe()}
-
-
-__all__ = ["Outcome", "RunReport", "execute", "reproduce"]

@@ -103,6 +103,7 @@ class Replayer:
         self.base = 0
         self.current: CrashState | None = None
         self._journal: list[tuple[int, int, bytes | None]] = []
+        self._distrusted = False
         self._fd = os.open(image, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         os.ftruncate(self._fd, device_size)
 
@@ -180,12 +181,18 @@ class Replayer:
         self.base = 0
         self._journal.clear()
 
+    def distrust(self) -> None:
+        """Something may have written the image outside the journal (a checker killed in
+        the middle, whose undo file is incomplete): rebuild it from zero next time."""
+        self._distrusted = True
+
     def advance(self, to: int) -> None:
         """Apply entries ``[base, to)`` for good (restarting from zero if ``to < base``)."""
         if self._journal:
             self.restore()
-        if to < self.base:
+        if to < self.base or self._distrusted:
             self._zero()
+            self._distrusted = False
         entries = self.log.entries
         for i in range(self.base, to):
             self._apply(entries[i], journal=False)

@@ -19,11 +19,11 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK, InputError
-from harness.experiments.zfs.crash import CrashReport
-from harness.experiments.zfs.scan import Measurement, ZfsReport, overhead
-from harness.outcome import Outcome, is_harness
-from harness.outcome import exit_status as outcome_exit_status
+from harness.errors import EXIT_OK, InputError
+from harness.experiments import lifecycle
+from harness.experiments.zfs.crash import ZfsCrash
+from harness.experiments.zfs.scan import ZfsScan, overhead
+from harness.outcome import Outcome
 from harness.paths import default_db
 from harness.report import query
 from harness.store.db import ScanKind, Store
@@ -37,16 +37,17 @@ def _mb(n: float | None) -> str:
     return "-" if n is None else f"{n / MiB:.1f}"
 
 
-def print_summary(console: Console, r: ZfsReport) -> int:
-    """The end-of-run table; returns the exit status."""
+def print_scan_body(console: Console, r: lifecycle.Report) -> None:
+    """The end-of-run table of a scrub or resilver run."""
+    exp = r.experiment
+    assert isinstance(exp, ZfsScan)
     sc = r.scenario
     console.print(
-        f"[bold]{sc.name}[/]  run [bold]{r.run_id}[/]  {sc.experiment}, fault "
-        f"{sc.fault.kind} on disk(s) {list(sc.fault.disks)} ({sc.fault.when})"
-        f"  {r.seconds:.0f} s  store: {r.db}"
+        f"{sc.experiment}, fault {sc.fault.kind} on disk(s) {list(sc.fault.disks)} "
+        f"({sc.fault.when})"
     )
-    if r.measurements:
-        m0 = r.measurements[0]
+    if exp.measurements:
+        m0 = exp.measurements[0]
         console.print(
             f"ZFS {m0.zfs_version}, guest kernel {m0.guest_kernel}, {m0.accelerator}; "
             f"event clock tick {m0.tick_ns / 1e6:g} ms"
@@ -57,6 +58,7 @@ def print_summary(console: Console, r: ZfsReport) -> int:
         "rep",
         "fill %",
         "seconds",
+        "scans",
         "status s",
         "wall s",
         "MB/s",
@@ -68,19 +70,20 @@ def print_summary(console: Console, r: ZfsReport) -> int:
         "verdict",
     ):
         t.add_column(col, justify="left" if col in ("cell", "pool", "verdict") else "right")
-    for m in r.measurements:
+    for m in exp.measurements:
         s = m.scan
         cksum = sum(v.checksum for v in m.status.leaves())
         bps = m.bytes_per_second
         verdict = str(m.outcome)
         style = "green" if m.outcome is Outcome.CONSISTENT else "red"
-        if m.outcome is Outcome.DATA_LOSS and r.expected_loss:
+        if m.outcome is Outcome.DATA_LOSS and m.expected_loss:
             style, verdict = "yellow", "data errors (expected)"
         t.add_row(
             f"{m.cell.pool.layout} x{m.cell.pool.disks}",
             str(m.repetition + 1),
             f"{m.fill:.1f}",
-            f"{m.seconds:.3f}",
+            f"{m.seconds:.3f}" + ("" if m.seconds_source == "events" else " (status)"),
+            " ".join("-" if w.seconds is None else f"{w.seconds:.2f}" for w in m.windows) or "-",
             "-" if s.status_seconds is None else str(s.status_seconds),
             f"{m.wall_seconds:.3f}",
             "-" if bps is None else f"{bps / 1e6:.1f}",
@@ -92,22 +95,20 @@ def print_summary(console: Console, r: ZfsReport) -> int:
             f"[{style}]{verdict}[/]",
         )
     console.print(t)
-    if r.measurements:
-        oh = overhead(r.measurements)
+    if exp.measurements:
+        oh = overhead(exp.measurements)
         console.print(
             "mean seconds per repetition: " + ", ".join(f"{k} {v:.1f}" for k, v in oh.items())
         )
-    return exit_status(r.measurements, r.expected_loss)
 
 
-def print_crash_summary(console: Console, r: CrashReport) -> int:
-    """The end-of-run table of a crash experiment; returns the exit status."""
+def print_crash_body(console: Console, r: lifecycle.Report) -> None:
+    """The end-of-run table of a pool's crash states."""
+    exp = r.experiment
+    assert isinstance(exp, ZfsCrash)
     sc = r.scenario
-    rec = r.recording
-    console.print(
-        f"[bold]{sc.name}[/]  run [bold]{r.run_id}[/]  crash states of {sc.pool.layout} "
-        f"x{sc.pool.disks}  {len(r.states)} states  {r.seconds:.0f} s  store: {r.db}"
-    )
+    rec = exp.recording
+    console.print(f"crash states of {sc.pool.layout} x{sc.pool.disks}: {len(exp.states)}")
     console.print(
         f"ZFS {rec.zfs_version}, guest kernel {rec.guest_kernel}, {rec.accelerator}; recording "
         + ", ".join(f"{k} {v:.1f}s" for k, v in rec.seconds.items())
@@ -129,8 +130,8 @@ def print_crash_summary(console: Console, r: CrashReport) -> int:
         t.add_column(
             col, justify="left" if col in ("state", "model", "mark", "cuts", "verdict") else "right"
         )
-    for s in r.states:
-        c = r.results.get(s.id)
+    for s in exp.states:
+        c = exp.results.get(s.id)
         if c is None:
             continue
         v = c.verify or {}
@@ -152,28 +153,15 @@ def print_crash_summary(console: Console, r: CrashReport) -> int:
             f"[{style}]{c.outcome}[/]" + ("" if s.honest else " [dim](not counted)[/]"),
         )
     console.print(t)
-    counts = r.counts()
+    counts = exp.counts()
     console.print("verdicts: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())))
-    if r.lying:
-        lying = r.counts(honest=False)
+    if exp.lying:
+        lying = exp.counts(honest=False)
         console.print(
-            f"{len(r.lying)} states modelled disks that lose acknowledged writes "
+            f"{len(exp.lying)} states modelled disks that lose acknowledged writes "
             "(crash.torn_model = any); their verdicts are not counted as findings: "
             + ", ".join(f"{k} {n}" for k, n in sorted(lying.items()))
         )
-    # A lying-disk set's finding is not ZFS's, but a hang or a broken lab is still the
-    # lab's: those keep exit status 3.
-    lab = [o for o in map(Outcome, r.counts(honest=False)) if is_harness(o)]
-    return outcome_exit_status([*map(Outcome, counts), *lab])
-
-
-def exit_status(ms: Sequence[Measurement], expected_loss: bool) -> int:
-    outcomes = {m.outcome for m in ms}
-    if Outcome.DATA_LOSS in outcomes and not expected_loss:
-        return EXIT_FINDING
-    if Outcome.HARNESS_ERROR in outcomes:
-        return EXIT_HARNESS
-    return EXIT_OK
 
 
 # --- results table ------------------------------------------------------------------

@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from harness.errors import InputError
-from harness.outcome import Outcome, reduce
+from harness.outcome import Outcome, is_harness, reduce
 from harness.store.schema import (
     _TABLES,
     _ZFS_JSON_COLUMNS,
@@ -431,7 +431,7 @@ class Store:
         """Close a run. Without ``summary``, the summary is its outcome counts."""
         with self._transaction() as c:
             if summary is None:
-                summary = {"outcome_counts": self._outcome_counts(run_id)}
+                summary = {"outcome_counts": self.outcome_counts(run_id)}
             c.execute(
                 "UPDATE runs SET status = ?, finished_at = ?, summary = ? WHERE id = ?",
                 (str(status), utc_now(), json.dumps(summary, sort_keys=True), run_id),
@@ -477,14 +477,22 @@ class Store:
         """Store a checked state in one transaction; returns its verdict.
 
         The verdict defaults to the worst check outcome. Recording a state again replaces
-        its earlier results, so a resumed run may redo a state without duplicates.
+        its earlier results, so a resumed run may redo a state without duplicates -- except
+        that a harness outcome (timeout, panic, harness_error) never replaces a verdict the
+        filesystem earned: the lab failing later says nothing about that state.
         """
         phases = {Phase(p): s for p, s in recovery.items()}
         verdict = verdict if verdict is not None else reduce(ch.outcome for ch in checks)
         now = utc_now()
         with self._transaction() as c:
-            _upsert_state(c, run_id, state)
             key = (run_id, state.id)
+            if is_harness(verdict):
+                row = c.execute(
+                    "SELECT outcome FROM verdicts WHERE run_id = ? AND state_id = ?", key
+                ).fetchone()
+                if row is not None and not is_harness(Outcome(row[0])):
+                    return Outcome(row[0])
+            _upsert_state(c, run_id, state)
             for table in ("checks", "recovery_times", "verdicts"):
                 c.execute(f"DELETE FROM {table} WHERE run_id = ? AND state_id = ?", key)
             c.executemany(
@@ -692,7 +700,8 @@ class Store:
         ]
         return RunDetail(run, states, recovery)
 
-    def _outcome_counts(self, run_id: str) -> dict[str, int]:
+    def outcome_counts(self, run_id: str) -> dict[str, int]:
+        """Verdict counts of a run's crash states, most severe last."""
         rows = self._conn.execute(
             "SELECT outcome, count(*) FROM verdicts WHERE run_id = ? GROUP BY outcome",
             (run_id,),
@@ -735,7 +744,7 @@ class Store:
             image_hash=image,
             fs=fs,
             summary=json.loads(summary) if summary is not None else None,
-            outcome_counts=self._outcome_counts(rid),
+            outcome_counts=self.outcome_counts(rid),
         )
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

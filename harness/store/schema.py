@@ -268,12 +268,44 @@ _MIGRATION_3 = [
     "CREATE INDEX zfs_scans_run ON zfs_scans (run_id, repetition)",
 ]
 
-MIGRATIONS: list[list[str]] = [_MIGRATION_1, _MIGRATION_2, _MIGRATION_3]
+# 4: one run lifecycle for every experiment kind (harness/experiments/lifecycle.py).
+# zfs_scans: the item a row is (resume skips it), where ``seconds`` came from (``events``,
+# to the kernel tick, or ``status``, whole seconds -- never mixed silently), every scan of
+# the fault timed on its own, and whether this cell's parity makes data loss expected.
+# ``observations``: the results of experiment kinds that need no table of their own (one
+# row per item: its cell and its measurements as JSON, an outcome), so a new kind is a
+# module and its scenarios, not a migration.
+_MIGRATION_4 = [
+    *(
+        f"ALTER TABLE zfs_scans ADD COLUMN {col}"
+        for col in (
+            "item TEXT",
+            "seconds_source TEXT CHECK (seconds_source IN ('events', 'status'))",
+            "scans TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(scans))",
+            "expected_loss INTEGER",
+        )
+    ),
+    """
+    CREATE TABLE observations (
+        run_id      TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        item        TEXT NOT NULL,
+        cell        TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(cell)),
+        metrics     TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metrics)),
+        outcome     TEXT,
+        created_at  TEXT NOT NULL,
+        PRIMARY KEY (run_id, item)
+    )
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [_MIGRATION_1, _MIGRATION_2, _MIGRATION_3, _MIGRATION_4]
 SCHEMA_VERSION = len(MIGRATIONS)
 ZFS_SCAN_EXTRA = frozenset(
-    stmt.split("ADD COLUMN ")[1].split()[0] for stmt in _MIGRATION_3 if "ADD COLUMN" in stmt
+    stmt.split("ADD COLUMN ")[1].split()[0]
+    for stmt in (*_MIGRATION_3, *_MIGRATION_4)
+    if "ADD COLUMN" in stmt
 )
-_ZFS_JSON_COLUMNS = ("cell", "fault", "phases")
+_ZFS_JSON_COLUMNS = ("cell", "fault", "phases", "scans")
 _TABLES = frozenset(
     {
         "runs",
@@ -287,5 +319,6 @@ _TABLES = frozenset(
         "campaigns",
         "campaign_elements",
         "log_events",
+        "observations",
     }
 )

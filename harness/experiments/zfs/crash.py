@@ -3,15 +3,8 @@
 record -> multi-disk crash states -> materialise one image per disk -> import, scrub and
 verify in a guest -> the store.
 
-Record: in one guest, every data disk ``zdK`` sits under its own ``log-writes`` target
-``lwK`` logging to its own disk ``zlK`` (2N virtual disks); the pool is created on
-``/dev/mapper/lw*``. ZFS takes a dm device as a plain block device (no partition table,
-so no wait for udev partition nodes): the guest runs without udev, which boots in a
-third of the time. After ``zpool create`` every log gets ``crashlab:mkfs``; the workload
-(``harness/guest/zfsload.py``) runs in rounds, each ended by ``zpool sync`` and then the
-mark ``crashlab:zsync:<n>`` in every log. ``zpool sync`` returns after the txg is on
-every vdev, and nothing writes between the sync and the marks, so the marks of one round
-are one quiescent moment of the whole pool.
+Record: ``harness/experiments/zfs/record.py`` (one dm-log-writes log per vdev, a common
+mark after every ``zpool sync``).
 
 States: ``faults.multicrash`` (consistent cuts at each common mark; independent cuts per
 disk between two marks). Check, in a guest, never on the host kernel: each state's disk
@@ -49,51 +42,36 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import shlex
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import paths
+from harness.check.guest import in_guests
 from harness.config.zfs import CrashSpec, ZfsScenario
-from harness.errors import GuestPanic, GuestTimeout, HarnessError
+from harness.experiments import lifecycle
 from harness.experiments.zfs import parse, pool
+from harness.experiments.zfs.record import Recording, record_pool
 from harness.experiments.zfs.scan import run_env
-from harness.image import build as image
-from harness.outcome import Outcome, reduce
+from harness.outcome import Outcome, exit_status, is_harness, reduce
 from harness.record import logwrites
 from harness.record import recorder as record
 from harness.replay import multicrash
 from harness.replay import replayer as replay
-from harness.replay.crashstates import MKFS_MARK
 from harness.replay.multicrash import MultiState
 from harness.store import db as store
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 log = logging.getLogger("crashlab.zfs.crash")
 
-ZSYNC_PREFIX = "crashlab:zsync:"
 LYING_NOTE = (
     f"[{multicrash.LYING}] this disk set needs a disk that lost acknowledged writes: "
     "its verdict is not a ZFS finding"
 )
 ALTROOT = "/mnt/cs"
-Progress = Callable[[str, int, int], None]
-
-
-@dataclass(frozen=True)
-class Recording:
-    logs: tuple[Path, ...]
-    disk_size: int
-    required: dict[str, dict[str, str]]  # mark -> {file name: sha256} that must survive
-    seconds: dict[str, float]
-    zfs_version: str
-    guest_kernel: str
-    accelerator: str
 
 
 @dataclass(frozen=True)
@@ -113,165 +91,6 @@ class StateCheck:
     @property
     def checksum_errors(self) -> int:
         return sum(v.checksum for v in self.status.leaves()) if self.status else 0
-
-
-@dataclass
-class CrashReport:
-    run_id: str
-    db: Path
-    scenario: ZfsScenario
-    recording: Recording
-    states: list[MultiState]
-    results: dict[str, StateCheck] = field(default_factory=dict)
-    seconds: float = 0.0
-
-    def counts(self, *, honest: bool = True) -> dict[str, int]:
-        """Verdict counts of the honest states (the ones that can be findings), or with
-        ``honest=False`` of the lying-disk ones."""
-        out: dict[str, int] = {}
-        for s in self.states:
-            r = self.results.get(s.id)
-            if r is not None and s.honest == honest:
-                out[str(r.outcome)] = out.get(str(r.outcome), 0) + 1
-        return out
-
-    @property
-    def lying(self) -> list[MultiState]:
-        """The checked states that model disks losing acknowledged writes."""
-        return [s for s in self.states if not s.honest and s.id in self.results]
-
-
-def run_dir(run_id: str) -> Path:
-    return paths.work_dir() / "zfs" / run_id
-
-
-# --- record -------------------------------------------------------------------------
-
-
-def required_at_marks(rounds: Sequence[dict[str, Any]]) -> dict[str, dict[str, str]]:
-    """The oracle: at ``crashlab:zsync:n``, every file after round n that round n+1 does
-    not touch (the crash may fall anywhere in round n+1); nothing at mkfs."""
-    out: dict[str, dict[str, str]] = {MKFS_MARK: {}}
-    for i, r in enumerate(rounds):
-        nxt = set(rounds[i + 1]["touched"]) if i + 1 < len(rounds) else set()
-        out[f"{ZSYNC_PREFIX}{r['round']}"] = {
-            name: sha for name, sha in r["files"].items() if name not in nxt
-        }
-    return out
-
-
-def record_pool(rdir: Path, sc: ZfsScenario, seed: int) -> Recording:
-    """Boot a guest, build the pool on N logged disks, run the rounds, return the logs."""
-    assert sc.crash is not None
-    p = sc.pool
-    rdir.mkdir(parents=True, exist_ok=True)
-    disks: list[Disk] = []
-    for k in range(p.disks):
-        for name, size in ((f"zd{k}", p.disk_size), (f"zl{k}", max(4 * p.disk_size, 1 << 30))):
-            path = rdir / f"{name}.raw"
-            path.unlink(missing_ok=True)
-            with open(path, "wb") as f:
-                f.truncate(size)
-            disks.append(Disk(path, name))
-    seconds: dict[str, float] = {}
-    rounds: list[dict[str, Any]] = []
-    spec = GuestSpec(disks=tuple(disks), memory_mb=sc.memory_mb, command_timeout=sc.timeout)
-    t = time.monotonic()
-    with start_guest(spec) as g:
-        seconds["boot"] = time.monotonic() - t
-
-        def step(name: str, argv: list[str], timeout: float = 300) -> str:
-            t0 = time.monotonic()
-            out = pool.run(g, argv, timeout=timeout)
-            seconds[name] = seconds.get(name, 0.0) + time.monotonic() - t0
-            return out
-
-        def mark(text: str) -> None:
-            for k in range(p.disks):
-                step("mark", ["dmsetup", "message", f"lw{k}", "0", "mark", text])
-
-        step("modprobe", ["modprobe", "zfs"], timeout=120)
-        zfs_version, kernel = pool.versions(g)
-        record.install_scripts(g)
-        for k in range(p.disks):
-            dev = step("dm-create", ["readlink", "-f", g.disk(f"zd{k}")]).strip()
-            logdev = step("dm-create", ["readlink", "-f", g.disk(f"zl{k}")]).strip()
-            sectors = step("dm-create", ["blockdev", "--getsz", dev]).strip()
-            table = f"0 {sectors} log-writes {dev} {logdev}"
-            step("dm-create", ["dmsetup", "create", f"lw{k}", "--table", table])
-        step("create", create_argv(sc, [f"/dev/mapper/lw{k}" for k in range(p.disks)]))
-        # zpool create can return with a txg still syncing: once, vdev 0 logged one label
-        # run more than the others before its mkfs mark (the marks go in one disk after
-        # the other) and the mkfs cut scrubbed with checksum errors. Like the round marks,
-        # this one must be a quiescent moment.
-        step("sync", ["zpool", "sync", pool.POOL])
-        mark(MKFS_MARK)
-        c = sc.crash
-        for n in range(1, c.rounds + 1):
-            out = step(
-                "workload",
-                [
-                    "python3",
-                    f"{record.GUEST_DIR}/zfsload.py",
-                    "round",
-                    "--root",
-                    pool.MOUNT,
-                    "--seed",
-                    str(seed),
-                    "--round",
-                    str(n),
-                    "--files",
-                    str(c.files),
-                    "--max-size",
-                    str(c.max_size),
-                    "--ops",
-                    str(c.ops),
-                ],
-                timeout=sc.timeout,
-            )
-            rounds.append(json.loads(out))
-            step("sync", ["zpool", "sync", pool.POOL])
-            mark(f"{ZSYNC_PREFIX}{n}")
-        step("export", ["zpool", "export", pool.POOL])
-        for k in range(p.disks):
-            step("dm-remove", ["dmsetup", "remove", f"lw{k}"])
-        accelerator = g.accelerator
-    logs = tuple(rdir / f"zl{k}.raw" for k in range(p.disks))
-    for path in logs:
-        with logwrites.open_log(path) as lg:
-            used = lg.used
-        os.truncate(path, used)
-    for k in range(p.disks):
-        (rdir / f"zd{k}.raw").unlink(missing_ok=True)
-    return Recording(
-        logs, p.disk_size, required_at_marks(rounds), seconds, zfs_version, kernel, accelerator
-    )
-
-
-def create_argv(sc: ZfsScenario, devices: list[str]) -> list[str]:
-    p = sc.pool
-    return [
-        "zpool",
-        "create",
-        "-f",
-        "-o",
-        f"ashift={p.ashift}",
-        "-o",
-        "cachefile=none",
-        "-O",
-        "compression=off",
-        "-O",
-        "atime=off",
-        "-O",
-        f"recordsize={p.recordsize}",
-        "-O",
-        f"mountpoint={pool.MOUNT}",
-        pool.POOL,
-        *pool.vdev_args(p.layout, devices),
-    ]
-
-
-# --- check --------------------------------------------------------------------------
 
 
 def judge(
@@ -377,104 +196,54 @@ def check_batch(
 ) -> Iterator[tuple[MultiState, StateCheck]]:
     """Yield each state's check as soon as it is known; a hang or panic costs only its
     own state (the guest is replaced for the rest)."""
-    todo = list(batch)
-    while todo:
+
+    @contextlib.contextmanager
+    def start(todo: Sequence[tuple[MultiState, Sequence[Path]]]) -> Iterator[Guest]:
         disks = tuple(
             Disk(img, f"s{j}d{k}") for j, (_, imgs) in enumerate(todo) for k, img in enumerate(imgs)
         )
         spec = GuestSpec(disks=disks, memory_mb=memory_mb, command_timeout=timeout)
-        failed_at: int | None = None
-        try:
-            with start_guest(spec) as g:
-                pool.run(g, ["modprobe", "zfs"], timeout=120)
-                record.install_scripts(g)
-                for j, (st, imgs) in enumerate(todo):
-                    try:
-                        yield st, _check_one(g, j, len(imgs), required.get(st.mark, {}), timeout)
-                    except (GuestTimeout, GuestPanic) as e:
-                        kind = Outcome.TIMEOUT if isinstance(e, GuestTimeout) else Outcome.PANIC
-                        yield st, StateCheck(kind, 0.0, {}, f"{e.message}\n{e.console[-1200:]}")
-                        failed_at = j
-                        break
-        except HarnessError as e:
-            if failed_at is None:
-                for st, _ in todo:
-                    text = f"{e.message}\n{e.detail or ''}"[-1500:]
-                    yield st, StateCheck(Outcome.HARNESS_ERROR, 0.0, {}, text)
-                return
-        todo = todo[failed_at + 1 :] if failed_at is not None else []
+        with start_guest(spec) as g:
+            pool.run(g, ["modprobe", "zfs"], timeout=120)
+            record.install_scripts(g)
+            yield g
+
+    def one(g: Guest, j: int, item: tuple[MultiState, Sequence[Path]]) -> StateCheck:
+        st, imgs = item
+        return _check_one(g, j, len(imgs), required.get(st.mark, {}), timeout)
+
+    def failed(item: tuple[MultiState, Sequence[Path]], kind: Outcome, text: str) -> StateCheck:
+        return StateCheck(kind, 0.0, {}, text)
+
+    for (st, _), result in in_guests(batch, start, one, failed):
+        yield st, result
 
 
-# --- the run ------------------------------------------------------------------------
+@lifecycle.register("zfs-crash")
+class ZfsCrash(lifecycle.Experiment):
+    """Crash states of a whole pool: record, cut, import + scrub + verify each."""
 
+    run_kind = store.RunKind.ZFS
 
-def execute(
-    sc: ZfsScenario, *, db: Path, seed: int | None = None, progress: Progress
-) -> CrashReport:
-    assert sc.crash is not None
-    started = time.monotonic()
-    img = image.require_image()
-    seed = sc.seed if seed is None else seed
-    st = store.Store.open(db)
-    try:
-        run_id = st.begin_run(
-            sc.name,
-            store.RunKind.ZFS,
-            sc.resolved(),
-            seed,
-            fs="zfs",
-            env=store.RunEnv(image_hash=img.hash),
+    def __init__(self, run: lifecycle.Run):
+        super().__init__(run)
+        self._stack = contextlib.ExitStack()
+        self.results: dict[str, StateCheck] = {}
+
+    def prepare(self) -> None:
+        run, sc = self.run, self.sc
+        assert sc.crash is not None
+        self.spec: CrashSpec = sc.crash
+        rdir = run.dir
+        self.recording = _recording(rdir, sc, run.seed, run.progress)
+        rec = self.recording
+        run.store.set_run_env(
+            run.run_id, run_env(run.image, rec.accelerator, rec.guest_kernel, rec.zfs_version)
         )
-        try:
-            report = _execute(sc, sc.crash, st, run_id, seed, img, db, progress)
-        except BaseException as e:
-            status = (
-                store.RunStatus.INTERRUPTED
-                if isinstance(e, KeyboardInterrupt)
-                else store.RunStatus.FAILED
-            )
-            st.finish_run(run_id, status, {"error": str(e)[:500]})
-            raise
-        report.seconds = time.monotonic() - started
-        st.finish_run(
-            run_id,
-            store.RunStatus.DONE,
-            {
-                "outcome_counts": report.counts(),
-                **(
-                    {"lying_disk_outcome_counts": report.counts(honest=False)}
-                    if report.lying
-                    else {}
-                ),
-                "states": len(report.states),
-                "recording": {k: round(v, 3) for k, v in report.recording.seconds.items()},
-                "seconds": round(report.seconds, 2),
-            },
-        )
-        return report
-    finally:
-        st.close()
-
-
-def _execute(
-    sc: ZfsScenario,
-    c: CrashSpec,
-    st: store.Store,
-    run_id: str,
-    seed: int,
-    img: image.Image,
-    db: Path,
-    progress: Progress,
-) -> CrashReport:
-    rdir = run_dir(run_id)
-    progress("recording the pool's vdevs in a guest", 0, 0)
-    rec = record_pool(rdir, sc, seed)
-    (rdir / "required.json").write_text(json.dumps(rec.required))
-    st.set_run_env(run_id, run_env(img, rec.accelerator, rec.guest_kernel, rec.zfs_version))
-    with open_logs(rec.logs) as logs:
-        for k, lg in enumerate(logs):
+        self.logs = self._stack.enter_context(open_logs(rec.logs))
+        for k, lg in enumerate(self.logs):
             ls = lg.stats()
-            st.add_log(
+            run.store.add_log(
                 store.LogInfo(
                     lg.hash,
                     str(lg.path),
@@ -485,30 +254,84 @@ def _execute(
                     ls.discards,
                     ls.bytes_written,
                 ),
-                run_id=run_id,
+                run_id=run.run_id,
                 role=f"vdev{k}",
             )
-        states = multicrash.generate(logs, c.state_specs(), seed, device_size=rec.disk_size)
-        report = CrashReport(run_id, db, sc, rec, states)
-        (rdir / "states.json").write_text(json.dumps([s.to_dict() for s in states]))
-        batch_dir = rdir / "batch"
-        done = 0
+        self.states = multicrash.generate(
+            self.logs, self.spec.state_specs(), run.seed, device_size=rec.disk_size
+        )
+        (rdir / "states.json").write_text(json.dumps([s.to_dict() for s in self.states]))
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def items(self) -> Sequence[MultiState]:
+        return self.states
+
+    def check(self, todo: Sequence[lifecycle.Item]) -> Iterator[tuple[MultiState, StateCheck]]:
+        states = [s for s in todo if isinstance(s, MultiState)]
+        rec, c, progress = self.recording, self.spec, self.run.progress
+        batch_dir = self.run.dir / "batch"
         for b in range(0, len(states), c.guest_batch):
             chunk = states[b : b + c.guest_batch]
             shutil.rmtree(batch_dir, ignore_errors=True)
             batch_dir.mkdir(parents=True)
-            progress("materialising disk images", done, len(states))
-            batch = [(s, materialize(logs, s, batch_dir, rec.disk_size)) for s in chunk]
-            progress(f"importing {len(chunk)} disk sets in a guest", done, len(states))
-            for s, result in check_batch(
-                batch, rec.required, memory_mb=sc.memory_mb, timeout=min(sc.timeout, 300)
-            ):
-                _commit(st, run_id, s, result)
-                report.results[s.id] = result
-                done += 1
-                progress(f"importing {len(chunk)} disk sets in a guest", done, len(states))
+            progress("materialising disk images", b, len(states))
+            batch = [(s, materialize(self.logs, s, batch_dir, rec.disk_size)) for s in chunk]
+            progress(f"importing {len(chunk)} disk sets in a guest", b, len(states))
+            yield from check_batch(
+                batch, rec.required, memory_mb=self.sc.memory_mb, timeout=self.sc.timeout
+            )
             shutil.rmtree(batch_dir, ignore_errors=True)
-    return report
+
+    def commit(self, item: lifecycle.Item, result: Any) -> None:
+        assert isinstance(item, MultiState) and isinstance(result, StateCheck)
+        _commit(self.run.store, self.run.run_id, item, result)
+        self.results[item.id] = result
+
+    def counts(self, *, honest: bool = True) -> dict[str, int]:
+        """Verdict counts of the honest states (the ones that can be findings), or with
+        ``honest=False`` of the lying-disk ones, earlier ones included."""
+        ids = {s.id for s in self.states if s.honest == honest}
+        rows = self.run.store.execute(
+            "SELECT state_id, outcome FROM verdicts WHERE run_id = ?", (self.run.run_id,)
+        )
+        out: dict[str, int] = {}
+        for sid, o in rows:
+            if sid in ids:
+                out[str(o)] = out.get(str(o), 0) + 1
+        return out
+
+    @property
+    def lying(self) -> list[MultiState]:
+        """The checked states that model disks losing acknowledged writes."""
+        return [s for s in self.states if not s.honest and s.id in self.results]
+
+    def summary(self) -> dict[str, Any]:
+        lying = self.counts(honest=False)
+        return {
+            "states": len(self.states),
+            "recording": {k: round(v, 3) for k, v in self.recording.seconds.items()},
+            **({"lying_disk_outcome_counts": lying} if lying else {}),
+        }
+
+    def exit_status(self, counts: Mapping[str, int]) -> int:
+        # A lying-disk set's finding is not ZFS's, but a hang or a broken lab is still
+        # the lab's: those keep exit status 3.
+        lab = [o for o in map(Outcome, self.counts(honest=False)) if is_harness(o)]
+        return exit_status([*(Outcome(o) for o, n in counts.items() if n), *lab])
+
+
+def _recording(rdir: Path, sc: ZfsScenario, seed: int, progress: lifecycle.Progress) -> Recording:
+    """The pool's recorded logs: kept from an earlier attempt of this run (resume), else
+    recorded now in a guest."""
+    saved = rdir / "recording.json"
+    if saved.exists():
+        return Recording.from_json(json.loads(saved.read_text()))
+    progress("recording the pool's vdevs in a guest", 0, 0)
+    rec = record_pool(rdir, sc, seed)
+    saved.write_text(json.dumps(rec.to_json()))
+    return rec
 
 
 def materialize(
@@ -554,6 +377,3 @@ def _commit(st: store.Store, run_id: str, s: MultiState, r: StateCheck) -> None:
         r.phases,
         r.outcome,
     )
-
-
-__all__ = ["CrashReport", "execute", "record_pool"]

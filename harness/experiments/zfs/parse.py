@@ -94,16 +94,27 @@ class Window:
         return (self.finish_ns - self.start_ns) / 1e9
 
 
-def scan_window(events: Events, kind: str) -> Window:
-    """The last ``sysevent.fs.zfs.<kind>_start`` and the first ``_finish`` after it."""
-    starts = [e.time_ns for e in events.of(f"sysevent.fs.zfs.{kind}_start") if e.time_ns]
-    start = starts[-1] if starts else None
-    finishes = [
-        e.time_ns
-        for e in events.of(f"sysevent.fs.zfs.{kind}_finish")
-        if e.time_ns and (start is None or e.time_ns >= start)
-    ]
-    return Window(start, finishes[0] if finishes else None)
+def scan_windows(events: Events, kind: str) -> list[Window]:
+    """Every ``sysevent.fs.zfs.<kind>_start`` with the first ``_finish`` after it (and
+    before the next start): a fault on two disks may resilver twice (a replace during a
+    resilver is deferred until it ends), and each scan is timed on its own."""
+    starts = sorted(e.time_ns for e in events.of(f"sysevent.fs.zfs.{kind}_start") if e.time_ns)
+    finishes = sorted(e.time_ns for e in events.of(f"sysevent.fs.zfs.{kind}_finish") if e.time_ns)
+    out = []
+    for i, start in enumerate(starts):
+        nxt = starts[i + 1] if i + 1 < len(starts) else None
+        end = next((f for f in finishes if f >= start and (nxt is None or f <= nxt)), None)
+        out.append(Window(start, end))
+    if not starts and finishes:
+        out.append(Window(None, finishes[-1]))
+    return out
+
+
+def overall(windows: Sequence[Window]) -> Window:
+    """From the first start to the last finish: the time to full redundancy."""
+    if not windows:
+        return Window(None, None)
+    return Window(windows[0].start_ns, windows[-1].finish_ns)
 
 
 def tick_ns(events: Events, candidates: Sequence[int] = (10_000_000, 4_000_000, 1_000_000)) -> int:

@@ -6,11 +6,12 @@ Everything here is argv lists run through ``Guest.run``; parsing lives in ``pars
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from faults.disk import DiskFault
-from harness.config.zfs import Cell, Layout
+from harness.config.zfs import Cell, Layout, PoolSpec
 from harness.errors import HarnessError
 from harness.experiments.zfs import parse
 from harness.vm.backend import Disk, Guest
@@ -65,30 +66,42 @@ def vdev_args(layout: Layout, devices: list[str]) -> list[str]:
     return [str(layout), *devices]
 
 
-def create_argv(g: Guest, cell: Cell, disks: DiskSet) -> list[str]:
-    p = cell.pool
-    argv = [
-        "zpool",
-        "create",
-        "-f",
-        "-o",
-        f"ashift={p.ashift}",
-        "-O",
+def create_argv(
+    p: PoolSpec,
+    devices: Sequence[str],
+    *,
+    cache: str | None = None,
+    log: str | None = None,
+    options: Sequence[str] = (),
+) -> list[str]:
+    """``zpool create`` for ``p`` on ``devices`` (paths in the guest); ``options`` are
+    extra pool properties (``cachefile=none``)."""
+    argv = ["zpool", "create", "-f", "-o", f"ashift={p.ashift}"]
+    for opt in options:
+        argv += ["-o", opt]
+    for prop in (
         "compression=off",
-        "-O",
         "atime=off",
-        "-O",
         f"recordsize={p.recordsize}",
-        "-O",
         f"mountpoint={MOUNT}",
-        POOL,
-        *vdev_args(p.layout, [g.disk(d.serial) for d in disks.data]),
-    ]
-    if disks.cache is not None:
-        argv += ["cache", g.disk(disks.cache.serial)]
-    if disks.log is not None:
-        argv += ["log", g.disk(disks.log.serial)]
+    ):
+        argv += ["-O", prop]
+    argv += [POOL, *vdev_args(p.layout, list(devices))]
+    if cache is not None:
+        argv += ["cache", cache]
+    if log is not None:
+        argv += ["log", log]
     return argv
+
+
+def create_argv_for(g: Guest, cell: Cell, disks: DiskSet) -> list[str]:
+    """``zpool create`` of a scan experiment's cell on its attached disks."""
+    return create_argv(
+        cell.pool,
+        [g.disk(d.serial) for d in disks.data],
+        cache=g.disk(disks.cache.serial) if disks.cache is not None else None,
+        log=g.disk(disks.log.serial) if disks.log is not None else None,
+    )
 
 
 def run(g: Guest, argv: list[str], *, timeout: float = 300) -> str:

@@ -24,25 +24,24 @@ import logging
 import platform
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from faults import disk as faults
 from faults.disk import When
-from harness import paths, proc
 from harness.config.zfs import Cell, Experiment, ZfsScenario
-from harness.errors import CommandFailed, HarnessError
+from harness.errors import HarnessError
+from harness.experiments import lifecycle
+from harness.experiments.crash import qemu_version
 from harness.experiments.zfs import parse, pool
 from harness.image import build as image
-from harness.outcome import Outcome
+from harness.outcome import Outcome, exit_status
 from harness.store import db as store
 from harness.vm.backend import Guest, GuestSpec, start_guest
 
 log = logging.getLogger("crashlab.zfs")
-
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass
@@ -54,7 +53,7 @@ class Measurement:
     pool_alloc: int  # raw bytes allocated, parity included (zpool list)
     written: int
     status: parse.PoolStatus
-    window: parse.Window
+    windows: list[parse.Window]  # every scan of this fault, each timed on its own
     tick_ns: int
     wall_seconds: float
     damage: list[faults.Damage]
@@ -65,6 +64,17 @@ class Measurement:
     checksum_ereports: int
     cell_kind: Experiment = Experiment.SCRUB
     phases: dict[str, float] = field(default_factory=dict)
+    expected_loss: bool = False  # more damaged disks than this cell's redundancy
+
+    @property
+    def window(self) -> parse.Window:
+        """First start to last finish: the time to full redundancy."""
+        return parse.overall(self.windows)
+
+    @property
+    def seconds_source(self) -> str:
+        """``events`` (to the kernel tick) or ``status`` (whole seconds)."""
+        return "events" if self.window.seconds is not None else "status"
 
     @property
     def scan(self) -> parse.ScanStats:
@@ -93,71 +103,91 @@ class Measurement:
         return Outcome.DATA_LOSS if self.status.error_count else Outcome.CONSISTENT
 
 
-@dataclass
-class ZfsReport:
-    run_id: str
-    db: Path
-    scenario: ZfsScenario
-    measurements: list[Measurement]
-    seconds: float
-    expected_loss: bool
+@dataclass(frozen=True)
+class Rep:
+    """One repetition of one cell: an item of the run."""
+
+    index: int  # the cell's position in the scenario
+    cell: Cell
+    repetition: int
+
+    @property
+    def id(self) -> str:
+        return f"c{self.index}-r{self.repetition}"
 
 
-def execute(sc: ZfsScenario, *, db: Path, seed: int | None = None, progress: Progress) -> ZfsReport:
-    started = time.monotonic()
-    img = image.require_image()
-    params = sc.resolved()
-    seed = sc.seed if seed is None else seed
-    cells = list(sc.cells())
-    st = store.Store.open(db)
-    try:
-        run_id = st.begin_run(
-            sc.name,
-            store.RunKind.ZFS,
-            params,
-            seed,
-            fs="zfs",
-            env=store.RunEnv(image_hash=img.hash, qemu_version=_qemu_version()),
+def expected_loss(sc: ZfsScenario, cell: Cell) -> bool:
+    """Data loss is this cell's expected result when the fault damages more disks than
+    *its* layout survives (raidz2 with two disks lost is not expected to lose data)."""
+    return len(sc.fault.disks) > cell.pool.layout.redundancy(cell.pool.disks)
+
+
+@lifecycle.register("zfs-scan")
+class ZfsScan(lifecycle.Experiment):
+    """Scrub or resilver: pool -> fill -> fault -> scan -> measure, per cell and
+    repetition, each in fresh guests on fresh disks."""
+
+    run_kind = store.RunKind.ZFS
+
+    def __init__(self, run: lifecycle.Run):
+        super().__init__(run)
+        self.measurements: list[Measurement] = []
+
+    def prepare(self) -> None:
+        cells = list(self.sc.cells())
+        # Repetitions interleaved across cells: a noisy spell on the host spreads over
+        # every cell instead of biasing the one that happened to run then.
+        self.reps = [Rep(i, cell, r) for r in range(self.sc.repeat) for i, cell in enumerate(cells)]
+
+    def items(self) -> Sequence[Rep]:
+        return self.reps
+
+    def done(self) -> set[str]:
+        rows = self.run.store.execute(
+            "SELECT item FROM zfs_scans WHERE run_id = ? AND item IS NOT NULL",
+            (self.run.run_id,),
         )
-        out: list[Measurement] = []
-        try:
-            total = len(cells) * sc.repeat
-            for ci, cell in enumerate(cells):
-                for rep in range(sc.repeat):
-                    done = ci * sc.repeat + rep
-                    progress(f"{cell.label()} #{rep + 1}", done, total)
-                    m = run_once(sc, cell, rep, seed, run_dir(run_id) / f"c{ci}-r{rep}", progress)
-                    if not out:
-                        st.set_run_env(run_id, _env(img, m))
-                    _store(st, run_id, sc, m)
-                    out.append(m)
-        except BaseException as e:
-            status = (
-                store.RunStatus.INTERRUPTED
-                if isinstance(e, KeyboardInterrupt)
-                else store.RunStatus.FAILED
-            )
-            st.finish_run(run_id, status, {"error": str(e)[:500], "scans": len(out)})
-            raise
-        seconds = time.monotonic() - started
-        expected = len(sc.fault.disks) > min(c.pool.layout.redundancy(c.pool.disks) for c in cells)
-        st.finish_run(
-            run_id,
-            store.RunStatus.DONE,
-            {
-                "scans": len(out),
-                "outcome_counts": _counts(out),
-                "data_loss_expected": expected,
-                "seconds": round(seconds, 2),
-            },
+        return {str(r[0]) for r in rows}
+
+    def check(self, todo: Sequence[lifecycle.Item]) -> Iterator[tuple[Rep, Measurement]]:
+        run = self.run
+        for n, rep in enumerate(r for r in todo if isinstance(r, Rep)):
+            run.progress(f"{rep.cell.label()} #{rep.repetition + 1}", n, len(todo))
+            m = run_once(self.sc, rep.cell, rep.repetition, run.seed, run.dir / rep.id)
+            m.expected_loss = expected_loss(self.sc, rep.cell)
+            yield rep, m
+
+    def commit(self, item: lifecycle.Item, result: Any) -> None:
+        assert isinstance(item, Rep) and isinstance(result, Measurement)
+        if not self.measurements:
+            self.run.store.set_run_env(self.run.run_id, _env(self.run.image, result))
+        _store(self.run.store, self.run.run_id, self.sc, item, result)
+        self.measurements.append(result)
+
+    def counts(self) -> dict[str, int]:
+        rows = self.run.store.execute(
+            "SELECT outcome, count(*) FROM zfs_scans WHERE run_id = ? GROUP BY outcome",
+            (self.run.run_id,),
         )
-        return ZfsReport(run_id, db, sc, out, seconds, expected)
-    finally:
-        st.close()
+        return {str(o): int(n) for o, n in rows if o is not None}
 
+    def exit_status(self, counts: Mapping[str, int]) -> int:
+        rows = self.run.store.execute(
+            "SELECT outcome, expected_loss FROM zfs_scans WHERE run_id = ?", (self.run.run_id,)
+        )
+        outcomes = [
+            Outcome(o)
+            for o, expected in rows
+            if o is not None and not (o == Outcome.DATA_LOSS and expected)
+        ]
+        return exit_status(outcomes)
 
-def run_dir(run_id: str) -> Path:
-    return paths.work_dir() / "zfs" / run_id
+    def summary(self) -> dict[str, Any]:
+        cells = {rep.cell.label(): expected_loss(self.sc, rep.cell) for rep in self.reps}
+        return {
+            "scans": len(self.reps),
+            "data_loss_expected": {k: v for k, v in cells.items() if v},
+        }
 
 
 @contextlib.contextmanager
@@ -179,9 +209,7 @@ def _guest(sc: ZfsScenario, disks: pool.DiskSet, phases: dict[str, float]) -> It
     phases["teardown"] = phases.get("teardown", 0.0) + time.monotonic() - t_down
 
 
-def run_once(
-    sc: ZfsScenario, cell: Cell, rep: int, seed: int, rdir: Path, progress: Progress
-) -> Measurement:
+def run_once(sc: ZfsScenario, cell: Cell, rep: int, seed: int, rdir: Path) -> Measurement:
     """One repetition in fresh guests; the disk files are deleted afterwards."""
     phases: dict[str, float] = {}
     disks = pool.make_disks(rdir, cell, sc.fault)
@@ -198,7 +226,7 @@ def run_once(
             g = stack.enter_context(_guest(sc, disks, phases))
             zfs_version, kernel = pool.versions(g)
             t = time.monotonic()
-            pool.run(g, pool.create_argv(g, cell, disks))
+            pool.run(g, pool.create_argv_for(g, cell, disks))
             used0, avail0 = pool.used_available(g)
             t = lap("create", t)
             target = int((used0 + avail0) * cell.fill / 100) - used0
@@ -230,8 +258,8 @@ def run_once(
                 raise HarnessError(
                     f"{cell.label()}: zpool status shows no scan after the {sc.experiment}"
                 )
-            window = parse.scan_window(events, str(sc.experiment))
-            if window.seconds is None:
+            windows = parse.scan_windows(events, str(sc.experiment))
+            if parse.overall(windows).seconds is None:
                 log.warning("no %s start/finish events; using zpool status", sc.experiment)
             m = Measurement(
                 cell=cell,
@@ -241,7 +269,7 @@ def run_once(
                 pool_alloc=listed.alloc,
                 written=written,
                 status=status,
-                window=window,
+                windows=windows,
                 tick_ns=parse.tick_ns(events),
                 wall_seconds=wall,
                 damage=damage,
@@ -275,7 +303,7 @@ def _scan(g: Guest, sc: ZfsScenario, disks: pool.DiskSet) -> float:
     return pool.timed(g, cmds, timeout=sc.timeout)
 
 
-def _store(st: store.Store, run_id: str, sc: ZfsScenario, m: Measurement) -> None:
+def _store(st: store.Store, run_id: str, sc: ZfsScenario, rep: Rep, m: Measurement) -> None:
     s = m.scan
     p = m.cell.pool
     st.add_zfs_scan(
@@ -290,6 +318,13 @@ def _store(st: store.Store, run_id: str, sc: ZfsScenario, m: Measurement) -> Non
         repaired=s.processed,
         errors=m.status.errors_json(),
         extra={
+            "item": rep.id,
+            "seconds_source": m.seconds_source,
+            "scans": [
+                {"start_ns": w.start_ns, "finish_ns": w.finish_ns, "seconds": w.seconds}
+                for w in m.windows
+            ],
+            "expected_loss": int(m.expected_loss),
             "cell": {
                 "layout": str(p.layout),
                 "disks": p.disks,
@@ -341,24 +376,10 @@ def run_env(
     return store.RunEnv(
         accelerator=store.Accelerator(accelerator),
         guest_kernel=guest_kernel,
-        qemu_version=_qemu_version(),
+        qemu_version=qemu_version(),
         image_hash=img.hash,
         tool_versions={"host": platform.release(), "zfs-kmod": zfs_version, **tools},
     )
-
-
-def _counts(ms: list[Measurement]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for m in ms:
-        out[str(m.outcome)] = out.get(str(m.outcome), 0) + 1
-    return out
-
-
-def _qemu_version() -> str:
-    try:
-        return proc.run(["qemu-system-x86_64", "--version"]).stdout.splitlines()[0]
-    except (CommandFailed, HarnessError, IndexError):
-        return "unknown"
 
 
 def overhead(ms: list[Measurement]) -> dict[str, float]:
@@ -367,13 +388,3 @@ def overhead(ms: list[Measurement]) -> dict[str, float]:
     for m in ms:
         names += [k for k in m.phases if k not in names]
     return {k: statistics.fmean(m.phases.get(k, 0.0) for m in ms) for k in names}
-
-
-def summary_json(r: ZfsReport) -> dict[str, Any]:
-    return {
-        "run_id": r.run_id,
-        "scenario": r.scenario.name,
-        "seconds": r.seconds,
-        "data_loss_expected": r.expected_loss,
-        "overhead": overhead(r.measurements),
-    }

@@ -1,0 +1,166 @@
+"""Recording a whole pool for ZFS crash states: one dm-log-writes log per vdev.
+
+In one guest, every data disk ``zdK`` sits under its own ``log-writes`` target ``lwK``
+logging to its own disk ``zlK`` (2N virtual disks); the pool is created on
+``/dev/mapper/lw*``. ZFS takes a dm device as a plain block device (no partition table,
+so no wait for udev partition nodes): the guest runs without udev, which boots in a
+third of the time. After ``zpool create`` every log gets ``crashlab:mkfs``; the workload
+(``harness/guest/zfsload.py``) runs in rounds, each ended by ``zpool sync`` and then the
+mark ``crashlab:zsync:<n>`` in every log. ``zpool sync`` returns after the txg is on
+every vdev, and nothing writes between the sync and the marks, so the marks of one round
+are one quiescent moment of the whole pool.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.config.zfs import ZfsScenario
+from harness.experiments.zfs import pool
+from harness.record import logwrites
+from harness.record import recorder as record
+from harness.replay.crashstates import MKFS_MARK
+from harness.vm.backend import Disk, GuestSpec, start_guest
+
+ZSYNC_PREFIX = "crashlab:zsync:"
+
+
+@dataclass(frozen=True)
+class Recording:
+    logs: tuple[Path, ...]
+    disk_size: int
+    required: dict[str, dict[str, str]]  # mark -> {file name: sha256} that must survive
+    seconds: dict[str, float]
+    zfs_version: str
+    guest_kernel: str
+    accelerator: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "logs": [str(p) for p in self.logs],
+            "disk_size": self.disk_size,
+            "required": self.required,
+            "seconds": self.seconds,
+            "zfs_version": self.zfs_version,
+            "guest_kernel": self.guest_kernel,
+            "accelerator": self.accelerator,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Recording:
+        return cls(
+            tuple(Path(p) for p in d["logs"]),
+            int(d["disk_size"]),
+            d["required"],
+            d["seconds"],
+            d["zfs_version"],
+            d["guest_kernel"],
+            d["accelerator"],
+        )
+
+
+def required_at_marks(rounds: Sequence[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """The oracle: at ``crashlab:zsync:n``, every file after round n that round n+1 does
+    not touch (the crash may fall anywhere in round n+1); nothing at mkfs."""
+    out: dict[str, dict[str, str]] = {MKFS_MARK: {}}
+    for i, r in enumerate(rounds):
+        nxt = set(rounds[i + 1]["touched"]) if i + 1 < len(rounds) else set()
+        out[f"{ZSYNC_PREFIX}{r['round']}"] = {
+            name: sha for name, sha in r["files"].items() if name not in nxt
+        }
+    return out
+
+
+def record_pool(rdir: Path, sc: ZfsScenario, seed: int) -> Recording:
+    """Boot a guest, build the pool on N logged disks, run the rounds, return the logs."""
+    assert sc.crash is not None
+    p = sc.pool
+    rdir.mkdir(parents=True, exist_ok=True)
+    disks: list[Disk] = []
+    for k in range(p.disks):
+        for name, size in ((f"zd{k}", p.disk_size), (f"zl{k}", max(4 * p.disk_size, 1 << 30))):
+            path = rdir / f"{name}.raw"
+            path.unlink(missing_ok=True)
+            with open(path, "wb") as f:
+                f.truncate(size)
+            disks.append(Disk(path, name))
+    seconds: dict[str, float] = {}
+    rounds: list[dict[str, Any]] = []
+    spec = GuestSpec(disks=tuple(disks), memory_mb=sc.memory_mb, command_timeout=sc.timeout)
+    t = time.monotonic()
+    with start_guest(spec) as g:
+        seconds["boot"] = time.monotonic() - t
+
+        def step(name: str, argv: list[str], timeout: float = 300) -> str:
+            t0 = time.monotonic()
+            out = pool.run(g, argv, timeout=timeout)
+            seconds[name] = seconds.get(name, 0.0) + time.monotonic() - t0
+            return out
+
+        def mark(text: str) -> None:
+            for k in range(p.disks):
+                step("mark", ["dmsetup", "message", f"lw{k}", "0", "mark", text])
+
+        step("modprobe", ["modprobe", "zfs"], timeout=120)
+        zfs_version, kernel = pool.versions(g)
+        record.install_scripts(g)
+        for k in range(p.disks):
+            dev = step("dm-create", ["readlink", "-f", g.disk(f"zd{k}")]).strip()
+            logdev = step("dm-create", ["readlink", "-f", g.disk(f"zl{k}")]).strip()
+            sectors = step("dm-create", ["blockdev", "--getsz", dev]).strip()
+            table = f"0 {sectors} log-writes {dev} {logdev}"
+            step("dm-create", ["dmsetup", "create", f"lw{k}", "--table", table])
+        devices = [f"/dev/mapper/lw{k}" for k in range(p.disks)]
+        step("create", pool.create_argv(p, devices, options=("cachefile=none",)))
+        # zpool create can return with a txg still syncing: once, vdev 0 logged one label
+        # run more than the others before its mkfs mark (the marks go in one disk after
+        # the other) and the mkfs cut scrubbed with checksum errors. Like the round marks,
+        # this one must be a quiescent moment.
+        step("sync", ["zpool", "sync", pool.POOL])
+        mark(MKFS_MARK)
+        c = sc.crash
+        for n in range(1, c.rounds + 1):
+            out = step(
+                "workload",
+                [
+                    "python3",
+                    f"{record.GUEST_DIR}/zfsload.py",
+                    "round",
+                    "--root",
+                    pool.MOUNT,
+                    "--seed",
+                    str(seed),
+                    "--round",
+                    str(n),
+                    "--files",
+                    str(c.files),
+                    "--max-size",
+                    str(c.max_size),
+                    "--ops",
+                    str(c.ops),
+                ],
+                timeout=sc.timeout,
+            )
+            rounds.append(json.loads(out))
+            step("sync", ["zpool", "sync", pool.POOL])
+            mark(f"{ZSYNC_PREFIX}{n}")
+        step("export", ["zpool", "export", pool.POOL])
+        for k in range(p.disks):
+            step("dm-remove", ["dmsetup", "remove", f"lw{k}"])
+        accelerator = g.accelerator
+    logs = tuple(rdir / f"zl{k}.raw" for k in range(p.disks))
+    for path in logs:
+        with logwrites.open_log(path) as lg:
+            used = lg.used
+        os.truncate(path, used)
+    for k in range(p.disks):
+        (rdir / f"zd{k}.raw").unlink(missing_ok=True)
+    return Recording(
+        logs, p.disk_size, required_at_marks(rounds), seconds, zfs_version, kernel, accelerator
+    )

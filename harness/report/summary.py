@@ -1,0 +1,94 @@
+"""The end-of-run summary of ``scenario run``, for every experiment kind.
+
+The header (scenario, run, resumed or not, time, store) and the closing line (what the
+exit status means) are the same for every kind; the body between them is the kind's own
+table, registered here by experiment class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from harness import outcome
+from harness.errors import EXIT_FINDING, EXIT_HARNESS
+from harness.experiments import lifecycle
+from harness.experiments.crash import CrashReplay
+from harness.experiments.zfs.crash import ZfsCrash
+from harness.experiments.zfs.scan import ZfsScan
+from harness.report import zfs
+from harness.store.db import Store
+
+Body = Callable[[Console, lifecycle.Report], None]
+
+
+def print_summary(console: Console, r: lifecycle.Report) -> None:
+    console.print(
+        f"[bold]{r.scenario.name}[/]  run [bold]{r.run_id}[/]"
+        + (f"  (resumed: {r.earlier} of {r.items} done earlier)" if r.resumed else "")
+        + f"  {r.seconds:.0f} s  store: {r.db}"
+    )
+    if r.not_resumed:
+        console.print(f"[yellow]{r.not_resumed}[/]")
+    BODIES[type(r.experiment)](console, r)
+    if r.expect_failed:
+        console.print(f"[red]{r.expect_failed}[/] (scenario expects {r.scenario.expect})")
+    elif getattr(r.scenario, "expect", None):
+        console.print(f"[green]control passed[/]: expected {r.scenario.expect}")
+    console.print(closing_line(r))
+
+
+def closing_line(r: lifecycle.Report) -> str:
+    if r.status == EXIT_HARNESS:
+        return (
+            "[yellow]harness failure[/]: some items could not be checked (hang, panic, lab "
+            "error); this says nothing about the filesystem"
+        )
+    if r.expect_failed or getattr(r.scenario, "expect", None):
+        return f"scenario results show {r.run_id}"
+    if r.status == EXIT_FINDING:
+        return f"[red]finding[/] — scenario results show {r.run_id}"
+    if isinstance(r.experiment, CrashReplay) and not r.scenario.check.guest:
+        return (
+            "[green]no finding[/] by the host checker (check.guest=false: states were not"
+            " mounted and fsync'd data was not verified)"
+        )
+    return "[green]no finding[/]"
+
+
+def _crash_body(console: Console, r: lifecycle.Report) -> None:
+    exp = r.experiment
+    assert isinstance(exp, CrashReplay)
+    with Store.open(r.db, create=False) as st:
+        detail = st.run_detail(r.run_id)
+    rec = exp.recording
+    console.print(
+        f"log: {rec.get('log_entries')} entries, {rec.get('flushes')} flushes, "
+        f"{rec.get('fuas')} FUA, {rec.get('marks')} marks; {r.items} crash states"
+    )
+    t = Table("verdict", "states", "kind")
+    counts = {k: v for k, v in r.counts.items() if v}
+    for name in sorted(counts, key=lambda o: outcome.Outcome(o).severity):
+        o = outcome.Outcome(name)
+        kind = "finding" if outcome.is_finding(o) else "harness" if outcome.is_harness(o) else ""
+        style = "red" if kind == "finding" else "yellow" if kind == "harness" else "green"
+        t.add_row(f"[{style}]{name}[/]", str(counts[name]), kind)
+    console.print(t)
+    if detail.recovery:
+        rt = Table("recovery phase", "n", "mean ms", "p50 ms", "p95 ms", "max ms")
+        for ph in detail.recovery:
+            rt.add_row(
+                ph.phase,
+                str(ph.n),
+                *(f"{v * 1e3:.1f}" for v in (ph.mean, ph.p50, ph.p95, ph.max)),
+            )
+        console.print(rt)
+
+
+BODIES: dict[type[lifecycle.Experiment], Body] = {
+    CrashReplay: _crash_body,
+    ZfsScan: zfs.print_scan_body,
+    ZfsCrash: zfs.print_crash_body,
+}

@@ -11,6 +11,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
+def portable(path: Path) -> str:
+    """``path`` relative to the checkout when it lies inside it: what is stored with a run,
+    so the same scenario in a moved or second checkout is the same run (resume)."""
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
 def cache_dir() -> Path:
     """``$CRASHLAB_CACHE`` or ``$XDG_CACHE_HOME/crashlab`` (default ``~/.cache/crashlab``)."""
     if env := os.environ.get("CRASHLAB_CACHE"):

@@ -186,15 +186,15 @@ def test_dict_roundtrip(rlog: Log) -> None:
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ({"kind": "nope"}, "unknown kind; valid kinds: " + ", ".join(KINDS)),
-        ({}, "unknown kind"),
-        ({"kind": "every"}, "n must be an integer >= 1, got None"),
-        ({"kind": "every", "n": 0}, "n must be an integer >= 1, got 0"),
-        ({"kind": "every", "n": True}, "n must be an integer"),
-        ({"kind": "percent", "at": [10, 120]}, "at must be a non-empty list"),
-        ({"kind": "fua", "n": 3}, "unknown key(s) n; allowed: none"),
-        ({"kind": "torn", "modes": ["sideways"]}, "modes must be a list drawn from"),
-        ({"kind": "reorder", "max_states": -1}, "max_states must be an integer >= 1"),
+        ({"kind": "nope"}, "'state.kind' = 'nope': not one of " + ", ".join(KINDS)),
+        ({}, "missing required key 'state.kind'"),
+        ({"kind": "every"}, "missing required key 'state.n'"),
+        ({"kind": "every", "n": 0}, "'state.n' = 0: must be at least 1"),
+        ({"kind": "every", "n": "x"}, "'state.n' = 'x': expected an integer"),
+        ({"kind": "percent", "at": [10, 120]}, "'state.at[1]' = 120: must be at most 100"),
+        ({"kind": "fua", "n": 3}, "unknown key 'state.n'"),
+        ({"kind": "torn", "modes": ["sideways"]}, "'state.modes[0]' = 'sideways': not one of"),
+        ({"kind": "reorder", "max_states": -1}, "'state.max_states' = -1: must be at least 1"),
     ],
 )
 def test_bad_specs(rlog: Log, spec: dict[str, object], message: str) -> None:

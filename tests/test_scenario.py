@@ -11,7 +11,7 @@ import pytest
 from harness import paths
 from harness.cli import lab as cli_lab
 from harness.config import scenario
-from harness.config.scenario import DataMode, FioWorkload, FsType, OpsWorkload, StateKind
+from harness.config.scenario import DataMode, FioWorkload, FsType, OpsWorkload
 from harness.errors import InputError
 
 SHIPPED = scenario.names(paths.REPO / "scenarios")
@@ -80,8 +80,10 @@ def test_minimal_scenario_fills_defaults(sdir: Path) -> None:
     s = scenario.load(write(sdir, "mini", MINIMAL))
     assert s.fs.data_mode is DataMode.ORDERED
     assert s.fs.all_mount_options() == ("data=ordered",)
-    assert s.workload == OpsWorkload(scenario.DEFAULT_OPS, scenario.DEFAULT_FILES, 256 << 10)
-    assert [st.kind for st in s.crash.states] == [StateKind.FUA]
+    assert s.workload == OpsWorkload(
+        ops=scenario.DEFAULT_OPS, files=scenario.DEFAULT_FILES, max_size=256 << 10, fsync_names=True
+    )
+    assert [st.kind for st in s.crash.states] == ["fua"]
     r = s.resolved()
     assert r["fs"]["disk_size"] == 64 << 20 and r["check"]["guest_batch"] == 20
     assert r["recorder"] == {"type": "dm-log-writes"}
@@ -147,8 +149,8 @@ states = [{kind = "every", n = 100}, {kind = "percent", at = [10, 50.5]}, {kind 
     assert [st.params() for st in s.crash.states] == [
         {"n": 100},
         {"at": [10.0, 50.5]},
-        {"max_states": 32},
-        {},
+        {"max_states": 64, "per_point": 16},  # the generator's own defaults (issue 8)
+        {"max_states": 64, "modes": ["first-sector", "half", "blocks"], "only": []},
         {},
     ]
 
@@ -220,10 +222,8 @@ def test_set_overrides_are_typed_and_validated(sdir: Path) -> None:
     assert s.crash.states[0].params() == {"n": 7}
     assert s.resolved()["overrides"][0] == "fs.type=xfs"
     # Same validation as in the file: xfs needs 300M.
-    assert (
-        "'fs.disk_size' = '256M'"
-        in error_of(sdir, MINIMAL, ("fs.type=xfs", "disk_size=256M")).message
-    )
+    msg = error_of(sdir, MINIMAL, ("fs.type=xfs", "disk_size=256M")).message
+    assert "--set fs.disk_size='256M': xfs needs a disk of at least 300M" in msg
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,10 @@
 """Scenarios: TOML files in ``scenarios/`` validated into frozen dataclasses.
 
 A scenario names the file system and how it is made and mounted, the workload, which
-crash states to generate from the write log, how to check them and how to record. Every
-key is read through ``tomlconf.Table``, so a typo or a bad value is an ``InputError``
-naming the file, the key and the value (and the closest valid key), never a default.
+crash states to generate from the write log, how to check them and how to record. The
+models below are the one declaration of every key, its default and its check
+(``harness/config/settings.py``); a typo or a bad value is an ``InputError`` naming the
+file, the key and the value (and the closest valid key), never a default.
 
 ``extends = "other"`` starts from ``scenarios/other.toml`` and overrides it key by key
 (tables merge, everything else -- lists included -- replaces), which is how each CI-sized
@@ -15,16 +16,19 @@ dotted-key overrides (``fs.type=xfs``, ``workload.ops=500``, or a unique leaf su
 from __future__ import annotations
 
 import difflib
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from harness import paths
-from harness.config import tables as tomlconf
-from harness.config.tables import Table, parse_size
+from harness.config import settings
+from harness.config.settings import Settings, Size, problem, size_text
+from harness.config.states import StateSpec
+from harness.config.tables import load_toml
 from harness.errors import InputError
 
 if TYPE_CHECKING:
@@ -35,7 +39,7 @@ MiB = 1 << 20
 
 class Kind(StrEnum):
     CRASH = "crash"
-    ZFS = "zfs"  # harness/zfs/spec.py: its own keys and validation
+    ZFS = "zfs"  # harness/config/zfs.py
 
 
 class FsType(StrEnum):
@@ -57,18 +61,6 @@ class WorkloadType(StrEnum):
     FIO = "fio"
 
 
-class StateKind(StrEnum):
-    """Crash-state generators; the functions live in ``faults/crashstates.py``."""
-
-    FUA = "fua"
-    FLUSH = "flush"
-    MARK = "mark"
-    EVERY = "every"
-    PERCENT = "percent"
-    REORDER = "reorder"
-    TORN = "torn"
-
-
 class RecorderType(StrEnum):
     DM_LOG_WRITES = "dm-log-writes"
     QEMU_BLKLOGWRITES = "qemu-blklogwrites"
@@ -85,50 +77,61 @@ MIN_DISK: dict[FsType, int] = {
 }
 JOURNALED_DATA_MODES = (FsType.EXT3, FsType.EXT4)
 
-DEFAULT_DISK = "256M"
+DEFAULT_DISK = 256 * MiB
 DEFAULT_OPS = 200
 DEFAULT_FILES = 16
-DEFAULT_MAX_SIZE = "256K"
-DEFAULT_STATES: tuple[dict[str, Any], ...] = ({"kind": "fua"},)
+DEFAULT_MAX_SIZE = 256 << 10
 DEFAULT_MAX_STATES = 40
-DEFAULT_REORDER_STATES = 32
 DEFAULT_GUEST_BATCH = 20
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_SEED = 1
 
-# Keys ``--set`` understands and how a command-line string becomes a TOML value.
-SETTABLE: dict[str, str] = {
-    "description": "str",
-    "kind": "str",
-    "seed": "int",
-    "fs.type": "str",
-    "fs.data_mode": "str",
-    "fs.mkfs_options": "list",
-    "fs.mount_options": "list",
-    "fs.disk_size": "size",
-    "workload.type": "str",
-    "workload.ops": "int",
-    "workload.files": "int",
-    "workload.max_size": "size",
-    "workload.fsync_names": "bool",
-    "workload.job": "str",
-    "crash.states": "toml",
-    "crash.max_states": "int",
-    "check.host": "bool",
-    "check.guest": "bool",
-    "check.guest_batch": "int",
-    "check.timeout": "float",
-    "recorder.type": "str",
-}
 
+class FsSpec(Settings):
+    """The filesystem under test: how it is made and mounted."""
 
-@dataclass(frozen=True)
-class FsSpec:
     type: FsType
-    data_mode: DataMode | None
-    mkfs_options: tuple[str, ...]
-    mount_options: tuple[str, ...]
-    disk_size: int
+    data_mode: DataMode | None = Field(None, description="ext3/ext4 only; default ordered")
+    mkfs_options: tuple[str, ...] = ()
+    mount_options: tuple[str, ...] = ()
+    disk_size: Size = Field(DEFAULT_DISK, description="size of the disk under test")
+
+    @model_validator(mode="after")
+    def _check(self) -> FsSpec:
+        if self.type in JOURNALED_DATA_MODES:
+            if self.data_mode is None:
+                object.__setattr__(self, "data_mode", DataMode.ORDERED)
+        elif self.data_mode is not None:
+            raise problem(
+                f"only ext3 and ext4 have data modes, not {self.type}",
+                "remove the key",
+                key="data_mode",
+            )
+        for opt in self.mount_options:
+            if opt.startswith("data="):
+                raise problem(
+                    f"{opt!r} belongs in data_mode",
+                    f"set data_mode = {opt.removeprefix('data=')!r}",
+                    key="mount_options",
+                )
+        least = MIN_DISK[self.type]
+        if self.disk_size < least:
+            raise problem(
+                f"{self.type} needs a disk of at least {size_text(least)}",
+                f'set disk_size = "{size_text(least)}" or more',
+                key="disk_size",
+            )
+        return self
+
+    @property
+    def journaled(self) -> bool:
+        """Whether the filesystem keeps a journal or log (ext2, or ext3/4 made with
+        ``-O ^has_journal``, do not)."""
+        if self.type is FsType.EXT2:
+            return False
+        if self.type in JOURNALED_DATA_MODES:
+            return not any("^has_journal" in o for o in self.mkfs_options)
+        return True
 
     def all_mount_options(self) -> tuple[str, ...]:
         """Mount options with the data mode folded in, ready for ``mount -o``."""
@@ -136,85 +139,124 @@ class FsSpec:
         return mode + self.mount_options
 
 
-@dataclass(frozen=True)
-class OpsWorkload:
+class OpsWorkload(Settings):
     """The seeded op generator, ``harness/guest/opgen.py``."""
 
-    ops: int
-    files: int
-    max_size: int
-    # Does fsync(file) make the file's name durable? ext4/xfs/btrfs: yes; POSIX (ext2): no.
-    fsync_names: bool = True
-    type: WorkloadType = WorkloadType.OPS
+    type: Literal["ops"] = "ops"
+    ops: int = Field(DEFAULT_OPS, ge=1)
+    files: int = Field(DEFAULT_FILES, ge=1)
+    max_size: Size = DEFAULT_MAX_SIZE
+    # Does fsync(file) make the file's *name* durable? Journaled ext3/ext4, xfs, btrfs:
+    # yes. POSIX does not promise it, and ext2 (or ext4 without a journal) does not do
+    # it; unset, it follows from the filesystem (the scenario's validator fills it in).
+    fsync_names: bool | None = Field(
+        None, description="require names made durable by a file fsync (default: per fs)"
+    )
 
 
-@dataclass(frozen=True)
-class FioWorkload:
+class FioWorkload(Settings):
     """A fio job file kept inline; the harness supplies the directory to run in."""
 
+    type: Literal["fio"]
     job: str
-    type: WorkloadType = WorkloadType.FIO
+
+    @field_validator("job")
+    @classmethod
+    def _sections(cls, job: str) -> str:
+        if not any(line.strip().startswith("[") for line in job.splitlines()):
+            raise problem("a fio job needs at least one [section]")
+        return job
 
 
 Workload = OpsWorkload | FioWorkload
 
 
-@dataclass(frozen=True)
-class StateSpec:
-    kind: StateKind
-    n: int | None = None
-    at: tuple[float, ...] = ()
-    max_states: int | None = None
-
-    def params(self) -> dict[str, Any]:
-        """Keyword arguments for the generator in ``faults/crashstates.py``."""
-        out: dict[str, Any] = {}
-        if self.n is not None:
-            out["n"] = self.n
-        if self.at:
-            out["at"] = list(self.at)
-        if self.max_states is not None:
-            out["max_states"] = self.max_states
-        return out
-
-    def label(self) -> str:
-        args = ", ".join(str(v) for v in self.params().values())
-        return f"{self.kind}({args})" if args else str(self.kind)
+def _workload_type(v: Any) -> str:
+    """``type`` picks the workload model; without it, the op generator."""
+    return str(v.get("type", "ops") if isinstance(v, dict) else getattr(v, "type", "ops"))
 
 
-@dataclass(frozen=True)
-class CrashSpec:
-    states: tuple[StateSpec, ...]
-    max_states: int
+class CrashSpec(Settings):
+    states: tuple[StateSpec, ...] = Field(
+        ({"kind": "fua"},),  # validated like any value
+        min_length=1,
+        description="crash-state generators (harness/config/states.py)",
+        validate_default=True,
+    )
+    max_states: int = Field(DEFAULT_MAX_STATES, ge=1, description="spread evenly over the log")
 
 
-@dataclass(frozen=True)
-class CheckSpec:
-    host: bool
-    guest: bool
-    guest_batch: int
-    timeout: float
+class CheckSpec(Settings):
+    host: bool = True
+    guest: bool = True
+    guest_batch: int = Field(DEFAULT_GUEST_BATCH, ge=1)
+    timeout: float = Field(DEFAULT_TIMEOUT, gt=0, description="seconds per check command")
+
+    @model_validator(mode="after")
+    def _something(self) -> CheckSpec:
+        if not self.host and not self.guest:
+            raise problem(
+                "with host = false too, nothing would check the crash states", key="guest"
+            )
+        return self
 
 
-@dataclass(frozen=True)
-class RecorderSpec:
-    type: RecorderType
+class RecorderSpec(Settings):
+    type: RecorderType = RecorderType.DM_LOG_WRITES
 
 
-@dataclass(frozen=True)
-class Scenario:
+class Scenario(Settings):
+    """A crash-replay scenario (``kind = "crash"``, the default)."""
+
     name: str
     path: Path
     description: str
-    kind: Kind
-    seed: int
+    kind: Literal[Kind.CRASH] = Kind.CRASH
+    seed: int = DEFAULT_SEED
+    expect: Literal["findings", "clean"] | None = Field(
+        None, description="a known-answer control: what this scenario must find"
+    )
     fs: FsSpec
-    workload: Workload
-    crash: CrashSpec
-    check: CheckSpec
-    recorder: RecorderSpec
+    workload: Annotated[
+        Annotated[OpsWorkload, Tag("ops")] | Annotated[FioWorkload, Tag("fio")],
+        Discriminator(_workload_type),
+    ] = Field(default_factory=OpsWorkload)
+    crash: CrashSpec = Field(default_factory=CrashSpec)
+    check: CheckSpec = Field(default_factory=CheckSpec)
+    recorder: RecorderSpec = Field(default_factory=RecorderSpec)
     extends: tuple[str, ...] = ()  # the chain of parents, nearest first
     overrides: tuple[str, ...] = ()  # the --set arguments applied
+
+    @field_validator("description")
+    @classmethod
+    def _strip(cls, v: str) -> str:
+        return v.strip()
+
+    @model_validator(mode="after")
+    def _workload_fits(self) -> Scenario:
+        w = self.workload
+        if not isinstance(w, OpsWorkload):
+            return self
+        # Hard links share data, so files * max_size bounds the data; leave room for metadata.
+        if w.files * w.max_size > self.fs.disk_size // 2:
+            raise problem(
+                f"{w.files} files of up to {size_text(w.max_size)} may not fit in half of the "
+                f"{size_text(self.fs.disk_size)} disk",
+                "lower workload.files or workload.max_size, or raise fs.disk_size",
+                key="workload.max_size",
+            )
+        promised = self.fs.journaled
+        if w.fsync_names is None:
+            object.__setattr__(self, "workload", w.model_copy(update={"fsync_names": promised}))
+        elif w.fsync_names and not promised and self.expect != "findings":
+            raise problem(
+                f"{self.fs.type} without a journal does not make a file's name durable on "
+                "fsync(file), and POSIX does not promise it: every such state would be a "
+                "false data_loss",
+                "leave workload.fsync_names unset, or declare expect = 'findings'",
+                key="workload.fsync_names",
+            )
+        return self
 
     @property
     def experiment_kind(self) -> str:
@@ -223,48 +265,18 @@ class Scenario:
 
     def resolved(self) -> dict[str, Any]:
         """Every setting with defaults filled in; JSON-able, stored with each run."""
-        fs: dict[str, Any] = {"type": str(self.fs.type)}
-        if self.fs.data_mode is not None:
-            fs["data_mode"] = str(self.fs.data_mode)
-        fs |= {
-            "mkfs_options": list(self.fs.mkfs_options),
-            "mount_options": list(self.fs.mount_options),
-            "disk_size": self.fs.disk_size,
-        }
-        w = self.workload
-        workload: dict[str, Any] = (
-            {
-                "type": str(w.type),
-                "ops": w.ops,
-                "files": w.files,
-                "max_size": w.max_size,
-                "fsync_names": w.fsync_names,
-            }
-            if isinstance(w, OpsWorkload)
-            else {"type": str(w.type), "job": w.job}
-        )
-        return {
-            "name": self.name,
-            "path": str(self.path),
-            "extends": list(self.extends),
-            "overrides": list(self.overrides),
-            "description": self.description,
-            "kind": str(self.kind),
-            "seed": self.seed,
-            "fs": fs,
-            "workload": workload,
-            "crash": {
-                "states": [{"kind": str(s.kind), **s.params()} for s in self.crash.states],
-                "max_states": self.crash.max_states,
-            },
-            "check": {
-                "host": self.check.host,
-                "guest": self.check.guest,
-                "guest_batch": self.check.guest_batch,
-                "timeout": self.check.timeout,
-            },
-            "recorder": {"type": str(self.recorder.type)},
-        }
+        out = self.model_dump(mode="json", exclude={"path", "expect"}, exclude_none=False)
+        out["path"] = paths.portable(self.path)
+        if self.expect is not None:
+            out["expect"] = self.expect
+        if out["fs"]["data_mode"] is None:
+            del out["fs"]["data_mode"]
+        return out
+
+
+SETTABLE = settings.settable(Scenario)
+for _k in ("name", "path", "extends", "overrides", "kind"):
+    SETTABLE.pop(_k, None)
 
 
 @dataclass(frozen=True)
@@ -309,15 +321,27 @@ def load(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Scenario | 
     """Load and validate a scenario; ``overrides`` are ``key=value`` strings (``--set``)."""
     path = locate(name_or_path)
     data, chain = _raw(path, ())
+    model: type[Scenario | ZfsScenario] = Scenario
+    keys, aliases = SETTABLE, {}
     if data.get("kind") == Kind.ZFS:
-        from harness.config import zfs as spec
+        from harness.config import zfs
 
-        if overrides:
-            data = _merge(data, spec.parse_overrides(path, overrides))
-        return spec.build(path, data, chain, tuple(overrides))
+        model, keys, aliases = zfs.ZfsScenario, zfs.SETTABLE, zfs.ALIASES
+    touched: list[str] = []
     if overrides:
-        data = _merge(data, parse_overrides(path, overrides))
-    return _build(path, data, chain, tuple(overrides))
+        given = settings.parse_overrides(path, overrides, keys, aliases)
+        touched = settings.dotted_keys(given)
+        data = _merge(data, given)
+    name = data.get("name", path.stem)
+    if name != path.stem:
+        raise InputError(
+            f"{path}: key 'name' = {name!r}: must match the file name {path.stem!r}",
+            hint="or leave it out",
+        )
+    full = {**data, "name": path.stem, "path": path, "extends": chain}
+    full["overrides"] = tuple(overrides)
+    sc: Scenario | ZfsScenario = settings.validate(path, model, full, touched)
+    return sc
 
 
 def survey(
@@ -346,7 +370,7 @@ def _raw(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], tuple[str,
     if path.resolve() in seen:
         chain = " -> ".join(p.stem for p in (*seen, path.resolve()))
         raise InputError(f"{path}: 'extends' makes a loop: {chain}")
-    data = dict(tomlconf.load(path).data)
+    data = load_toml(path)
     parent = data.pop("extends", None)
     if parent is None:
         return data, ()
@@ -354,7 +378,8 @@ def _raw(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], tuple[str,
         raise InputError(f"{path}: key 'extends' = {parent!r}: expected a scenario name")
     ppath = path.parent / f"{parent}.toml"
     if not ppath.is_file():
-        hint = tomlconf.closest_hint(parent, names(path.parent))
+        close = difflib.get_close_matches(parent, names(path.parent), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else None
         raise InputError(f"{path}: key 'extends' = {parent!r}: no such scenario", hint=hint)
     pdata, pchain = _raw(ppath, (*seen, path.resolve()))
     pdata.pop("name", None)  # a name always comes from the file's own stem
@@ -369,225 +394,3 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
         else:
             out[k] = v
     return out
-
-
-def _settable_key(path: Path, key: str, raw: str) -> str:
-    if key in SETTABLE:
-        return key
-    leaves = [k for k in SETTABLE if k.rpartition(".")[2] == key]
-    if len(leaves) == 1:
-        return leaves[0]
-    where = f"{path}: --set {key}={raw}"
-    if len(leaves) > 1:
-        raise InputError(f"{where}: ambiguous key", hint="use one of " + ", ".join(leaves))
-    close = difflib.get_close_matches(
-        key, [*SETTABLE, *(k.rpartition(".")[2] for k in SETTABLE)], 1
-    )
-    hint = (f"did you mean {close[0]!r}? " if close else "") + "valid keys: " + ", ".join(SETTABLE)
-    raise InputError(f"{where}: unknown key {key!r}", hint=hint)
-
-
-def parse_overrides(path: Path, overrides: Sequence[str]) -> dict[str, Any]:
-    """``["fs.type=xfs", "ops=50"]`` -> nested TOML-shaped data, typed per key."""
-    out: dict[str, Any] = {}
-    for item in overrides:
-        key, eq, raw = item.partition("=")
-        key = key.strip()
-        if not eq or not key:
-            raise InputError(
-                f"{path}: --set {item!r}: expected KEY=VALUE", hint="e.g. --set fs.disk_size=1G"
-            )
-        full = _settable_key(path, key, raw)
-        value = _typed(path, full, raw.strip())
-        *tables, leaf = full.split(".")
-        node = out
-        for t in tables:
-            node = node.setdefault(t, {})
-        node[leaf] = value
-    return out
-
-
-def _typed(path: Path, key: str, raw: str) -> Any:
-    kind = SETTABLE[key]
-    where = f"{path}: --set {key}={raw!r}"
-    if kind in ("str", "size"):
-        return raw
-    if kind == "int":
-        try:
-            return int(raw, 0)
-        except ValueError:
-            raise InputError(f"{where}: expected an integer") from None
-    if kind == "float":
-        try:
-            return float(raw)
-        except ValueError:
-            raise InputError(f"{where}: expected a number") from None
-    if kind == "bool":
-        b = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-        if raw.lower() not in b:
-            raise InputError(f"{where}: expected true or false")
-        return b[raw.lower()]
-    if kind == "list" and not raw.startswith("["):
-        return [part.strip() for part in raw.split(",") if part.strip()]
-    try:
-        return tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(
-            f"{where}: not a TOML value: {e}", hint='e.g. crash.states=[{kind="fua"}]'
-        ) from None
-
-
-def _size_text(n: int) -> str:
-    for unit, factor in (("G", 1 << 30), ("M", MiB), ("K", 1 << 10)):
-        if n % factor == 0:
-            return f"{n // factor}{unit}"
-    return str(n)
-
-
-def _positive(t: Table, name: str, value: int | float) -> None:
-    if value <= 0:
-        raise t.error(name, value, "must be positive")
-
-
-def _build(
-    path: Path, data: dict[str, Any], chain: tuple[str, ...], overrides: tuple[str, ...]
-) -> Scenario:
-    t = Table(path, data, prefix="")
-    name = t.get("name", str, path.stem)
-    if name != path.stem:
-        raise t.error(
-            "name", name, f"must match the file name {path.stem!r}", hint="or leave it out"
-        )
-    description = t.get("description", str, required=True).strip()
-    kind = Kind(t.choice("kind", _values(Kind), Kind.CRASH))
-    seed = t.get("seed", int, DEFAULT_SEED)
-    fs = _fs(t.table("fs"))
-    workload = _workload(t.table("workload"), fs)
-    crash = _crash(t.table("crash"))
-    check = _check(t.table("check"))
-    rec = t.table("recorder")
-    recorder = RecorderSpec(
-        RecorderType(rec.choice("type", _values(RecorderType), RecorderType.DM_LOG_WRITES))
-    )
-    rec.finish()
-    t.finish()
-    return Scenario(
-        name, path, description, kind, seed, fs, workload, crash, check, recorder, chain, overrides
-    )
-
-
-def _fs(t: Table) -> FsSpec:
-    fstype = FsType(t.choice("type", _values(FsType)))
-    data_mode: DataMode | None = None
-    if fstype in JOURNALED_DATA_MODES:
-        data_mode = DataMode(t.choice("data_mode", _values(DataMode), DataMode.ORDERED))
-    elif t.has("data_mode"):
-        raise t.error(
-            "data_mode",
-            t.data["data_mode"],
-            f"only ext3 and ext4 have data modes, not {fstype}",
-            hint="remove the key",
-        )
-    mkfs_options = t.str_list("mkfs_options")
-    mount_options = t.str_list("mount_options")
-    for opt in mount_options:
-        if opt.startswith("data="):
-            raise t.error(
-                "mount_options",
-                list(mount_options),
-                f"{opt!r} belongs in data_mode",
-                hint=f"set data_mode = {opt.removeprefix('data=')!r}",
-            )
-    disk_size = t.convert("disk_size", parse_size, DEFAULT_DISK)
-    if disk_size < MIN_DISK[fstype]:
-        raise t.error(
-            "disk_size",
-            t.data.get("disk_size", DEFAULT_DISK),
-            f"{fstype} needs a disk of at least {_size_text(MIN_DISK[fstype])}",
-            hint=f'set disk_size = "{_size_text(MIN_DISK[fstype])}" or more',
-        )
-    t.finish()
-    return FsSpec(fstype, data_mode, mkfs_options, mount_options, disk_size)
-
-
-def _workload(t: Table, fs: FsSpec) -> Workload:
-    wtype = WorkloadType(t.choice("type", _values(WorkloadType), WorkloadType.OPS))
-    ops_keys = ("ops", "files", "max_size", "fsync_names")
-    if wtype is WorkloadType.FIO:
-        for k in ops_keys:
-            if t.has(k):
-                raise t.error(k, t.data[k], "belongs to type = 'ops', not 'fio'")
-        job = t.get("job", str, required=True)
-        if not any(line.strip().startswith("[") for line in job.splitlines()):
-            raise t.error("job", job, "a fio job needs at least one [section]")
-        t.finish()
-        return FioWorkload(job)
-    if t.has("job"):
-        raise t.error("job", t.data["job"], "belongs to type = 'fio', not 'ops'")
-    ops = t.get("ops", int, DEFAULT_OPS)
-    files = t.get("files", int, DEFAULT_FILES)
-    max_size = t.convert("max_size", parse_size, DEFAULT_MAX_SIZE)
-    fsync_names = t.get("fsync_names", bool, True)
-    _positive(t, "ops", ops)
-    _positive(t, "files", files)
-    # Hard links share data, so files * max_size bounds the data; leave room for metadata.
-    if files * max_size > fs.disk_size // 2:
-        raise t.error(
-            "max_size",
-            t.data.get("max_size", DEFAULT_MAX_SIZE),
-            f"{files} files of up to {_size_text(max_size)} may not fit in half of the "
-            f"{_size_text(fs.disk_size)} disk",
-            hint="lower workload.files or workload.max_size, or raise fs.disk_size",
-        )
-    t.finish()
-    return OpsWorkload(ops, files, max_size, fsync_names)
-
-
-def _crash(t: Table) -> CrashSpec:
-    raw = t.get("states", list, list(DEFAULT_STATES))
-    if not raw:
-        raise t.error("states", raw, "needs at least one crash-state kind")
-    states = []
-    for i, item in enumerate(raw):
-        if not isinstance(item, dict):
-            raise t.error("states", item, f'item {i} must be a table such as {{kind = "fua"}}')
-        states.append(_state(Table(t.path, item, prefix=f"{t.prefix}states[{i}].")))
-    max_states = t.get("max_states", int, DEFAULT_MAX_STATES)
-    _positive(t, "max_states", max_states)
-    t.finish()
-    return CrashSpec(tuple(states), max_states)
-
-
-def _state(t: Table) -> StateSpec:
-    kind = StateKind(t.choice("kind", _values(StateKind)))
-    spec = StateSpec(kind)
-    if kind is StateKind.EVERY:
-        n = t.get("n", int, required=True)
-        _positive(t, "n", n)
-        spec = StateSpec(kind, n=n)
-    elif kind is StateKind.PERCENT:
-        at = t.get("at", list, required=True)
-        if not at or not all(
-            isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x <= 100 for x in at
-        ):
-            raise t.error("at", at, "expected a non-empty list of percentages from 0 to 100")
-        spec = StateSpec(kind, at=tuple(float(x) for x in at))
-    elif kind is StateKind.REORDER:
-        m = t.get("max_states", int, DEFAULT_REORDER_STATES)
-        _positive(t, "max_states", m)
-        spec = StateSpec(kind, max_states=m)
-    t.finish()
-    return spec
-
-
-def _check(t: Table) -> CheckSpec:
-    host = t.get("host", bool, True)
-    guest = t.get("guest", bool, True)
-    batch = t.get("guest_batch", int, DEFAULT_GUEST_BATCH)
-    timeout = t.get("timeout", float, DEFAULT_TIMEOUT)
-    _positive(t, "guest_batch", batch)
-    _positive(t, "timeout", timeout)
-    if not host and not guest:
-        raise t.error("guest", guest, "with host = false too, nothing would check the crash states")
-    t.finish()
-    return CheckSpec(host, guest, batch, timeout)

@@ -18,6 +18,14 @@ from harness.errors import InputError
 T = TypeVar("T")
 
 
+def load_toml(path: Path) -> dict[str, Any]:
+    """A TOML file's data.
+
+    :raise InputError: missing, unreadable or not TOML, naming the file.
+    """
+    return load(path).data
+
+
 def load(path: Path) -> Table:
     try:
         text = path.read_text()

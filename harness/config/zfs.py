@@ -22,7 +22,7 @@ Shape of the file (every key but ``description`` has a default)::
     fill = [25, 50, 75]
     layout = ["mirror", "raidz1"]
 
-``experiment = "crash"`` (multi-disk crash states, harness/zfs/crash.py) takes no
+``experiment = "crash"`` (multi-disk crash states, harness/experiments/zfs/crash.py) takes no
 ``[fault]``, ``fill`` or ``[sweep]``; instead::
 
     [crash]
@@ -44,25 +44,26 @@ the fault's kind, and dotted keys for the rest (``fault.percent=25``, ``sweep.fi
 
 from __future__ import annotations
 
-import difflib
 import itertools
-import tomllib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
 from faults.disk import LABEL_BYTES, DiskFault, FaultKind, When
-from harness.config.tables import Table, parse_size
-from harness.errors import InputError
-from harness.replay.multicrash import TORN_MODELS
+from harness import paths
+from harness.config import settings
+from harness.config.settings import Settings, Size, parse_size, problem
 
 MiB = 1 << 20
 # ZFS refuses vdevs under 64 MiB; the labels and metaslabs want some room besides.
 MIN_DISK = 64 * MiB
 MAX_FILL = 95.0
 DEFAULT_TIMEOUT = 1800.0
+TORN_MODELS = ("honest", "any")  # harness/replay/honest.py
 
 
 class Experiment(StrEnum):
@@ -92,45 +93,17 @@ class Layout(StrEnum):
         return disks - 1 if self is Layout.MIRROR else self.parity
 
 
-# What ``--set`` understands: key -> how the command-line string becomes a TOML value.
-SETTABLE: dict[str, str] = {
-    "description": "str",
-    "seed": "int",
-    "experiment": "str",
-    "layout": "str",
-    "disks": "int",
-    "disk_size": "str",
-    "fill": "float",
-    "repeat": "int",
-    "ashift": "int",
-    "recordsize": "str",
-    "cache": "bool",
-    "log": "bool",
-    "timeout": "float",
-    "memory_mb": "int",
-    "fault.kind": "str",
-    "fault.disks": "toml",
-    "fault.when": "str",
-    "fault.offset": "str",
-    "fault.length": "str",
-    "fault.percent": "float",
-    "fault.labels": "bool",
-    "fault.count": "int",
-    "sweep.fill": "toml",
-    "sweep.layout": "toml",
-    "crash.rounds": "int",
-    "crash.files": "int",
-    "crash.max_size": "str",
-    "crash.ops": "int",
-    "crash.consistent": "bool",
-    "crash.torn_per_interval": "int",
-    "crash.torn_max_states": "int",
-    "crash.points": "str",
-    "crash.torn_model": "str",
-    "crash.guest_batch": "int",
-}
-_ALIASES = {"fault": "fault.kind"}
-SWEEP_KEYS = ("fill", "layout")
+def _fill(v: float) -> float:
+    if not 0 < v <= MAX_FILL:
+        raise problem(
+            f"fill is a percentage of usable capacity in (0, {MAX_FILL:g}]",
+            "ZFS keeps ~3% slop space and slows down badly when nearly full",
+        )
+    return v
+
+
+Fill = Annotated[float, AfterValidator(_fill), Field(description="% of usable capacity")]
+Offset = Annotated[int, BeforeValidator(lambda v: 0 if v in (0, "0") else parse_size(v))]
 
 
 @dataclass(frozen=True)
@@ -144,23 +117,43 @@ class PoolSpec:
     log: bool
 
 
-@dataclass(frozen=True)
-class CrashSpec:
-    """The workload and the crash states of a ``crash`` experiment."""
+class FaultSpec(Settings):
+    """``[fault]``: what happens to the disks (faults/disk.py)."""
 
-    rounds: int = 4
-    files: int = 12
-    max_size: int = 256 * 1024
-    ops: int = 6
+    kind: FaultKind | None = Field(None, description="default: wipe (resilver), zero-percent")
+    disks: tuple[int, ...] = Field((0,), min_length=1, description="indexes of data disks")
+    when: When = When.RUNNING
+    offset: Offset = 0
+    length: Offset = 0
+    percent: float = Field(50.0, gt=0, le=100)
+    labels: bool = False
+    count: int = Field(1000, ge=1)
+
+
+class CrashSpec(Settings):
+    """``[crash]``: the workload and the crash states of a ``crash`` experiment."""
+
+    rounds: int = Field(4, ge=1)
+    files: int = Field(12, ge=1)
+    max_size: Size = 256 * 1024
+    ops: int = Field(6, ge=1)
     consistent: bool = True
-    torn_per_interval: int = 4
-    torn_max_states: int = 32
-    points: str = "flush"
-    torn_model: str = "honest"  # faults.multicrash.TORN_MODELS
-    guest_batch: int = 4
+    torn_per_interval: int = Field(4, ge=0)
+    torn_max_states: int = Field(32, ge=1)
+    points: Literal["flush", "entry"] = "flush"
+    torn_model: Literal["honest", "any"] = "honest"
+    guest_batch: int = Field(4, ge=1)
+
+    @model_validator(mode="after")
+    def _some_states(self) -> CrashSpec:
+        if not 512 <= self.max_size <= 64 * MiB:
+            raise problem("must be from 512B to 64M", key="max_size")
+        if not self.consistent and not self.torn_per_interval:
+            raise problem("no crash states", "set crash.torn_per_interval > 0", key="consistent")
+        return self
 
     def state_specs(self) -> list[dict[str, object]]:
-        """For faults.multicrash.generate."""
+        """For harness.replay.multicrash.generate."""
         specs: list[dict[str, object]] = []
         if self.consistent:
             specs.append({"kind": "consistent"})
@@ -177,18 +170,14 @@ class CrashSpec:
         return specs
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "rounds": self.rounds,
-            "files": self.files,
-            "max_size": self.max_size,
-            "ops": self.ops,
-            "consistent": self.consistent,
-            "torn_per_interval": self.torn_per_interval,
-            "torn_max_states": self.torn_max_states,
-            "points": self.points,
-            "torn_model": self.torn_model,
-            "guest_batch": self.guest_batch,
-        }
+        return self.model_dump(mode="json")
+
+
+class SweepSpec(Settings):
+    """``[sweep]``: the cross product of these, each cell ``repeat`` times."""
+
+    fill: tuple[Fill, ...] = ()
+    layout: tuple[Layout, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -202,29 +191,102 @@ class Cell:
         return f"{self.pool.layout} x{self.pool.disks} fill {self.fill:g}%"
 
 
-@dataclass(frozen=True)
-class ZfsScenario:
+class ZfsScenario(Settings):
+    """A ZFS scenario (``kind = "zfs"``): scrub, resilver or pool crash states."""
+
     name: str
     path: Path
     description: str
-    experiment: Experiment
-    seed: int
-    pool: PoolSpec
-    fill: float
-    fault: DiskFault
-    repeat: int
-    timeout: float
-    memory_mb: int
-    sweep: Mapping[str, tuple[Any, ...]]
+    kind: Literal["zfs"]
+    seed: int = 1
+    expect: Literal["findings", "clean"] | None = None
+    experiment: Experiment = Experiment.RESILVER
+    layout: Layout = Layout.RAIDZ1
+    disks: int = Field(4, ge=1, description="data disks; spares for a resilver come on top")
+    disk_size: Size = 256 * MiB
+    fill: Fill = 50.0
+    repeat: int = Field(1, ge=1, description="repetitions, each in fresh guests")
+    ashift: int = Field(12, ge=9, le=16, description="9 (512 B) to 16 (64 KiB)")
+    recordsize: Size = 128 * 1024
+    cache: bool = Field(False, description="an extra disk as L2ARC")
+    log: bool = Field(False, description="an extra disk as SLOG")
+    timeout: float = Field(DEFAULT_TIMEOUT, gt=0)
+    memory_mb: int = Field(1024, ge=512)
+    fault_spec: FaultSpec = Field(default_factory=FaultSpec, alias="fault")
+    sweep: SweepSpec = Field(default_factory=SweepSpec)
+    crash: CrashSpec | None = None
     extends: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()
-    kind: str = "zfs"
-    crash: CrashSpec | None = None  # set for experiment = "crash"
+
+    model_config = settings.Settings.model_config | {"populate_by_name": True}
+
+    @field_validator("description")
+    @classmethod
+    def _strip(cls, v: str) -> str:
+        return v.strip()
+
+    @model_validator(mode="after")
+    def _check(self) -> ZfsScenario:
+        if self.disk_size < MIN_DISK:
+            raise problem("ZFS needs disks of 64 MiB or more", key="disk_size")
+        rs = self.recordsize
+        if rs & (rs - 1) or not 512 <= rs <= 16 * MiB:
+            raise problem("must be a power of 2, 512B..16M", key="recordsize")
+        for lay in self.sweep.layout or (self.layout,):
+            if self.disks < lay.min_disks():
+                raise problem(
+                    f"{lay} needs at least {lay.min_disks()} disks",
+                    f"set disks = {lay.min_disks()} or more",
+                    key="disks",
+                )
+        given = self.model_fields_set
+        if self.experiment is Experiment.CRASH:
+            for key in ("fault_spec", "sweep", "fill", "cache", "log"):
+                if key in given:
+                    name = key.removesuffix("_spec")
+                    raise problem(f"a crash experiment takes no {name}", key=name)
+            if self.crash is None:
+                object.__setattr__(self, "crash", CrashSpec())
+        elif self.crash is not None:
+            raise problem("only experiment = 'crash' takes [crash]", key="crash")
+        else:
+            _check_fault(self)
+        return self
+
+    @property
+    def pool(self) -> PoolSpec:
+        return PoolSpec(
+            self.layout,
+            self.disks,
+            self.disk_size,
+            self.ashift,
+            self.recordsize,
+            self.cache,
+            self.log,
+        )
+
+    @property
+    def fault(self) -> DiskFault:
+        f = self.fault_spec
+        if self.experiment is Experiment.CRASH:
+            # Never applied; it only keeps the record's shape.
+            return DiskFault(FaultKind.ZERO_PERCENT, (0,), When.RUNNING, seed=self.seed)
+        return DiskFault(
+            _fault_kind(self),
+            f.disks,
+            f.when,
+            f.offset,
+            f.length,
+            f.percent,
+            f.labels,
+            f.count,
+            self.seed,
+        )
 
     def cells(self) -> Iterator[Cell]:
         """The sweep's cross product (one cell without a sweep), fill varying fastest."""
-        layouts = self.sweep.get("layout") or (self.pool.layout,)
-        fills = self.sweep.get("fill") or (self.fill,)
+        layouts = self.sweep.layout or (self.layout,)
+        fills = self.sweep.fill or (self.fill,)
         for layout, fill in itertools.product(layouts, fills):
             yield Cell(replace(self.pool, layout=Layout(layout)), float(fill))
 
@@ -234,269 +296,62 @@ class ZfsScenario:
         return "zfs-crash" if self.experiment is Experiment.CRASH else "zfs-scan"
 
     def resolved(self) -> dict[str, Any]:
-        p = self.pool
-        return {
-            "name": self.name,
-            "path": str(self.path),
-            "extends": list(self.extends),
-            "overrides": list(self.overrides),
-            "description": self.description,
-            "kind": self.kind,
-            "seed": self.seed,
-            "experiment": str(self.experiment),
-            "layout": str(p.layout),
-            "disks": p.disks,
-            "disk_size": p.disk_size,
-            "fill": self.fill,
-            "repeat": self.repeat,
-            "ashift": p.ashift,
-            "recordsize": p.recordsize,
-            "cache": p.cache,
-            "log": p.log,
-            "timeout": self.timeout,
-            "memory_mb": self.memory_mb,
-            "fault": self.fault.to_json(),
-            "sweep": {k: list(v) for k, v in self.sweep.items()},
-            **({"crash": self.crash.to_json()} if self.crash is not None else {}),
-        }
-
-
-# --- overrides ----------------------------------------------------------------------
-
-
-def parse_overrides(path: Path, overrides: Sequence[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in overrides:
-        key, eq, raw = item.partition("=")
-        key, raw = key.strip(), raw.strip()
-        where = f"{path}: --set {item}"
-        if not eq or not key:
-            raise InputError(f"{where}: expected KEY=VALUE", hint="e.g. --set layout=raidz2")
-        key = _ALIASES.get(key, key)
-        if key not in SETTABLE:
-            close = difflib.get_close_matches(key, [*SETTABLE, *_ALIASES], 1)
-            raise InputError(
-                f"{where}: unknown key {key!r}",
-                hint=(f"did you mean {close[0]!r}? " if close else "")
-                + "valid keys: "
-                + ", ".join(SETTABLE),
-            )
-        value = _typed(where, SETTABLE[key], raw)
-        *tables, leaf = key.split(".")
-        node = out
-        for t in tables:
-            node = node.setdefault(t, {})
-        node[leaf] = value
-    return out
-
-
-def _typed(where: str, kind: str, raw: str) -> Any:
-    if kind == "str":
-        return raw
-    try:
-        if kind == "int":
-            return int(raw, 0)
-        if kind == "float":
-            return float(raw)
-    except ValueError:
-        raise InputError(f"{where}: expected a number") from None
-    if kind == "bool":
-        b = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-        if raw.lower() not in b:
-            raise InputError(f"{where}: expected true or false")
-        return b[raw.lower()]
-    try:
-        return tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"{where}: not a TOML value: {e}", hint="e.g. [25, 50, 75]") from None
-
-
-# --- validation ---------------------------------------------------------------------
-
-
-def _values(enum: type[StrEnum]) -> list[str]:
-    return [m.value for m in enum]
-
-
-def build(
-    path: Path, data: Mapping[str, Any], chain: tuple[str, ...], overrides: tuple[str, ...]
-) -> ZfsScenario:
-    """Validate merged scenario data; every problem is an InputError naming key and value."""
-    t = Table(path, dict(data), prefix="")
-    name = t.get("name", str, path.stem)
-    if name != path.stem:
-        raise t.error("name", name, f"must match the file name {path.stem!r}")
-    description = t.get("description", str, required=True).strip()
-    t.choice("kind", ["zfs"])
-    seed = t.get("seed", int, 1)
-    experiment = Experiment(t.choice("experiment", _values(Experiment), Experiment.RESILVER))
-    layout = Layout(t.choice("layout", _values(Layout), Layout.RAIDZ1))
-    disks = t.get("disks", int, 4)
-    disk_size = t.convert("disk_size", parse_size, "256M")
-    fill = t.get("fill", float, 50.0)
-    repeat = t.get("repeat", int, 1)
-    ashift = t.get("ashift", int, 12)
-    recordsize = t.convert("recordsize", parse_size, "128K")
-    cache = t.get("cache", bool, False)
-    log = t.get("log", bool, False)
-    timeout = t.get("timeout", float, DEFAULT_TIMEOUT)
-    memory_mb = t.get("memory_mb", int, 1024)
-    _check_fill(t, "fill", fill)
-    if repeat < 1:
-        raise t.error("repeat", repeat, "must be at least 1")
-    if disk_size < MIN_DISK:
-        raise t.error("disk_size", t.data.get("disk_size"), "ZFS needs disks of 64 MiB or more")
-    if not 9 <= ashift <= 16:
-        raise t.error("ashift", ashift, "must be from 9 (512 B) to 16 (64 KiB)")
-    if recordsize & (recordsize - 1) or not 512 <= recordsize <= 16 * MiB:
-        raise t.error("recordsize", t.data.get("recordsize"), "must be a power of 2, 512B..16M")
-    if timeout <= 0 or memory_mb < 512:
-        raise t.error("timeout" if timeout <= 0 else "memory_mb", timeout, "too small")
-    sweep = _sweep(t.table("sweep"))
-    for lay in sweep.get("layout") or (layout,):
-        _check_layout(t, Layout(lay), disks)
-    pool = PoolSpec(layout, disks, disk_size, ashift, recordsize, cache, log)
-    crash: CrashSpec | None = None
-    if experiment is Experiment.CRASH:
-        for key in ("fault", "sweep", "fill", "cache", "log"):
-            if t.has(key):
-                raise t.error(key, t.data[key], "a crash experiment takes no " + key)
-        # The default fault is never applied; it only keeps the record's shape.
-        fault = DiskFault(FaultKind.ZERO_PERCENT, (0,), When.RUNNING, seed=seed)
-        crash = _crash(t.table("crash"))
-    else:
-        if t.has("crash"):
-            raise t.error("crash", t.data["crash"], "only experiment = 'crash' takes [crash]")
-        fault = _fault(t.table("fault"), disks, disk_size, experiment, seed)
-    t.finish()
-    return ZfsScenario(
-        name,
-        path,
-        description,
-        experiment,
-        seed,
-        pool,
-        fill,
-        fault,
-        repeat,
-        timeout,
-        memory_mb,
-        sweep,
-        chain,
-        overrides,
-        crash=crash,
-    )
-
-
-def _crash(t: Table) -> CrashSpec:
-    d = CrashSpec()
-    c = CrashSpec(
-        rounds=t.get("rounds", int, d.rounds),
-        files=t.get("files", int, d.files),
-        max_size=t.convert("max_size", parse_size, d.max_size),
-        ops=t.get("ops", int, d.ops),
-        consistent=t.get("consistent", bool, d.consistent),
-        torn_per_interval=t.get("torn_per_interval", int, d.torn_per_interval),
-        torn_max_states=t.get("torn_max_states", int, d.torn_max_states),
-        points=t.choice("points", ["flush", "entry"], d.points),
-        torn_model=t.choice("torn_model", list(TORN_MODELS), d.torn_model),
-        guest_batch=t.get("guest_batch", int, d.guest_batch),
-    )
-    for key in ("rounds", "files", "ops", "torn_max_states", "guest_batch"):
-        if getattr(c, key) < 1:
-            raise t.error(key, getattr(c, key), "must be at least 1")
-    if c.torn_per_interval < 0:
-        raise t.error("torn_per_interval", c.torn_per_interval, "must be 0 (none) or more")
-    if not 512 <= c.max_size <= 64 * MiB:
-        raise t.error("max_size", t.data.get("max_size"), "must be from 512B to 64M")
-    if not c.consistent and not c.torn_per_interval:
-        raise t.error("consistent", False, "no crash states: set torn_per_interval > 0")
-    t.finish()
-    return c
-
-
-def _check_fill(t: Table, key: str, fill: Any) -> None:
-    if isinstance(fill, bool) or not isinstance(fill, int | float) or not 0 < fill <= MAX_FILL:
-        raise t.error(
-            key,
-            fill,
-            f"fill is a percentage of usable capacity in (0, {MAX_FILL:g}]",
-            hint="ZFS keeps ~3% slop space and slows down badly when nearly full",
+        out = self.model_dump(
+            mode="json", exclude={"path", "fault_spec", "crash", "expect"}, by_alias=True
         )
+        out["path"] = paths.portable(self.path)
+        out["fault"] = self.fault.to_json()
+        out["sweep"] = {k: v for k, v in out["sweep"].items() if v}
+        if self.crash is not None:
+            out["crash"] = self.crash.to_json()
+        if self.expect is not None:
+            out["expect"] = self.expect
+        return out
 
 
-def _check_layout(t: Table, layout: Layout, disks: int) -> None:
-    if disks < layout.min_disks():
-        raise t.error(
-            "disks",
-            disks,
-            f"{layout} needs at least {layout.min_disks()} disks",
-            hint=f"set disks = {layout.min_disks()} or more",
+def _fault_kind(sc: ZfsScenario) -> FaultKind:
+    if sc.fault_spec.kind is not None:
+        return sc.fault_spec.kind
+    return FaultKind.WIPE if sc.experiment is Experiment.RESILVER else FaultKind.ZERO_PERCENT
+
+
+def _check_fault(sc: ZfsScenario) -> None:
+    f, kind = sc.fault_spec, _fault_kind(sc)
+    if sc.experiment is Experiment.RESILVER and kind not in (FaultKind.WIPE, FaultKind.DETACH):
+        raise problem(
+            "a resilver needs a lost disk", "use kind = 'wipe' or 'detach'", key="fault.kind"
         )
-
-
-def _sweep(t: Table) -> dict[str, tuple[Any, ...]]:
-    out: dict[str, tuple[Any, ...]] = {}
-    fills = t.get("fill", list, [])
-    for f in fills:
-        _check_fill(t, "fill", f)
-    if fills:
-        out["fill"] = tuple(float(f) for f in fills)
-    layouts = t.get("layout", list, [])
-    for lay in layouts:
-        if lay not in _values(Layout):
-            raise t.error("layout", layouts, f"{lay!r} is not one of " + ", ".join(Layout))
-    if layouts:
-        out["layout"] = tuple(layouts)
-    t.finish()
-    return out
-
-
-def _fault(t: Table, disks: int, disk_size: int, experiment: Experiment, seed: int) -> DiskFault:
-    default = FaultKind.WIPE if experiment is Experiment.RESILVER else FaultKind.ZERO_PERCENT
-    kind = FaultKind(t.choice("kind", _values(FaultKind), default))
-    if experiment is Experiment.RESILVER and kind not in (FaultKind.WIPE, FaultKind.DETACH):
-        raise t.error(
-            "kind", str(kind), "a resilver needs a lost disk", hint="use kind = 'wipe' or 'detach'"
-        )
-    if experiment is Experiment.SCRUB and kind in (FaultKind.WIPE, FaultKind.DETACH):
-        raise t.error(
-            "kind",
-            str(kind),
+    if sc.experiment is Experiment.SCRUB and kind in (FaultKind.WIPE, FaultKind.DETACH):
+        raise problem(
             "a scrub experiment damages data in place",
-            hint="use experiment = 'resilver' to lose a disk",
+            "use experiment = 'resilver' to lose a disk",
+            key="fault.kind",
         )
-    which = t.get("disks", list, [0])
-    if not which or not all(isinstance(i, int) and 0 <= i < disks for i in which):
-        raise t.error("disks", which, f"expected disk indexes from 0 to {disks - 1}")
-    if len(set(which)) != len(which):
-        raise t.error("disks", which, "a disk is listed twice")
-    when = When(t.choice("when", _values(When), When.RUNNING))
-    offset = t.convert("offset", _size_or_zero, 0)
-    length = t.convert("length", _size_or_zero, 0)
-    percent = t.get("percent", float, 50.0)
-    labels = t.get("labels", bool, False)
-    count = t.get("count", int, 1000)
-    if kind is FaultKind.ZERO and (length <= 0 or offset + length > disk_size):
-        raise t.error("length", length, f"the range must be non-empty and within {disk_size} B")
+    if not all(0 <= i < sc.disks for i in f.disks):
+        raise problem(f"expected disk indexes from 0 to {sc.disks - 1}", key="fault.disks")
+    if len(set(f.disks)) != len(f.disks):
+        raise problem("a disk is listed twice", key="fault.disks")
+    if kind is FaultKind.ZERO and (f.length <= 0 or f.offset + f.length > sc.disk_size):
+        raise problem(
+            f"the range must be non-empty and within {sc.disk_size} B", key="fault.length"
+        )
     if (
         kind is FaultKind.ZERO
-        and not labels
-        and (offset < LABEL_BYTES or offset + length > disk_size - LABEL_BYTES)
+        and not f.labels
+        and (f.offset < LABEL_BYTES or f.offset + f.length > sc.disk_size - LABEL_BYTES)
     ):
-        raise t.error(
-            "offset",
-            offset,
+        raise problem(
             "the range overlaps the ZFS labels (first and last 512 KiB)",
-            hint="set labels = true to allow it",
+            "set labels = true to allow it",
+            key="fault.offset",
         )
-    if kind is FaultKind.ZERO_PERCENT and not 0 < percent <= 100:
-        raise t.error("percent", percent, "must be in (0, 100]")
-    if kind is FaultKind.BITFLIP and count < 1:
-        raise t.error("count", count, "must be at least 1")
-    t.finish()
-    return DiskFault(kind, tuple(which), when, offset, length, percent, labels, count, seed)
 
 
-def _size_or_zero(v: Any) -> int:
-    return 0 if v in (0, "0") else parse_size(v)
+SETTABLE = settings.settable(ZfsScenario)
+for _k in ("name", "path", "extends", "overrides", "kind"):
+    SETTABLE.pop(_k, None)
+SETTABLE = {
+    ("fault." + k[len("fault_spec.") :] if k.startswith("fault_spec.") else k): v
+    for k, v in SETTABLE.items()
+}
+ALIASES = {"fault": "fault.kind"}

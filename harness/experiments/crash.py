@@ -51,7 +51,7 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
     if isinstance(w, FioWorkload):
         return record.WorkloadSpec(type="fio", fio_job=w.job)
     return record.WorkloadSpec(
-        type="ops", ops=w.ops, files=w.files, max_size=w.max_size, fsync_names=w.fsync_names
+        type="ops", ops=w.ops, files=w.files, max_size=w.max_size, fsync_names=bool(w.fsync_names)
     )
 
 

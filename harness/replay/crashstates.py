@@ -32,14 +32,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.config.states import TORN_MODES, parse_state
 from harness.errors import InputError
-from harness.record.logwrites import FLUSH, FUA, SECTOR, Log
+from harness.record.logwrites import FLUSH, FUA, METADATA, SECTOR, Log
 
 MKFS_MARK = "crashlab:mkfs"
 SYNC_MARK_PREFIX = "crashlab:sync:"
 BLOCK_SECTORS = 4096 // SECTOR
-TORN_MODES = ("first-sector", "half", "blocks")
-TORN_ONLY = {"fua": 2, "flush": 1, "metadata": 16}
+# The flags a torn write must carry for ``only`` (log entry flags).
+TORN_ONLY = {"fua": FUA, "flush": FLUSH, "metadata": METADATA}
 
 Runs = tuple[tuple[int, int], ...]
 
@@ -349,81 +350,31 @@ def torn(
 
 # --- specs from scenario TOML -----------------------------------------------------------
 
+Generator = Callable[[Log, Any, int], list[CrashState]]
 
-def _int(where: str, key: str, v: object, lo: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise InputError(f"{where}: {key} must be an integer >= {lo}, got {v!r}")
-    return v
-
-
-def _strs(where: str, key: str, v: object, allowed: Iterable[str]) -> list[str]:
-    allowed = list(allowed)
-    if not isinstance(v, list) or not all(isinstance(x, str) and x in allowed for x in v):
-        raise InputError(f"{where}: {key} must be a list drawn from {allowed}, got {v!r}")
-    return list(v)
-
-
-def _percents(where: str, v: object) -> list[float]:
-    if (
-        isinstance(v, list)
-        and v
-        and all(isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x <= 100 for x in v)
-    ):
-        return [float(x) for x in v]
-    raise InputError(f"{where}: at must be a non-empty list of numbers in 0..100, got {v!r}")
-
-
-Generator = Callable[[Log, Mapping[str, object], int, str], list[CrashState]]
-
-_KINDS: dict[str, tuple[frozenset[str], Generator]] = {
-    "flush": (frozenset(), lambda log, s, seed, w: at_flushes(log, seed)),
-    "fua": (frozenset(), lambda log, s, seed, w: at_fuas(log, seed)),
-    "mark": (frozenset(), lambda log, s, seed, w: at_marks(log, seed)),
-    "every": (frozenset({"n"}), lambda log, s, seed, w: every(log, _int(w, "n", s.get("n")), seed)),
-    "percent": (
-        frozenset({"at"}),
-        lambda log, s, seed, w: at_percent(log, _percents(w, s.get("at")), seed),
-    ),
-    "reorder": (
-        frozenset({"max_states", "per_point"}),
-        lambda log, s, seed, w: reorder(
-            log,
-            seed,
-            _int(w, "max_states", s.get("max_states", 64)),
-            _int(w, "per_point", s.get("per_point", 16)),
-        ),
-    ),
-    "torn": (
-        frozenset({"max_states", "modes", "only"}),
-        lambda log, s, seed, w: torn(
-            log,
-            seed,
-            _int(w, "max_states", s.get("max_states", 64)),
-            _strs(w, "modes", s.get("modes", list(TORN_MODES)), TORN_MODES),
-            _strs(w, "only", s.get("only", []), TORN_ONLY),
-        ),
-    ),
+_GENERATORS: dict[str, Generator] = {
+    "flush": lambda log, s, seed: at_flushes(log, seed),
+    "fua": lambda log, s, seed: at_fuas(log, seed),
+    "mark": lambda log, s, seed: at_marks(log, seed),
+    "every": lambda log, s, seed: every(log, s.n, seed),
+    "percent": lambda log, s, seed: at_percent(log, s.at, seed),
+    "reorder": lambda log, s, seed: reorder(log, seed, s.max_states, s.per_point),
+    "torn": lambda log, s, seed: torn(log, seed, s.max_states, s.modes, s.only),
 }
-KINDS = tuple(_KINDS)
+KINDS = tuple(_GENERATORS)
 
 
 def generate(log: Log, specs: Sequence[Mapping[str, object]], seed: int = 0) -> list[CrashState]:
     """The union of the states every spec yields, without duplicates, sorted by prefix.
+    Specs are validated by the same models as a scenario's ``crash.states``
+    (``harness/config/states.py``).
 
     :raise InputError: a spec has an unknown kind, an unknown key or a bad value, or the
         log has no ``crashlab:mkfs`` mark.
     """
     out: dict[str, CrashState] = {}
-    for n, spec in enumerate(specs, 1):
-        kind = spec.get("kind")
-        where = f"crash-state spec #{n} (kind={kind!r})"
-        if not isinstance(kind, str) or kind not in _KINDS:
-            raise InputError(f"{where}: unknown kind; valid kinds: {', '.join(KINDS)}")
-        keys, gen = _KINDS[kind]
-        extra = sorted(set(spec) - keys - {"kind"})
-        if extra:
-            allowed = ", ".join(sorted(keys)) or "none"
-            raise InputError(f"{where}: unknown key(s) {', '.join(extra)}; allowed: {allowed}")
-        for s in gen(log, spec, seed, where):
+    for n, raw in enumerate(specs, 1):
+        spec = parse_state(f"crash-state spec #{n}", raw)
+        for s in _GENERATORS[spec.kind](log, spec, seed):
             out.setdefault(s.id, s)
     return sorted(out.values(), key=lambda s: (s.prefix, s.first_divergent, s.id))

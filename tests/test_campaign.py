@@ -21,9 +21,11 @@ from pathlib import Path
 import pytest
 
 from harness import paths
+from harness.config import campaign as config_campaign
+from harness.config.campaign import Element
 from harness.errors import HarnessError, InputError
 from harness.experiments import campaign
-from harness.experiments.campaign import Element, ElementContext, ElementStatus, Engine
+from harness.experiments.campaign import ElementContext, ElementStatus, Engine
 from harness.outcome import Outcome
 from harness.store.db import CheckResult, CrashState, LogInfo, RunKind, RunStatus, Stage, Store
 
@@ -82,7 +84,7 @@ CAMP = """
 
 
 def test_load_expands_matrix_and_seeds(tmp_path: Path) -> None:
-    c = campaign.load(write(tmp_path, CAMP))
+    c = config_campaign.load(write(tmp_path, CAMP))
     assert len(c.elements) == 2 * 2 * 2 + 1
     first = c.elements[0]
     assert first.overrides == ("check.guest=false", "fs.data_mode=ordered", "workload.ops=10")
@@ -105,7 +107,7 @@ def test_load_expands_matrix_and_seeds(tmp_path: Path) -> None:
 )
 def test_bad_campaign_is_input_error(tmp_path: Path, text: str, words: list[str]) -> None:
     with pytest.raises(InputError) as e:
-        campaign.load(write(tmp_path, text))
+        config_campaign.load(write(tmp_path, text))
     for w in words:
         assert w in e.value.message + (e.value.hint or "")
 
@@ -121,8 +123,8 @@ def test_cli_unknown_scenario_exits_2(tmp_path: Path) -> None:
     assert r.returncode == 2 and "unknown scenario" in r.stderr and "Traceback" not in r.stderr
 
 
-def small(tmp_path: Path, reps: int = 3, extra: str = "") -> campaign.Campaign:
-    return campaign.load(
+def small(tmp_path: Path, reps: int = 3, extra: str = "") -> config_campaign.Campaign:
+    return config_campaign.load(
         write(tmp_path, f'{extra}\n[[run]]\nscenario = "ext2-fsync"\nrepetitions = {reps}\n')
     )
 
@@ -221,9 +223,10 @@ CHILD = """
 import sys, functools
 sys.path.insert(0, {repo!r}); sys.path.insert(0, {tests!r})
 from pathlib import Path
+from harness.config import campaign as config_campaign
 from harness.experiments import campaign
 import test_campaign as t
-c = campaign.load(Path({camp!r}))
+c = config_campaign.load(Path({camp!r}))
 campaign.Engine(c, Path({db!r}), runner=functools.partial(t.fake_runner, delay=0.15)).run()
 """
 
@@ -232,7 +235,7 @@ def kill_and_resume(tmp_path: Path, kills: int, seed: int) -> dict[str, int]:
     """Run a campaign in a child, SIGKILL it at random points ``kills`` times, resume."""
     db = tmp_path / "lab.sqlite"
     camp = write(tmp_path, '[[run]]\nscenario = "ext2-fsync"\nrepetitions = 8\n')
-    c = campaign.load(camp)
+    c = config_campaign.load(camp)
     code = CHILD.format(repo=str(REPO), tests=str(REPO / "tests"), camp=str(camp), db=str(db))
     rnd = random.Random(seed)
     seen: set[tuple[str, str]] = set()

@@ -204,3 +204,34 @@ def test_stored_params_do_not_name_the_checkout(tmp_path: Path) -> None:
     assert zfs.resolved()["path"] == "scenarios/resilver-75pct.toml"
     outside = tmp_path / "mine.toml"
     assert paths.portable(outside) == str(outside)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "names"),
+    [
+        (("fs.type=ext2",), False),
+        (("fs.mkfs_options=-O,^has_journal",), False),
+        ((), True),
+        (("fs.type=xfs", "disk_size=512M"), True),
+    ],
+)
+def test_fsync_names_follows_the_filesystem(overrides: tuple[str, ...], names: bool) -> None:
+    # Before: true whatever the filesystem, so ext2 (or ext4 without a journal) reported
+    # false data_loss for names POSIX never promised.
+    from harness.config import scenario
+
+    sc = scenario.load("ext4-ordered-fsync", overrides)
+    assert sc.workload.fsync_names is names  # type: ignore[union-attr]
+
+
+def test_asking_ext2_for_durable_names_is_bad_input_unless_findings_are_expected() -> None:
+    from harness.config import scenario
+    from harness.errors import InputError
+
+    with pytest.raises(InputError, match=r"workload\.fsync_names") as e:
+        scenario.load("ext4-ordered-fsync", ("fs.type=ext2", "workload.fsync_names=true"))
+    assert "expect = 'findings'" in (e.value.hint or "")
+    sc = scenario.load(
+        "ext4-ordered-fsync", ("fs.type=ext2", "workload.fsync_names=true", "expect=findings")
+    )
+    assert sc.expect == "findings"

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness import outcome, paths
+from harness.config import campaign as config_campaign
 from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK
 from harness.experiments import campaign
 from harness.report import runlog
@@ -52,7 +53,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    camp = campaign.load(args.file)
+    camp = config_campaign.load(args.file)
     db = args.db or paths.default_db()
     if args.dry_run:
         _print_plan(camp)
@@ -69,7 +70,7 @@ def _write_log(st: Store, row: campaign.ElementRow) -> None:
         runlog.write_run_log(st.path, row.run_id)
 
 
-def _print_plan(camp: campaign.Campaign) -> None:
+def _print_plan(camp: config_campaign.Campaign) -> None:
     t = Table(title=f"campaign {camp.name}: {len(camp.elements)} elements", box=box.SIMPLE_HEAD)
     t.add_column("#", justify="right")
     t.add_column("scenario")
@@ -83,7 +84,7 @@ def _print_plan(camp: campaign.Campaign) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    camp = campaign.load(args.file)
+    camp = config_campaign.load(args.file)
     db = args.db or paths.default_db()
     with Store.open(db, create=False) as st:
         found = st.execute(
@@ -239,7 +240,7 @@ class RichView:
         self.live.update(self._render())
 
     def start(
-        self, camp: campaign.Campaign, rows: Sequence[campaign.ElementRow], eta: float
+        self, camp: config_campaign.Campaign, rows: Sequence[campaign.ElementRow], eta: float
     ) -> None:
         self.name, self.total = camp.name, len(rows)
         self.n_finished = sum(1 for r in rows if r.status in ("done", "quarantined"))

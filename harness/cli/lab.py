@@ -1,6 +1,7 @@
 """``scenario list`` and ``scenario show``: the scenario catalogue on the command line.
 
-``run`` and ``reproduce`` are added by ``register_run_commands`` (owned by the lead).
+``scenario schema`` prints the JSON Schema editors check scenario files with;
+``run`` and ``reproduce`` are added by ``register_run_commands``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,31 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of TOML")
     p.set_defaults(func=cmd_show)
 
+    p = sub.add_parser(
+        "schema", help="print the JSON Schema of scenario or campaign files (for editors)"
+    )
+    p.add_argument(
+        "--kind",
+        choices=["scenario", "crash", "zfs", "campaign"],
+        default="scenario",
+        help="which files (scenario: both scenario kinds, told apart by `kind`)",
+    )
+    p.add_argument("--write", action="store_true", help="rewrite docs/schema/*.json")
+    p.set_defaults(func=cmd_schema)
+
     register_run_commands(sub)
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from harness.config import schema
+
+    if args.write:
+        for path in schema.write():
+            console.print(f"wrote {path}")
+        return errors.EXIT_OK
+    s = schema.scenario_schema() if args.kind == "scenario" else schema.schema(args.kind)
+    print(json.dumps(s, indent=2, sort_keys=True))
+    return errors.EXIT_OK
 
 
 def register_run_commands(sub: Any) -> None:

@@ -332,6 +332,15 @@ def load(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Scenario | 
         given = settings.parse_overrides(path, overrides, keys, aliases)
         touched = settings.dotted_keys(given)
         data = _merge(data, given)
+        fs = data.get("fs")
+        # --set fs.type=xfs on an ext4 scenario: its data mode went with its type.
+        if (
+            "fs.type" in touched
+            and "fs.data_mode" not in touched
+            and isinstance(fs, dict)
+            and fs.get("type") not in [str(t) for t in JOURNALED_DATA_MODES]
+        ):
+            data["fs"] = {k: v for k, v in fs.items() if k != "data_mode"}
     name = data.get("name", path.stem)
     if name != path.stem:
         raise InputError(

@@ -40,8 +40,6 @@ without guests; the default runner hands each element to the run lifecycle
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import json
 import os
 import socket
@@ -56,16 +54,12 @@ from typing import Any, Protocol
 
 from harness import paths
 from harness.config import scenario
-from harness.config import tables as tomlconf
+from harness.config.campaign import Campaign, Element
 from harness.errors import CrashlabError, InputError
 from harness.experiments import lifecycle
 from harness.experiments.lifecycle import Stalled, stall_budget
 from harness.store.db import Store, canonical_json, pid_alive, utc_now
 
-DEFAULT_MAX_FAILURES = 2
-DEFAULT_MAX_INTERRUPTIONS = 5
-DEFAULT_STALL_FACTOR = 4.0
-DEFAULT_STALL_FLOOR = 600.0
 # With no history at all, a guess for the ETA only (never a stall budget).
 DEFAULT_EXPECTED = 240.0
 
@@ -76,144 +70,6 @@ class ElementStatus(StrEnum):
     DONE = "done"
     FAILED = "failed"
     QUARANTINED = "quarantined"
-
-
-@dataclass(frozen=True)
-class Element:
-    position: int
-    scenario: str
-    overrides: tuple[str, ...]
-    seed: int | None
-
-    @property
-    def key(self) -> str:
-        return canonical_json(
-            {"scenario": self.scenario, "set": list(self.overrides), "seed": self.seed}
-        )
-
-    @property
-    def label(self) -> str:
-        parts = [self.scenario, *self.overrides]
-        if self.seed is not None:
-            parts.append(f"seed={self.seed}")
-        return " ".join(parts)
-
-
-@dataclass(frozen=True)
-class Campaign:
-    name: str
-    path: Path
-    description: str
-    elements: tuple[Element, ...]
-    max_failures: int = DEFAULT_MAX_FAILURES
-    max_interruptions: int = DEFAULT_MAX_INTERRUPTIONS
-    stall_factor: float = DEFAULT_STALL_FACTOR
-    stall_floor: float = DEFAULT_STALL_FLOOR
-    skipped: tuple[str, ...] = ()  # optional scenarios that do not exist (yet)
-
-    @property
-    def spec_hash(self) -> str:
-        keys = "\n".join(e.key for e in self.elements)
-        return hashlib.sha256(keys.encode()).hexdigest()[:16]
-
-
-# --- loading ------------------------------------------------------------------------
-
-
-def load(path: Path) -> Campaign:
-    """Read and validate a campaign file; every element's scenario is loaded with its
-    overrides, so a bad name or ``--set`` is reported before anything runs.
-
-    :raise InputError: naming the file, the key and the bad value.
-    """
-    if not path.is_file():
-        raise InputError(f"{path}: no such campaign file", hint="e.g. campaigns/ci.toml")
-    t = tomlconf.load(path)
-    description = t.get("description", str, "").strip()
-    max_failures = t.get("max_failures", int, DEFAULT_MAX_FAILURES)
-    max_interruptions = t.get("max_interruptions", int, DEFAULT_MAX_INTERRUPTIONS)
-    stall_factor = float(t.get("stall_factor", float, DEFAULT_STALL_FACTOR))
-    stall_floor = float(t.get("stall_floor", float, DEFAULT_STALL_FLOOR))
-    for key, v in (
-        ("max_failures", max_failures),
-        ("max_interruptions", max_interruptions),
-        ("stall_factor", stall_factor),
-        ("stall_floor", stall_floor),
-    ):
-        if v <= 0:
-            raise t.error(key, v, "must be positive")
-    runs = t.get("run", list, required=True)
-    elements: list[Element] = []
-    seen: set[str] = set()
-    skipped: list[str] = []
-    for i, item in enumerate(runs):
-        if not isinstance(item, dict):
-            raise t.error("run", item, f"item {i} must be a [[run]] table")
-        rt = tomlconf.Table(path, item, prefix=f"run[{i}].")
-        name = rt.get("scenario", str, required=True)
-        optional = rt.get("optional", bool, False)
-        base = list(rt.str_list("set"))
-        matrix = rt.get("matrix", dict, {})
-        axes: list[list[str]] = []
-        for key, values in matrix.items():
-            if not isinstance(values, list) or not values:
-                raise rt.error(f"matrix.{key}", values, "expected a non-empty list of values")
-            axes.append([f"{key}={_set_value(v)}" for v in values])
-        if rt.has("seeds") and rt.has("repetitions"):
-            raise rt.error("seeds", rt.data["seeds"], "give seeds or repetitions, not both")
-        seeds_raw = rt.get("seeds", list, [])
-        if not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds_raw):
-            raise rt.error("seeds", seeds_raw, "expected a list of integers")
-        reps = rt.get("repetitions", int, 1)
-        if reps < 1:
-            raise rt.error("repetitions", reps, "must be at least 1")
-        rt.finish()
-        try:
-            scenario.locate(name)
-        except InputError as e:
-            if optional:
-                skipped.append(name)
-                continue
-            raise InputError(f"{path}: run[{i}].scenario: {e.message}", hint=e.hint) from None
-        for combo in itertools.product(*axes) if axes else [()]:
-            overrides = (*base, *combo)
-            sc = _load_scenario(path, i, name, overrides)
-            seeds: list[int | None] = (
-                list(seeds_raw) if seeds_raw else [sc.seed + r for r in range(reps)]
-            )
-            for seed in seeds:
-                el = Element(len(elements), name, overrides, seed)
-                if el.key in seen:
-                    raise rt.error("scenario", name, f"element {el.label!r} is listed twice")
-                seen.add(el.key)
-                elements.append(el)
-    t.finish()
-    if not elements:
-        raise InputError(f"{path}: the campaign has no runs", hint="add a [[run]] table")
-    return Campaign(
-        path.stem,
-        path,
-        description,
-        tuple(elements),
-        max_failures,
-        max_interruptions,
-        stall_factor,
-        stall_floor,
-        tuple(skipped),
-    )
-
-
-def _set_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
-
-
-def _load_scenario(path: Path, i: int, name: str, overrides: Sequence[str]) -> Any:
-    try:
-        return scenario.load(name, overrides)
-    except InputError as e:
-        raise InputError(f"{path}: run[{i}] ({name}): {e.message}", hint=e.hint) from None
 
 
 # --- history ------------------------------------------------------------------------

@@ -1,0 +1,80 @@
+"""JSON Schema of the lab's files, from the same models that validate them, for editors
+(taplo / "Even Better TOML": a ``#:schema`` first line in a scenario file) and for
+``scenario schema``. ``docs/schema/*.json`` are these, written by ``scenario schema
+--write`` and held up to date by a test."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Union
+
+from pydantic import BaseModel, TypeAdapter
+
+from harness import paths
+from harness.config.campaign import CampaignFile
+from harness.config.scenario import Scenario
+from harness.config.zfs import ZfsScenario
+
+# Set by the loader from the file, never written in it.
+_INTERNAL = ("name", "path", "extends", "overrides")
+KINDS: dict[str, type[BaseModel]] = {
+    "crash": Scenario,
+    "zfs": ZfsScenario,
+    "campaign": CampaignFile,
+}
+
+
+def schema(kind: str) -> dict[str, Any]:
+    """The JSON Schema of one kind of file (``crash``, ``zfs``, ``campaign``)."""
+    return _schema([KINDS[kind]], f"crashlab {kind} {'file' if kind == 'campaign' else 'scenario'}")
+
+
+def scenario_schema() -> dict[str, Any]:
+    """Both scenario kinds in one schema: a file must fit one of them."""
+    return _schema([Scenario, ZfsScenario], "crashlab scenario")
+
+
+def _schema(models: list[type[BaseModel]], title: str) -> dict[str, Any]:
+    """One pass over ``models``, so pydantic keeps same-named definitions apart. Nothing
+    in a scenario is required but the tags of unions (``kind`` of a crash state): a file
+    that ``extends`` another gets the rest from its parent, which only the loader sees."""
+    union: Any = models[0] if len(models) == 1 else Union[tuple(models)]  # noqa: UP007
+    s = TypeAdapter(union).json_schema(by_alias=True)
+    defs = s.setdefault("$defs", {})
+    tops = [s] if len(models) == 1 else [defs[r["$ref"].split("/")[-1]] for r in s["anyOf"]]
+    for top in tops:
+        props = top.get("properties", {})
+        for key in _INTERNAL:
+            props.pop(key, None)
+        top["required"] = [r for r in top.get("required", []) if r not in _INTERNAL]
+    if models != [CampaignFile]:
+        for top in tops:
+            top["properties"]["extends"] = {
+                "type": "string",
+                "description": "a scenario to start from",
+            }
+        for d in defs.values():
+            props = d.get("properties", {})
+            if d in tops or "const" not in props.get("kind", {}):
+                d.pop("required", None)
+        s.pop("required", None)
+    s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    s["title"] = title
+    return s
+
+
+def files() -> dict[str, dict[str, Any]]:
+    """What ``docs/schema/`` holds: file name -> schema."""
+    return {"scenario.json": scenario_schema(), "campaign.json": schema("campaign")}
+
+
+def write(directory: Path | None = None) -> list[Path]:
+    d = directory or paths.REPO / "docs" / "schema"
+    d.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name, s in files().items():
+        p = d / name
+        p.write_text(json.dumps(s, indent=2, sort_keys=True) + "\n")
+        out.append(p)
+    return out

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.guest import opgen
+from harness.guest import opgen, oracle
 from harness.guest.opgen import Op
 
 OPGEN = Path(opgen.__file__)
@@ -51,7 +51,7 @@ def on_disk(root: Path) -> dict[str, str]:
     for dirpath, _, names in os.walk(root):
         for n in names:
             p = Path(dirpath, n)
-            out[p.relative_to(root).as_posix()] = opgen.file_digest(str(p))[0]
+            out[p.relative_to(root).as_posix()] = oracle.file_digest(str(p))[0]
     return out
 
 
@@ -128,7 +128,8 @@ def test_verify_detects_deleted_and_modified(
     assert v["missing"] == [gone]
     assert [m["path"] for m in v["mismatched"]] == [changed]
     assert v["mismatched"][0]["expected"] == marks(o)[final]["files"][changed]["sha256"]
-    assert v["checked"] == len(marks(o)[final]["files"]) + len(marks(o)[final]["dirs"])
+    want = marks(o)[final]
+    assert v["checked"] == len(want["files"]) + len(want["dirs"]) + len(want["absent"])
 
 
 def test_unknown_or_no_mark_requires_nothing(

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from harness.check.host import CheckResult
 from harness.errors import GuestError, GuestPanic, GuestTimeout, HarnessError
-from harness.outcome import Outcome
+from harness.outcome import Outcome, reduce
 from harness.record import recorder as record
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
@@ -32,6 +32,7 @@ class Item:
     key: str  # the crash state id
     image: Path  # a disposable copy of its crash image
     mark: str | None  # the last mark at or before the state
+    exact: bool = False  # cut exactly at that mark: nothing after it is in the image
 
 
 T = TypeVar("T")
@@ -128,6 +129,8 @@ def _check_one(
     ]
     if oracle:
         argv += ["--oracle", ORACLE, "--mark", it.mark or ""]
+        if it.exact:
+            argv.append("--exact")
     r = guest.run(argv, timeout=timeout * 4 + 30)
     if not r.ok:
         return CheckResult(
@@ -142,42 +145,66 @@ def _check_one(
     return judge(json.loads(r.out))
 
 
+# mount(8) exit bits that are the lab's problem, not the filesystem's: bad usage or
+# permissions, a system error, a mount bug, interrupted, mtab. 32 is "mount failure".
+MOUNT_HARNESS_BITS = 1 | 2 | 4 | 8 | 16
+# ...and a failure (32) whose cause is the guest, not the image: no driver for the fs.
+MOUNT_HARNESS_WORDS = ("unknown filesystem type", "does not exist", "no such device")
+
+
 def judge(facts: dict[str, Any]) -> CheckResult:
     """Facts from checkstate.py -> one guest CheckResult. Failure is the default: only a
-    clean mount, a passing oracle and a clean fsck make a state consistent."""
+    clean mount, a passing oracle, a clean umount and a clean fsck make a state
+    consistent. What the lab itself could not do (a missing fs driver, a verifier bug,
+    an umount that failed) is a harness outcome -- unless the state had already shown a
+    finding, which it keeps."""
     phases: dict[str, float] = {}
     mount = facts["mount"]
     phases["mount"] = mount["seconds"]
     out = [mount["output"]]
     if mount["rc"] != 0:
-        outcome = Outcome.TIMEOUT if "[timed out]" in mount["output"] else Outcome.MOUNT_FAILED
+        text = mount["output"].lower()
+        if "[timed out]" in text:
+            outcome = Outcome.TIMEOUT
+        elif mount["rc"] & MOUNT_HARNESS_BITS or any(w in text for w in MOUNT_HARNESS_WORDS):
+            outcome = Outcome.HARNESS_ERROR
+        else:
+            outcome = Outcome.MOUNT_FAILED
         return CheckResult(
             "guest", "mount", outcome, mount["rc"], mount["seconds"], "\n".join(out)[-1500:], phases
         )
-    verify = facts.get("verify")
-    if "umount" in facts:
-        phases["umount"] = facts["umount"]["seconds"]
-    fsck = facts["fsck"]
-    phases["fsck_after"] = fsck["seconds"]
-    out.append(fsck["output"])
-    if fsck["rc"] == 0:
-        outcome = Outcome.CONSISTENT
-    else:
-        again = facts.get("fsck_after_repair", {})
-        phases["repair"] = facts.get("repair", {}).get("seconds", 0.0)
-        outcome = Outcome.REPAIRED if again.get("rc") == 0 else Outcome.UNREPAIRABLE
+    outcomes: list[Outcome] = []
     note = ""
+    verify = facts.get("verify")
     if verify is not None and not verify.get("ok", False):
-        outcome = Outcome.DATA_LOSS
-        note = json.dumps({k: verify.get(k) for k in ("mark", "missing", "mismatched", "error")})[
-            :1500
-        ]
+        outcomes.append(Outcome.DATA_LOSS)
+        keys = ("mark", "missing", "mismatched", "present", "sizes", "nlink", "error")
+        note = json.dumps({k: verify[k] for k in keys if verify.get(k)})[:1500]
         out.insert(0, "oracle: " + note)
+    if "verify_error" in facts:
+        outcomes.append(Outcome.HARNESS_ERROR)
+        out.append("verifier failed (a lab bug, not a finding):\n" + facts["verify_error"])
+    if "umount" in facts:
+        umount = facts["umount"]
+        phases["umount"] = umount["seconds"]
+        if umount["rc"] != 0:
+            out.append(f"umount failed ({umount['rc']}): {umount['output']}")
+            outcomes.append(Outcome.HARNESS_ERROR)
+    fsck = facts.get("fsck")
+    if fsck is not None:
+        phases["fsck_after"] = fsck["seconds"]
+        out.append(fsck["output"])
+        if fsck["rc"] == 0:
+            outcomes.append(Outcome.CONSISTENT)
+        else:
+            again = facts.get("fsck_after_repair", {})
+            phases["repair"] = facts.get("repair", {}).get("seconds", 0.0)
+            outcomes.append(Outcome.REPAIRED if again.get("rc") == 0 else Outcome.UNREPAIRABLE)
     return CheckResult(
         "guest",
         "mount+verify",
-        outcome,
-        fsck["rc"],
+        reduce(outcomes),
+        fsck["rc"] if fsck is not None else None,
         sum(phases.values()),
         "\n".join(o for o in out if o)[-1500:],
         phases,

@@ -170,9 +170,17 @@ def summarize(report: campaign.CampaignReport) -> int:
             f"[bold red]quarantined[/] {r.element.label}: {r.failures} failure(s),"
             f" {r.interruptions} interruption(s); last: {r.last_error}"
         )
-    verdicts = [outcome.Outcome(o) for c in counts.values() for o in c]
+    controls = _controls(report)
+    verdicts = [outcome.Outcome(o) for rid, c in counts.items() if rid not in controls for o in c]
     status = outcome.exit_status(verdicts)
-    if status == EXIT_OK and quarantined:
+    failed = {rid: why for rid, why in controls.items() if why}
+    for rid, why in failed.items():
+        console.print(f"[bold red]{why}[/] (run {rid})")
+    if controls and not failed:
+        console.print(f"[green]{len(controls)} known-answer control(s) gave their answer[/]")
+    if failed:
+        status = EXIT_FINDING
+    elif status == EXIT_OK and quarantined:
         status = EXIT_HARNESS
     console.print(
         {
@@ -184,6 +192,21 @@ def summarize(report: campaign.CampaignReport) -> int:
     )
     console.print(f"per-run logs: {runlog.log_path('RUN').parent}/RUN.log")
     return status
+
+
+def _controls(report: campaign.CampaignReport) -> dict[str, str | None]:
+    """Runs of scenarios that declare ``expect``: run id -> why the control failed (None
+    when it gave the expected answer). Their findings are the answer, not a page."""
+    out: dict[str, str | None] = {}
+    with Store.open(report.db, create=False) as st:
+        for r in report.rows:
+            if not r.run_id:
+                continue
+            summary = st.run(r.run_id).summary or {}
+            if summary.get("expect"):
+                why = summary.get("control_failed")
+                out[r.run_id] = str(why) if why else None
+    return out
 
 
 def _fmt(seconds: float) -> str:

@@ -66,6 +66,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             "[yellow]interrupted[/]: finished results are in the store; run again to resume"
         )
         return 130
+    except Exception:
+        # A bug of ours: exit 3 like every harness failure (1 would page someone about a
+        # filesystem finding); the traceback goes to a file, or to the terminal with --debug.
+        return lab_bug(debug=args.debug)
+
+
+def lab_bug(*, debug: bool) -> int:
+    import tempfile
+    import traceback
+
+    text = traceback.format_exc()
+    with tempfile.NamedTemporaryFile("w", prefix="crashlab-bug-", suffix=".txt", delete=False) as f:
+        f.write(text)
+    last = text.strip().splitlines()[-1]
+    err_console.print(f"[bold red]harness error (a crashlab bug):[/] {last}", markup=False)
+    if debug:
+        err_console.print(text, markup=False)
+    err_console.print(f"[cyan]hint:[/] the traceback is in {f.name}; please report it")
+    return errors.EXIT_HARNESS
 
 
 def report(e: errors.CrashlabError, *, debug: bool = False) -> None:

@@ -152,6 +152,9 @@ class OpsWorkload(Settings):
     fsync_names: bool | None = Field(
         None, description="require names made durable by a file fsync (default: per fs)"
     )
+    noop_sync: bool = Field(
+        False, description="a positive control: 'sync' without calling fsync; expect findings"
+    )
 
 
 class FioWorkload(Settings):
@@ -184,6 +187,9 @@ class CrashSpec(Settings):
         validate_default=True,
     )
     max_states: int = Field(DEFAULT_MAX_STATES, ge=1, description="spread evenly over the log")
+    corrupt: Literal["none", "zero-durable-block"] = Field(
+        "none", description="a positive control: damage each replayed state before the check"
+    )
 
 
 class CheckSpec(Settings):
@@ -244,6 +250,20 @@ class Scenario(Settings):
                 f"{size_text(self.fs.disk_size)} disk",
                 "lower workload.files or workload.max_size, or raise fs.disk_size",
                 key="workload.max_size",
+            )
+        if self.crash.corrupt != "none" and (
+            self.expect != "findings" or self.fs.type not in (*JOURNALED_DATA_MODES, FsType.EXT2)
+        ):
+            raise problem(
+                "damaging the states is a positive control for ext2/3/4",
+                "declare expect = 'findings' (and use an ext filesystem)",
+                key="crash.corrupt",
+            )
+        if w.noop_sync and self.expect != "findings":
+            raise problem(
+                "a workload that never really syncs can only lose data",
+                "it is a positive control: declare expect = 'findings'",
+                key="workload.noop_sync",
             )
         promised = self.fs.journaled
         if w.fsync_names is None:

@@ -30,6 +30,7 @@ from harness.record import logwrites
 from harness.record import recorder as record
 from harness.replay import crashstates
 from harness.replay import replayer as replay
+from harness.replay.corrupt import zero_durable_block
 from harness.store import db as store
 from harness.store import logevents
 
@@ -51,7 +52,12 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
     if isinstance(w, FioWorkload):
         return record.WorkloadSpec(type="fio", fio_job=w.job)
     return record.WorkloadSpec(
-        type="ops", ops=w.ops, files=w.files, max_size=w.max_size, fsync_names=bool(w.fsync_names)
+        type="ops",
+        ops=w.ops,
+        files=w.files,
+        max_size=w.max_size,
+        fsync_names=bool(w.fsync_names),
+        noop_sync=w.noop_sync,
     )
 
 
@@ -217,7 +223,9 @@ def _check_states(
                         )
                     copy = batch_dir / f"{state.id}.img"
                     check.copy_image(rp.image, copy)
-                    items.append(guestcheck.Item(state.id, copy, state.mark))
+                    if sc.crash.corrupt == "zero-durable-block":
+                        zero_durable_block(copy, fs.type, oracle, state.mark, state.exact)
+                    items.append(guestcheck.Item(state.id, copy, state.mark, state.exact))
                 by_id = {s.id: s for s in batch}
                 progress(f"mounting {len(items)} crash images in a guest", b, len(ordered))
                 for sid, guest_result in guestcheck.check_batch(

@@ -11,50 +11,40 @@ mark ``crashlab:sync:<n>`` (n = 1, 2, ...) into the dm-log-writes log with
 the call completed, every write and flush the call waited for precedes the mark in the
 log. It finishes with ``sync`` and one last mark that requires everything.
 
-The oracle (JSON) says, for each mark, which files and directories must exist, and with
-exactly which content, in any crash state whose last mark is that one.
-
-Durability model (sound, i.e. it never requires what Linux does not promise):
-
-* A file's *data* is durable once fsync, fdatasync or sync returned after its last
-  write or truncate. A new file's data is not durable until then, even when empty.
-* A *name* (directory entry) is durable after sync, after fsync of its parent directory
-  once the entry exists, or -- for files -- after fsync of the file through that very
-  name. POSIX does not promise the last one, but ext4, xfs and btrfs all persist the
-  name of a file they fsync (crash-consistency work such as ACE relies on the same
-  rule). fdatasync does not make a name durable, and fsync of a directory does not
-  make the directory's own name durable.
-* A name counts only if every ancestor directory's name is durable as well; the root
-  (the mount point) always is.
-* The crash may fall anywhere after mark n and before mark n+1, so a file touched in
-  that interval (written, truncated, renamed from or over, linked, unlinked -- through
-  any of its names) is not required at mark n, even if it was durable at the mark.
-* Only presence and content are checked: stale names (an unlinked file that comes back)
-  are allowed, because an unlink is not durable until its directory is synced.
-
-``verify`` reads back what one mark requires and prints a JSON verdict.
+The oracle (JSON) says, for each mark, what a crash state whose last mark it is must
+hold; its rules, and the guarantee each rests on, are in ``oracle.py`` (beside this file
+in the guest), which also checks a mounted state (``verify``).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-FORMAT = "crashlab-oracle/1"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from oracle import (  # type: ignore[import-not-found]  # beside us in the guest
+    FORMAT,
+    SYNC_OPS,
+    Model,
+    Recorder,
+    UsageError,
+    load_oracle,
+    verify,
+)
+
 MARK_PREFIX = "crashlab:sync:"
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-SYNC_OPS = frozenset({"fsync", "fdatasync", "fsync_dir", "sync"})
 MAX_DEPTH = 3
 # Write lengths are drawn up to one of these caps: sub-block, block and multi-block I/O.
 WRITE_CAPS = (100, 4096, 65536)
@@ -75,30 +65,8 @@ WEIGHTS: dict[str, int] = {
 }
 
 
-class UsageError(Exception):
-    """Bad arguments or an unreadable oracle: exit 2."""
-
-
 class OpFailed(Exception):
     """A file-system call failed during ``run``."""
-
-
-@dataclass
-class Inode:
-    ino: int
-    data: bytearray = field(default_factory=bytearray)
-    data_durable: bool = False
-    version: int = 0
-    _digest: tuple[int, str] | None = None
-
-    def changed(self) -> None:
-        self.version += 1
-        self.data_durable = False
-
-    def sha256(self) -> str:
-        if self._digest is None or self._digest[0] != self.version:
-            self._digest = (self.version, hashlib.sha256(self.data).hexdigest())
-        return self._digest[1]
 
 
 @dataclass(frozen=True)
@@ -126,116 +94,8 @@ class Op:
         return d
 
 
-def parent(path: str) -> str:
-    return path.rpartition("/")[0]
-
-
 def join(directory: str, name: str) -> str:
     return f"{directory}/{name}" if directory else name
-
-
-class Model:
-    """The namespace and contents the real file system should hold, with durability."""
-
-    def __init__(self, fsync_names: bool = True) -> None:
-        # fsync(file) also makes the file's name durable (ext4, xfs, btrfs do it); with
-        # False only POSIX's rule holds: the name needs an fsync of its directory (ext2).
-        self.fsync_names = fsync_names
-        self.files: dict[str, Inode] = {}
-        self.file_name_durable: dict[str, bool] = {}
-        self.dirs: dict[str, bool] = {"": True}
-        self._next_ino = 1
-
-    def apply(self, op: Op) -> None:
-        k = op.kind
-        if k == "create":
-            self.files[op.path] = Inode(self._next_ino)
-            self._next_ino += 1
-            self.file_name_durable[op.path] = False
-        elif k in ("write", "append", "overwrite"):
-            inode = self.files[op.path]
-            end = op.offset + len(op.data)
-            if len(inode.data) < op.offset:
-                inode.data.extend(bytes(op.offset - len(inode.data)))
-            inode.data[op.offset : end] = op.data
-            inode.changed()
-        elif k == "truncate":
-            inode = self.files[op.path]
-            if op.size < len(inode.data):
-                del inode.data[op.size :]
-            else:
-                inode.data.extend(bytes(op.size - len(inode.data)))
-            inode.changed()
-        elif k == "rename":
-            if op.dst in self.files and self.files[op.dst] is self.files[op.path]:
-                return  # POSIX: renaming a name onto another link of the same file does nothing
-            self.files[op.dst] = self.files.pop(op.path)
-            del self.file_name_durable[op.path]
-            self.file_name_durable[op.dst] = False
-        elif k == "link":
-            self.files[op.dst] = self.files[op.path]
-            self.file_name_durable[op.dst] = False
-        elif k == "unlink":
-            del self.files[op.path]
-            del self.file_name_durable[op.path]
-        elif k == "mkdir":
-            self.dirs[op.path] = False
-        elif k == "fsync":
-            self.files[op.path].data_durable = True
-            if self.fsync_names:
-                self.file_name_durable[op.path] = True
-        elif k == "fdatasync":
-            self.files[op.path].data_durable = True
-        elif k == "fsync_dir":
-            for name in self.file_name_durable:
-                if parent(name) == op.path:
-                    self.file_name_durable[name] = True
-            for d in self.dirs:
-                if d and parent(d) == op.path:
-                    self.dirs[d] = True
-        elif k == "sync":
-            for inode in self.files.values():
-                inode.data_durable = True
-            for name in self.file_name_durable:
-                self.file_name_durable[name] = True
-            for d in self.dirs:
-                self.dirs[d] = True
-        else:
-            raise ValueError(f"unknown op {k!r}")
-
-    def touches(self, op: Op) -> tuple[set[str], set[int]]:
-        """Names and inodes an op changes; call before ``apply``."""
-        k = op.kind
-        if k in SYNC_OPS:
-            return set(), set()
-        if k in ("create", "mkdir"):
-            return {op.path}, set()
-        inodes = {self.files[op.path].ino}
-        if k == "rename" and op.dst in self.files:
-            inodes.add(self.files[op.dst].ino)
-        return {op.path, op.dst} - {""}, inodes
-
-    def dir_durable(self, d: str) -> bool:
-        while d:
-            if not self.dirs[d]:
-                return False
-            d = parent(d)
-        return True
-
-    def durable_files(self) -> dict[str, tuple[int, str, int]]:
-        """Durable files as path -> (inode, sha256, size)."""
-        out: dict[str, tuple[int, str, int]] = {}
-        for path, inode in self.files.items():
-            if (
-                inode.data_durable
-                and self.file_name_durable[path]
-                and self.dir_durable(parent(path))
-            ):
-                out[path] = (inode.ino, inode.sha256(), len(inode.data))
-        return out
-
-    def durable_dirs(self) -> list[str]:
-        return sorted(d for d in self.dirs if d and self.dir_durable(d))
 
 
 class Generator:
@@ -325,8 +185,11 @@ class Generator:
         raise ValueError(f"unknown op kind {kind!r}")
 
 
-def perform(root: str, op: Op) -> None:
-    """Do ``op`` on the real file system under ``root``."""
+def perform(root: str, op: Op, noop_sync: bool = False) -> None:
+    """Do ``op`` on the real file system under ``root`` (``noop_sync``: skip the sync
+    calls -- a broken fsync, the oracle's positive control)."""
+    if noop_sync and op.kind in SYNC_OPS:
+        return
     p = os.path.join(root, op.path)
     k = op.kind
     if k == "create":
@@ -377,49 +240,6 @@ def emit_mark(mark_cmd: str, dm_name: str, text: str) -> None:
         raise OpFailed(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
 
 
-class Recorder:
-    """Keeps the marks; each mark's requirements are settled when the next one is made."""
-
-    def __init__(self, mark_cmd: str, dm_name: str) -> None:
-        self.mark_cmd = mark_cmd
-        self.dm_name = dm_name
-        self.marks: list[dict[str, Any]] = []
-        self._pending: tuple[dict[str, Any], dict[str, tuple[int, str, int]], list[str]] | None = (
-            None
-        )
-        self._paths: set[str] = set()
-        self._inodes: set[int] = set()
-
-    def touch(self, paths: Iterable[str], inodes: Iterable[int]) -> None:
-        self._paths.update(paths)
-        self._inodes.update(inodes)
-
-    def settle(self) -> None:
-        """Drop from the pending mark whatever was touched since it was made."""
-        if self._pending is None:
-            return
-        entry, files, dirs = self._pending
-        entry["files"] = {
-            path: {"sha256": sha, "size": size}
-            for path, (ino, sha, size) in sorted(files.items())
-            if path not in self._paths and ino not in self._inodes
-        }
-        entry["dirs"] = [d for d in dirs if d not in self._paths]
-        self.marks.append(entry)
-        self._pending = None
-
-    def mark(self, model: Model, after_op: int) -> str:
-        self.settle()
-        n = len(self.marks) + 1
-        text = f"{MARK_PREFIX}{n}"
-        emit_mark(self.mark_cmd, self.dm_name, text)
-        entry: dict[str, Any] = {"mark": text, "n": n, "after_op": after_op}
-        self._pending = (entry, model.durable_files(), model.durable_dirs())
-        self._paths = set()
-        self._inodes = set()
-        return text
-
-
 def execute(
     root: str,
     ops: Iterable[Op] | None = None,
@@ -429,28 +249,32 @@ def execute(
     mark_cmd: str = "none",
     dm_name: str = "",
     fsync_names: bool = True,
+    noop_sync: bool = False,
 ) -> dict[str, Any]:
     """Run ops (given, or ``count`` drawn from ``generator``) and return the oracle body.
 
     The returned dict has ``marks``, ``final_mark``, ``ops``, ``complete`` and ``error``.
     """
     model = Model(fsync_names)
-    rec = Recorder(mark_cmd, dm_name)
+    rec = Recorder()
     log: list[dict[str, Any]] = []
     error: str | None = None
 
     def step(op: Op) -> None:
         paths, inodes = model.touches(op)
-        rec.touch(paths, inodes)
+        rec.touch(op, paths, inodes)
         entry = {"i": len(log), **op.describe()}
         log.append(entry)
         try:
-            perform(root, op)
+            perform(root, op, noop_sync)
         except OSError as e:
             raise OpFailed(f"op {entry['i']} {op.kind} {op.path!r}: {e.strerror}") from None
         model.apply(op)
         if op.kind in SYNC_OPS:
-            entry["mark"] = rec.mark(model, entry["i"])
+            text = f"{MARK_PREFIX}{len(rec.marks) + 1 + (rec.pending is not None)}"
+            emit_mark(mark_cmd, dm_name, text)
+            rec.mark(model, text, entry["i"])
+            entry["mark"] = text
 
     def source() -> Iterable[Op]:
         if ops is not None:
@@ -503,6 +327,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         mark_cmd=args.mark_cmd,
         dm_name=args.dm_name or "",
         fsync_names=args.fsync_names == "yes",
+        noop_sync=args.noop_sync,
     )
     oracle = {
         "format": FORMAT,
@@ -520,84 +345,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK if body["complete"] else EXIT_FAILED
 
 
-def load_oracle(path: str) -> dict[str, Any]:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except OSError as e:
-        raise UsageError(f"--oracle {path}: {e.strerror}") from None
-    except ValueError as e:
-        raise UsageError(f"--oracle {path}: not JSON: {e}") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise UsageError(f"--oracle {path}: not a {FORMAT} file")
-    return data
-
-
-def file_digest(path: str) -> tuple[str, int]:
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-            size += len(chunk)
-    return h.hexdigest(), size
-
-
-def verify(root: str, oracle: dict[str, Any], mark: str | None) -> dict[str, Any]:
-    """Check what ``mark`` requires; no mark or an unknown one requires nothing."""
-    entry = next((m for m in oracle["marks"] if m["mark"] == mark), None)
-    missing: list[str] = []
-    mismatched: list[dict[str, Any]] = []
-    checked = 0
-    if entry is not None:
-        for d in entry["dirs"]:
-            checked += 1
-            if not os.path.isdir(os.path.join(root, d)):
-                missing.append(d + "/")
-        for path, want in entry["files"].items():
-            checked += 1
-            full = os.path.join(root, path)
-            if not os.path.isfile(full):
-                missing.append(path)
-                continue
-            try:
-                got, size = file_digest(full)
-            except OSError as e:
-                mismatched.append(
-                    {
-                        "path": path,
-                        "expected": want["sha256"],
-                        "got": None,
-                        "size": None,
-                        "error": e.strerror,
-                    }
-                )
-                continue
-            if got != want["sha256"]:
-                mismatched.append(
-                    {
-                        "path": path,
-                        "expected": want["sha256"],
-                        "got": got,
-                        "size": size,
-                        "expected_size": want["size"],
-                    }
-                )
-    return {
-        "mark": mark,
-        "known": entry is not None,
-        "checked": checked,
-        "missing": missing,
-        "mismatched": mismatched,
-        "ok": not missing and not mismatched,
-    }
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.root):
         raise UsageError(f"--root {args.root}: not a directory")
     oracle = load_oracle(args.oracle)
-    print(json.dumps(verify(args.root, oracle, args.mark or None), sort_keys=True))
+    print(json.dumps(verify(args.root, oracle, args.mark or None, args.exact), sort_keys=True))
     return EXIT_OK
 
 
@@ -620,12 +372,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="does fsync(file) make its name durable? (no: POSIX, e.g. ext2)",
     )
     r.add_argument("--dm-name", help="the dm-log-writes device that receives the marks")
+    r.add_argument(
+        "--noop-sync",
+        action="store_true",
+        help="never really fsync/sync (a positive control: the oracle must catch it)",
+    )
     r.add_argument("--oracle", required=True, help="where to write the oracle JSON")
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("verify", help="check a mounted crash state against the oracle")
     v.add_argument("--root", required=True)
     v.add_argument("--oracle", required=True)
     v.add_argument("--mark", default="", help="last mark in the crash state; empty for none")
+    v.add_argument("--exact", action="store_true", help="the state is cut exactly at --mark")
     v.set_defaults(func=cmd_verify)
     return p
 

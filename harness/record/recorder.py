@@ -66,6 +66,9 @@ class WorkloadSpec:
     max_size: int = 256 * 1024
     fsync_names: bool = True
     fio_job: str = ""
+    # A positive control: the workload "syncs" without calling fsync (the marks and the
+    # oracle as if it had), so the oracle must find the data missing.
+    noop_sync: bool = False
 
 
 @dataclass(frozen=True)
@@ -264,6 +267,7 @@ def _record_in(
                 str(workload.max_size),
                 "--fsync-names",
                 "yes" if workload.fsync_names else "no",
+                *(["--noop-sync"] if workload.noop_sync else []),
                 *marks,
                 "--oracle",
                 oracle_path,

@@ -85,6 +85,16 @@ class CrashState:
         )
 
     @property
+    def exact(self) -> bool:
+        """Cut exactly at its mark: nothing logged after the mark is in the image."""
+        return (
+            self.mark_index is not None
+            and self.prefix == self.mark_index + 1
+            and not self.dropped
+            and self.torn is None
+        )
+
+    @property
     def sync(self) -> int | None:
         """n of the last ``crashlab:sync:<n>`` mark; None right after mkfs."""
         if self.mark and self.mark.startswith(SYNC_MARK_PREFIX):

@@ -1,0 +1,431 @@
+#!/usr/bin/env python3
+"""The durability oracle: what a crash state must hold, and the check of a mounted one.
+
+Stdlib only; copied into the guest beside opgen.py (which drives the model while the
+workload runs) and checkstate.py (which calls ``verify``).
+
+Each rule says what Linux promises and which filesystems this lab holds to it. The
+oracle never requires more (soundness): a missed finding is possible, a false one is a
+bug of ours.
+
+Marks. After every fsync / fdatasync / directory fsync / sync *returns*, the workload
+places mark ``crashlab:sync:<n>``. dm-log-writes logs a completed write only when a later
+flush covers it, so a cut at a mark holds exactly what some flush or FUA had made
+durable by then (the volatile-cache model), and nothing the workload did afterwards.
+
+Rules, per mark n (``marks[i]`` in the oracle file):
+
+1. Data (``files``): a file's content is durable once fsync, fdatasync or sync returned
+   after its last write or truncate (POSIX fsync/fdatasync). Its *name* is durable after
+   sync, after fsync of its parent directory once the entry exists, or after fsync of the
+   file itself through that name -- POSIX does not promise the last one, but journaled
+   ext3/ext4, xfs and btrfs all persist it; ``fsync_names = false`` (ext2, ext4 without a
+   journal) keeps to POSIX. A name counts only when every ancestor directory's name is
+   durable too. Checked: the file exists, its size, its sha256.
+2. The interval: a state whose last mark is n may be cut anywhere before mark n+1, so a
+   file *touched* in that interval (written, truncated, renamed from or over, linked,
+   unlinked, through any of its names) is not required by ``files`` -- except:
+3. Exactly at the mark (``exact``): a state cut right at mark n holds nothing logged
+   after it, so every file durable at n is required as it was, touched later or not.
+4. Appends keep their prefix (``prefixes``): a file only appended to after mark n still
+   holds its first ``size`` bytes unchanged; an append writes past the old end (and
+   rewrites the old last block with the same bytes), it never changes what was there.
+5. Rename-over is atomic (``either``): rename(2) replaces the target in one step, so a
+   durable target renamed over by a durable file holds the old or the new content --
+   never neither, never a mix -- until the rename is made durable (then rule 1).
+6. Durable removal (``absent``): a name unlinked or renamed away, and then made durable
+   by fsync of its directory or sync, stays gone. Before that, a stale name may come back
+   (an unlink is not durable until its directory is synced), so nothing is required.
+7. Link counts (``nlink``): after a sync with no link, unlink or rename of the file
+   since, the inode's link count is exactly its number of names (the inode was written
+   whole by the sync). Otherwise nothing: a stale name may hold an extra link.
+
+After the final mark nothing changes: a state cut after ``crashlab:umount`` or at the end
+of the log (``dm-log-writes-end``) requires what the final mark requires, exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+FORMAT = "crashlab-oracle/2"
+# Marks after the workload's final sync: nothing happens between them and it.
+AFTER_FINAL = ("crashlab:umount", "dm-log-writes-end")
+SYNC_OPS = frozenset({"fsync", "fdatasync", "fsync_dir", "sync"})
+
+
+class UsageError(Exception):
+    """Bad arguments or an unreadable oracle: exit 2."""
+
+
+@dataclass
+class Inode:
+    ino: int
+    data: bytearray = field(default_factory=bytearray)
+    data_durable: bool = False
+    version: int = 0
+    names_changed: int = 0  # op count of the last create / link / unlink / rename
+    _digest: tuple[int, str] | None = None
+
+    def changed(self) -> None:
+        self.version += 1
+        self.data_durable = False
+
+    def sha256(self) -> str:
+        if self._digest is None or self._digest[0] != self.version:
+            self._digest = (self.version, hashlib.sha256(self.data).hexdigest())
+        return self._digest[1]
+
+
+def parent(path: str) -> str:
+    return path.rpartition("/")[0]
+
+
+class Model:
+    """The namespace and contents the real file system should hold, with durability."""
+
+    def __init__(self, fsync_names: bool = True) -> None:
+        self.fsync_names = fsync_names
+        self.files: dict[str, Inode] = {}
+        self.file_name_durable: dict[str, bool] = {}
+        self.dirs: dict[str, bool] = {"": True}
+        self.removed: set[str] = set()  # names gone, their removal not yet durable
+        self.gone: set[str] = set()  # names whose removal is durable (rule 6)
+        self.ops = 0
+        self.last_sync = -1
+        self._next_ino = 1
+
+    def _name_appears(self, path: str, inode: Inode) -> None:
+        self.file_name_durable[path] = False
+        self.removed.discard(path)
+        self.gone.discard(path)
+        inode.names_changed = self.ops
+
+    def _name_goes(self, path: str) -> None:
+        del self.file_name_durable[path]
+        self.removed.add(path)
+
+    def apply(self, op: Any) -> None:
+        self.ops += 1
+        k = op.kind
+        if k == "create":
+            inode = Inode(self._next_ino)
+            self._next_ino += 1
+            self.files[op.path] = inode
+            self._name_appears(op.path, inode)
+        elif k in ("write", "append", "overwrite"):
+            inode = self.files[op.path]
+            end = op.offset + len(op.data)
+            if len(inode.data) < op.offset:
+                inode.data.extend(bytes(op.offset - len(inode.data)))
+            inode.data[op.offset : end] = op.data
+            inode.changed()
+        elif k == "truncate":
+            inode = self.files[op.path]
+            if op.size < len(inode.data):
+                del inode.data[op.size :]
+            else:
+                inode.data.extend(bytes(op.size - len(inode.data)))
+            inode.changed()
+        elif k == "rename":
+            if op.dst in self.files and self.files[op.dst] is self.files[op.path]:
+                return  # POSIX: renaming a name onto another link of the same file does nothing
+            if op.dst in self.files:
+                self.files[op.dst].names_changed = self.ops
+            inode = self.files.pop(op.path)
+            self._name_goes(op.path)
+            self.files[op.dst] = inode
+            self._name_appears(op.dst, inode)
+        elif k == "link":
+            self.files[op.dst] = self.files[op.path]
+            self._name_appears(op.dst, self.files[op.path])
+        elif k == "unlink":
+            self.files.pop(op.path).names_changed = self.ops
+            self._name_goes(op.path)
+        elif k == "mkdir":
+            self.dirs[op.path] = False
+        elif k == "fsync":
+            self.files[op.path].data_durable = True
+            if self.fsync_names:
+                self.file_name_durable[op.path] = True
+        elif k == "fdatasync":
+            self.files[op.path].data_durable = True
+        elif k == "fsync_dir":
+            self._dir_synced(op.path)
+        elif k == "sync":
+            for inode in self.files.values():
+                inode.data_durable = True
+            for name in self.file_name_durable:
+                self.file_name_durable[name] = True
+            for d in self.dirs:
+                self.dirs[d] = True
+            self.gone |= self.removed
+            self.removed.clear()
+            self.last_sync = self.ops
+        else:
+            raise ValueError(f"unknown op {k!r}")
+
+    def _dir_synced(self, d: str) -> None:
+        for name in self.file_name_durable:
+            if parent(name) == d:
+                self.file_name_durable[name] = True
+        for sub in self.dirs:
+            if sub and parent(sub) == d:
+                self.dirs[sub] = True
+        gone = {n for n in self.removed if parent(n) == d}
+        self.gone |= gone
+        self.removed -= gone
+
+    def touches(self, op: Any) -> tuple[set[str], set[int]]:
+        """Names and inodes an op changes; call before ``apply``."""
+        k = op.kind
+        if k in SYNC_OPS:
+            return set(), set()
+        if k in ("create", "mkdir"):
+            return {op.path}, set()
+        inodes = {self.files[op.path].ino}
+        if k == "rename" and op.dst in self.files:
+            inodes.add(self.files[op.dst].ino)
+        return {op.path, op.dst} - {""}, inodes
+
+    def dir_durable(self, d: str) -> bool:
+        while d:
+            if not self.dirs[d]:
+                return False
+            d = parent(d)
+        return True
+
+    def durable_files(self) -> dict[str, dict[str, Any]]:
+        """Durable files: path -> {ino, sha256, size[, nlink]} (rules 1 and 7)."""
+        names: dict[int, int] = {}
+        for inode in self.files.values():
+            names[inode.ino] = names.get(inode.ino, 0) + 1
+        out: dict[str, dict[str, Any]] = {}
+        for path, inode in self.files.items():
+            if (
+                inode.data_durable
+                and self.file_name_durable[path]
+                and self.dir_durable(parent(path))
+            ):
+                req: dict[str, Any] = {
+                    "ino": inode.ino,
+                    "sha256": inode.sha256(),
+                    "size": len(inode.data),
+                }
+                if inode.names_changed < self.last_sync:
+                    req["nlink"] = names[inode.ino]
+                out[path] = req
+        return out
+
+    def durable_dirs(self) -> list[str]:
+        return sorted(d for d in self.dirs if d and self.dir_durable(d))
+
+    def durable_absent(self) -> list[str]:
+        """Names whose removal is durable (rule 6), under durable directories."""
+        return sorted(n for n in self.gone if self.dir_durable(parent(n)))
+
+
+class Recorder:
+    """Keeps the marks; each mark's interval requirements are settled at the next one."""
+
+    def __init__(self) -> None:
+        self.marks: list[dict[str, Any]] = []
+        self._pending: dict[str, Any] | None = None
+        self._paths: set[str] = set()
+        self._inodes: set[int] = set()
+        self._appended: set[int] = set()  # inodes appended to in this interval ...
+        self._other: set[int] = set()  # ... and inodes changed any other way
+        self._either: dict[str, tuple[list[str], set[int]]] = {}
+
+    def touch(self, op: Any, paths: set[str], inodes: set[int]) -> None:
+        """Record what ``op`` changes (before the model applies it)."""
+        for path in [p for p, (_, i) in self._either.items() if p in paths or i & inodes]:
+            del self._either[path]  # touched again after the rename: rule 5 no longer holds
+        if self._pending is not None and op.kind == "rename":
+            self._rename_over(op, self._pending["files"])
+        self._paths |= paths
+        self._inodes |= inodes
+        (self._appended if op.kind == "append" else self._other).update(inodes)
+
+    def _rename_over(self, op: Any, files: dict[str, dict[str, Any]]) -> None:
+        """Rule 5: both names durable at the mark and untouched since."""
+        src, dst = files.get(op.path), files.get(op.dst)
+        if src is None or dst is None or {op.path, op.dst} & self._paths:
+            return
+        inodes = {src["ino"], dst["ino"]}
+        if not inodes & self._inodes:
+            self._either[op.dst] = (sorted({dst["sha256"], src["sha256"]}), inodes)
+
+    def settle(self) -> None:
+        """Close the pending mark: split what was touched since out of its requirements."""
+        entry = self._pending
+        if entry is None:
+            return
+        kept: dict[str, Any] = {}
+        touched: dict[str, Any] = {}
+        prefixes: dict[str, Any] = {}
+        for path, req in sorted(entry.pop("files").items()):
+            ino = req.pop("ino")
+            if path not in self._paths and ino not in self._inodes:
+                kept[path] = req
+                continue
+            touched[path] = req
+            if ino in self._appended and ino not in self._other:  # rule 4
+                prefixes[path] = {"sha256": req["sha256"], "size": req["size"]}
+        absent = entry.pop("absent")
+        entry["files"] = kept
+        entry["prefixes"] = prefixes
+        entry["either"] = {p: shas for p, (shas, _) in self._either.items()}
+        entry["absent"] = [n for n in absent if n not in self._paths]
+        # Rule 3: a state cut exactly at the mark holds none of the interval's changes.
+        entry["exact"] = {"files": touched, "absent": [n for n in absent if n in self._paths]}
+        entry["dirs"] = [d for d in entry["dirs"] if d not in self._paths]
+        self.marks.append(entry)
+        self._pending = None
+
+    @property
+    def pending(self) -> dict[str, Any] | None:
+        return self._pending
+
+    def mark(self, model: Model, text: str, after_op: int) -> None:
+        self.settle()
+        self._pending = {
+            "mark": text,
+            "n": len(self.marks) + 1,
+            "after_op": after_op,
+            "files": model.durable_files(),
+            "dirs": model.durable_dirs(),
+            "absent": model.durable_absent(),
+        }
+        self._paths, self._inodes = set(), set()
+        self._appended, self._other = set(), set()
+        self._either = {}
+
+
+def load_oracle(path: str) -> dict[str, Any]:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except OSError as e:
+        raise UsageError(f"--oracle {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise UsageError(f"--oracle {path}: not JSON: {e}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise UsageError(f"--oracle {path}: not a {FORMAT} file")
+    return data
+
+
+def file_digest(path: str, limit: int | None = None) -> tuple[str, int]:
+    """sha256 and length of the file (of its first ``limit`` bytes)."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20 if limit is None else min(1 << 20, limit - size)):
+            h.update(chunk)
+            size += len(chunk)
+            if limit is not None and size >= limit:
+                break
+    return h.hexdigest(), size
+
+
+def requirements(oracle: dict[str, Any], mark: str | None, exact: bool) -> dict[str, Any] | None:
+    """What a state whose last mark is ``mark`` must hold (None: nothing)."""
+    if mark in AFTER_FINAL and oracle.get("final_mark"):
+        mark, exact = oracle["final_mark"], True  # nothing happened after the final sync
+    entry: dict[str, Any] | None = next((m for m in oracle["marks"] if m["mark"] == mark), None)
+    if entry is None:
+        return None
+    if not exact:
+        return entry
+    more = entry["exact"]
+    return {
+        **entry,
+        "files": {**entry["files"], **more["files"]},
+        "absent": [*entry["absent"], *more["absent"]],
+        "prefixes": {},
+        "either": {},
+    }
+
+
+def verify(
+    root: str, oracle: dict[str, Any], mark: str | None, exact: bool = False
+) -> dict[str, Any]:
+    """Check what ``mark`` requires of the tree at ``root`` (the rules of the module
+    docstring). OSError reading a required file is reported per file (unreadable data is
+    lost data); the caller treats any other exception as the lab's own failure."""
+    req = requirements(oracle, mark, exact)
+    missing: list[str] = []
+    mismatched: list[dict[str, Any]] = []
+    present: list[str] = []
+    nlink: list[dict[str, Any]] = []
+    checked = 0
+
+    def content(path: str, want: dict[str, Any], limit: int | None = None) -> None:
+        full = os.path.join(root, path)
+        if not os.path.isfile(full):
+            missing.append(path)
+            return
+        try:
+            got, size = file_digest(full, limit)
+            st = os.stat(full)
+        except OSError as e:
+            mismatched.append({"path": path, "error": e.strerror})
+            return
+        if limit is not None and size < limit:
+            mismatched.append({"path": path, "prefix": limit, "size": size})
+        elif got != want["sha256"] or (limit is None and st.st_size != want["size"]):
+            mismatched.append(
+                {
+                    "path": path,
+                    "expected": want["sha256"],
+                    "got": got,
+                    "size": st.st_size,
+                    "expected_size": want["size"],
+                }
+            )
+        elif limit is None and "nlink" in want and st.st_nlink != want["nlink"]:
+            nlink.append({"path": path, "nlink": st.st_nlink, "expected": want["nlink"]})
+
+    if req is not None:
+        for d in req["dirs"]:
+            checked += 1
+            if not os.path.isdir(os.path.join(root, d)):
+                missing.append(d + "/")
+        for path, want in req["files"].items():
+            checked += 1
+            content(path, want)
+        for path, want in req.get("prefixes", {}).items():
+            checked += 1
+            content(path, want, limit=want["size"])
+        for path, shas in req.get("either", {}).items():
+            checked += 1
+            full = os.path.join(root, path)
+            if not os.path.isfile(full):
+                missing.append(path)
+                continue
+            try:
+                got, _ = file_digest(full)
+            except OSError as e:
+                mismatched.append({"path": path, "error": e.strerror})
+                continue
+            if got not in shas:
+                mismatched.append({"path": path, "either": shas, "got": got})
+        for name in req.get("absent", []):
+            checked += 1
+            if os.path.lexists(os.path.join(root, name)):
+                present.append(name)
+    return {
+        "mark": mark,
+        "exact": exact,
+        "known": req is not None,
+        "checked": checked,
+        "missing": missing,
+        "mismatched": mismatched,
+        "present": present,
+        "nlink": nlink,
+        "ok": not (missing or mismatched or present or nlink),
+    }

@@ -235,3 +235,60 @@ def test_asking_ext2_for_durable_names_is_bad_input_unless_findings_are_expected
         "ext4-ordered-fsync", ("fs.type=ext2", "workload.fsync_names=true", "expect=findings")
     )
     assert sc.expect == "findings"
+
+
+def _facts(**kw: Any) -> dict[str, Any]:
+    ok = {"rc": 0, "seconds": 0.1, "output": ""}
+    return {"mount": ok, "umount": ok, "fsck": ok, **kw}
+
+
+@pytest.mark.parametrize(
+    ("facts", "outcome"),
+    [
+        # Before: every mount failure was mount_failed, even a guest without the driver.
+        (
+            _facts(mount={"rc": 32, "seconds": 0.1, "output": "unknown filesystem type 'xfs'"}),
+            Outcome.HARNESS_ERROR,
+        ),
+        (_facts(mount={"rc": 1, "seconds": 0.1, "output": "only root"}), Outcome.HARNESS_ERROR),
+        (
+            _facts(mount={"rc": 32, "seconds": 0.1, "output": "Structure needs cleaning"}),
+            Outcome.MOUNT_FAILED,
+        ),
+        # Before: umount's exit status was ignored.
+        (
+            _facts(umount={"rc": 32, "seconds": 0.1, "output": "target is busy"}),
+            Outcome.HARNESS_ERROR,
+        ),
+        # Before: any exception in the verifier was data_loss.
+        (_facts(verify_error="KeyError: 'marks'"), Outcome.HARNESS_ERROR),
+        # ... but a finding already shown is kept whatever the lab does next.
+        (
+            _facts(
+                verify={"ok": False, "missing": ["a"]},
+                umount={"rc": 32, "seconds": 0.1, "output": "busy"},
+            ),
+            Outcome.DATA_LOSS,
+        ),
+        (_facts(verify={"ok": True}), Outcome.CONSISTENT),
+    ],
+)
+def test_guest_facts_are_judged_without_blaming_the_filesystem_for_the_lab(
+    facts: dict[str, Any], outcome: Outcome
+) -> None:
+    assert guestcheck.judge(facts).outcome is outcome
+
+
+def test_a_crashlab_bug_exits_3_not_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: an uncaught exception exited 1, README's "a filesystem finding".
+    from harness.cli import lab, main
+
+    def boom(args: Any) -> int:
+        raise KeyError("a bug of ours")
+
+    monkeypatch.setattr(lab, "cmd_list", boom)
+    assert main.main(["list"]) == 3
+    err = capsys.readouterr().err
+    assert "crashlab bug" in err and "Traceback" not in err

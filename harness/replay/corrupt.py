@@ -4,7 +4,7 @@ control for the oracle (``crash.corrupt = "zero-durable-block"``).
 A state whose mark requires a file with data gets the first block of that file zeroed,
 on the host and in userspace: the image's journal is replayed first (``e2fsck -E
 journal_only``, so the block map ``debugfs`` reads is the one a mount would see), then
-``debugfs -R 'bmap PATH 0'`` names the block and it is overwritten with zeros. The
+``debugfs -R 'blocks PATH'`` names its first allocated block and it is overwritten with zeros. The
 guest's oracle must then report ``data_loss``; a lab that calls such a state consistent
 is broken. ext2/3/4 only (debugfs).
 """
@@ -37,15 +37,16 @@ def zero_durable_block(
         return None
     proc.run(["e2fsck", "-E", "journal_only", "-p", image], check=False)
     target = files[0]
-    out = proc.run(["debugfs", "-R", f"bmap /{target} 0", image]).stdout.split()
-    if not out or not out[-1].isdigit() or int(out[-1]) == 0:
+    # `blocks`, not `bmap PATH 0`: the workload writes sparse files, block 0 may be a hole.
+    out = proc.run(["debugfs", "-R", f"blocks /{target}", image]).stdout.split()
+    if not out or not out[0].isdigit():
         raise HarnessError(f"debugfs found no block for /{target} in {image}")
-    block = int(out[-1])
+    block = int(out[0])
     size = _block_size(image)
     with open(image, "r+b") as f:
         f.seek(block * size)
         f.write(bytes(size))
-    return f"zeroed block {block} (the first of /{target})"
+    return f"zeroed block {block} (the first allocated one of /{target})"
 
 
 def _block_size(image: Path) -> int:

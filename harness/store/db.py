@@ -12,287 +12,50 @@ transaction with its version bump. A file that is not ours is refused untouched.
 from __future__ import annotations
 
 import json
-import math
 import os
 import socket
 import sqlite3
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 from harness.errors import InputError
 from harness.outcome import Outcome, is_harness, reduce
-from harness.store.schema import (
-    _TABLES,
-    _ZFS_JSON_COLUMNS,
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    ZFS_SCAN_EXTRA,
+from harness.store.model import (
+    APPLICATION_ID,
+    OUTPUT_EXCERPT,
+    Accelerator,
+    CheckResult,
+    CheckRow,
+    CrashState,
+    LogInfo,
+    Phase,
+    PhaseStats,
+    RunDetail,
+    RunEnv,
+    RunKind,
+    RunRow,
+    RunStatus,
+    ScanKind,
+    Stage,
+    StateRow,
+    _opt_str,
+    canonical_json,
+    excerpt,
+    percentile,
+    phase_stats,
+    pid_alive,
+    utc_now,
 )
-
-# "CRLB" as a big-endian int: `file(1)` and `sqlite3 .dbinfo` show it, and it tells
-# our files from any other SQLite file without looking at table names.
-APPLICATION_ID = 0x43524C42
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-# A check's output is kept as an excerpt: the full log lives next to the run; the store
-# only needs enough to recognise the failure.
-OUTPUT_EXCERPT = 4000
+from harness.store.opening import _adopt, _check_magic, _refuse
+from harness.store.reads import StoreReads
+from harness.store.schema import _ZFS_JSON_COLUMNS, SCHEMA_VERSION, ZFS_SCAN_EXTRA
 
 
-class RunKind(StrEnum):
-    CRASH = "crash"
-    ZFS = "zfs"
-
-
-class RunStatus(StrEnum):
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"
-
-
-class Accelerator(StrEnum):
-    KVM = "kvm"
-    TCG = "tcg"
-
-
-class Stage(StrEnum):
-    HOST = "host"
-    GUEST = "guest"
-
-
-class Phase(StrEnum):
-    JOURNAL_REPLAY = "journal_replay"
-    FSCK = "fsck"
-    MOUNT = "mount"
-    UMOUNT = "umount"
-    FSCK_AFTER = "fsck_after"
-    REPAIR = "repair"  # host: e2fsck -fy / xfs_repair / btrfs check --repair on a copy
-    GUEST_REPAIR = "guest_repair"  # the same in the guest, after the kernel's own recovery
-
-
-class ScanKind(StrEnum):
-    SCRUB = "scrub"
-    RESILVER = "resilver"
-
-
-# --- schema: harness/schema.py -------------------------------------------------------
-
-# --- records ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RunEnv:
-    """Where a run ran; enough to tell whether two runs are comparable."""
-
-    host: str = field(default_factory=socket.gethostname)
-    accelerator: Accelerator | None = None
-    guest_kernel: str | None = None
-    qemu_version: str | None = None
-    tool_versions: Mapping[str, str] = field(default_factory=dict)
-    image_hash: str | None = None
-
-
-@dataclass(frozen=True)
-class LogInfo:
-    """A dm-log-writes log, named by the hash of its contents."""
-
-    hash: str
-    path: str
-    entries: int
-    flushes: int
-    fuas: int
-    marks: int
-    discards: int
-    bytes: int
-
-
-@dataclass(frozen=True)
-class CrashState:
-    id: str
-    log_hash: str
-    generator: str
-    prefix: int
-    params: Mapping[str, Any] = field(default_factory=dict)
-    last_mark: str | None = None
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    stage: Stage
-    checker: str
-    outcome: Outcome
-    seconds: float
-    exit_status: int | None = None
-    output: str = ""
-
-
-@dataclass(frozen=True)
-class RunRow:
-    id: str
-    scenario: str
-    kind: str
-    params: Mapping[str, Any]
-    seed: int | None
-    started_at: str
-    finished_at: str | None
-    status: RunStatus
-    host: str | None
-    accelerator: str | None
-    guest_kernel: str | None
-    qemu_version: str | None
-    tool_versions: Mapping[str, str]
-    image_hash: str | None
-    fs: str | None
-    summary: Mapping[str, Any] | None
-    outcome_counts: Mapping[str, int]
-
-    @property
-    def duration(self) -> float | None:
-        """Seconds from start to finish; ``None`` while running or if never finished."""
-        if self.finished_at is None:
-            return None
-        start = datetime.fromisoformat(self.started_at)
-        return (datetime.fromisoformat(self.finished_at) - start).total_seconds()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "scenario": self.scenario,
-            "kind": self.kind,
-            "fs": self.fs,
-            "params": dict(self.params),
-            "seed": self.seed,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "duration_seconds": self.duration,
-            "status": str(self.status),
-            "host": self.host,
-            "accelerator": self.accelerator,
-            "guest_kernel": self.guest_kernel,
-            "qemu_version": self.qemu_version,
-            "tool_versions": dict(self.tool_versions),
-            "image_hash": self.image_hash,
-            "summary": self.summary,
-            "outcome_counts": dict(self.outcome_counts),
-        }
-
-
-@dataclass(frozen=True)
-class CheckRow:
-    stage: str
-    checker: str
-    outcome: str
-    exit_status: int | None
-    seconds: float
-    output: str
-
-
-@dataclass(frozen=True)
-class StateRow:
-    id: str
-    generator: str
-    prefix: int
-    last_mark: str | None
-    description: str
-    outcome: str | None  # None: recorded but not (yet) checked
-    checks: Sequence[CheckRow]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "generator": self.generator,
-            "prefix": self.prefix,
-            "last_mark": self.last_mark,
-            "description": self.description,
-            "outcome": self.outcome,
-            "checks": [c.__dict__.copy() for c in self.checks],
-        }
-
-
-@dataclass(frozen=True)
-class PhaseStats:
-    phase: str
-    n: int
-    mean: float
-    stdev: float  # sample standard deviation (n - 1); 0 for a single value
-    min: float
-    p50: float
-    p95: float
-    max: float
-
-
-@dataclass(frozen=True)
-class RunDetail:
-    run: RunRow
-    states: Sequence[StateRow]
-    recovery: Sequence[PhaseStats]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run": self.run.to_json(),
-            "outcome_counts": dict(self.run.outcome_counts),
-            "recovery": [s.__dict__.copy() for s in self.recovery],
-            "states": [s.to_json() for s in self.states],
-        }
-
-
-# --- helpers ------------------------------------------------------------------------
-
-
-def utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def canonical_json(value: Mapping[str, Any]) -> str:
-    """JSON with sorted keys, so equal parameters are equal strings (resume matches on it)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def excerpt(text: str, limit: int = OUTPUT_EXCERPT) -> str:
-    """Head and tail of ``text``: fsck names the problem first and sums up last."""
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n[… {len(text) - 2 * half} characters cut …]\n{text[-half:]}"
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default); needs ≥1 value."""
-    pos = (len(sorted_values) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _refuse(path: Path, problem: str, hint: str | None = None) -> InputError:
-    return InputError(
-        f"{path}: {problem}",
-        hint=hint or "pass --db with a crashlab results file, or move this file away",
-    )
-
-
-# --- the store ----------------------------------------------------------------------
-
-
-class Store:
+class Store(StoreReads):
     """An open results database. Use ``Store.open()``; close it or use it as a context."""
 
     def __init__(self, path: Path, conn: sqlite3.Connection):
@@ -561,22 +324,6 @@ class Store:
                 tuple(cols.values()),
             )
 
-    def zfs_scans(self, kind: ScanKind | None = None) -> list[dict[str, Any]]:
-        """Every stored scan (of ``kind``) of finished runs, as dicts, JSON columns decoded."""
-        cur = self._conn.execute(
-            "SELECT z.*, r.scenario FROM zfs_scans z JOIN runs r ON r.id = z.run_id"
-            " WHERE (? IS NULL OR z.kind = ?) ORDER BY z.created_at, z.id",
-            (_opt_str(kind), _opt_str(kind)),
-        )
-        names = [d[0] for d in cur.description]
-        out = []
-        for row in cur.fetchall():
-            d = dict(zip(names, row, strict=True))
-            for k in ("errors", *_ZFS_JSON_COLUMNS):
-                d[k] = json.loads(d[k]) if d.get(k) is not None else None
-            out.append(d)
-        return out
-
     # -- resuming
 
     def done_state_ids(self, run_id: str) -> set[str]:
@@ -607,196 +354,6 @@ class Store:
                 return str(run_id)
         return None
 
-    # -- reading
-
-    def resolve_run_id(self, prefix: str) -> str:
-        """The full id of the run whose id is or starts with ``prefix``.
-
-        :raise InputError: no run, or more than one, matches.
-        """
-        exact = self._conn.execute("SELECT id FROM runs WHERE id = ?", (prefix,)).fetchone()
-        if exact:
-            return str(exact[0])
-        matches = (
-            [
-                str(r[0])
-                for r in self._conn.execute(
-                    "SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY started_at DESC",
-                    (len(prefix), prefix),
-                )
-            ]
-            if prefix
-            else []
-        )
-        if len(matches) == 1:
-            return matches[0]
-        if matches:
-            raise InputError(
-                f"run id {prefix!r} is ambiguous in {self.path}",
-                hint="it matches " + ", ".join(matches[:8]) + "; give more characters",
-            )
-        recent = [
-            str(r[0])
-            for r in self._conn.execute(
-                "SELECT id FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 5"
-            )
-        ]
-        raise InputError(
-            f"no run {prefix!r} in {self.path}",
-            hint=("recent runs: " + ", ".join(recent) + "  (see `scenario results runs`)")
-            if recent
-            else "the database has no runs yet",
-        )
-
-    def runs(self, limit: int | None = 20) -> list[RunRow]:
-        """The newest runs first, with their verdict counts."""
-        rows = self._conn.execute(
-            f"{_RUN_SELECT} ORDER BY started_at DESC, rowid DESC LIMIT ?",
-            (-1 if limit is None else limit,),
-        ).fetchall()
-        return [self._run_row(r) for r in rows]
-
-    def run(self, run_id: str) -> RunRow:
-        """One run by id or unique id prefix.
-
-        :raise InputError: unknown or ambiguous id (the hint lists recent ids).
-        """
-        full = self.resolve_run_id(run_id)
-        row = self._conn.execute(f"{_RUN_SELECT} WHERE id = ?", (full,)).fetchone()
-        return self._run_row(row)
-
-    def run_detail(self, run_id: str) -> RunDetail:
-        """A run with all its states (and their checks) and recovery-time statistics.
-
-        :raise InputError: unknown or ambiguous id.
-        """
-        run = self.run(run_id)
-        checks: dict[str, list[CheckRow]] = {}
-        for sid, *rest in self._conn.execute(
-            "SELECT state_id, stage, checker, outcome, exit_status, seconds, output"
-            " FROM checks WHERE run_id = ? ORDER BY id",
-            (run.id,),
-        ):
-            checks.setdefault(sid, []).append(CheckRow(*rest))
-        states = [
-            StateRow(sid, gen, prefix, mark, desc, outcome, checks.get(sid, []))
-            for sid, gen, prefix, mark, desc, outcome in self._conn.execute(
-                "SELECT s.id, s.generator, s.prefix, s.last_mark, s.description, v.outcome"
-                " FROM crash_states s LEFT JOIN verdicts v"
-                " ON v.run_id = s.run_id AND v.state_id = s.id"
-                " WHERE s.run_id = ? ORDER BY s.prefix, s.id",
-                (run.id,),
-            )
-        ]
-        times: dict[str, list[float]] = {}
-        for phase, seconds in self._conn.execute(
-            "SELECT phase, seconds FROM recovery_times WHERE run_id = ?", (run.id,)
-        ):
-            times.setdefault(phase, []).append(float(seconds))
-        order = {str(p): i for i, p in enumerate(Phase)}
-        recovery = [
-            _stats(phase, sorted(values))
-            for phase, values in sorted(times.items(), key=lambda kv: order.get(kv[0], 99))
-        ]
-        return RunDetail(run, states, recovery)
-
-    def outcome_counts(self, run_id: str) -> dict[str, int]:
-        """Verdict counts of a run's crash states, most severe last."""
-        rows = self._conn.execute(
-            "SELECT outcome, count(*) FROM verdicts WHERE run_id = ? GROUP BY outcome",
-            (run_id,),
-        )
-        return _ordered_counts((str(o), int(n)) for o, n in rows)
-
-    def _run_row(self, r: sqlite3.Row | tuple[Any, ...]) -> RunRow:
-        (
-            rid,
-            scenario,
-            kind,
-            params,
-            seed,
-            started,
-            finished,
-            status,
-            host,
-            accel,
-            kernel,
-            qemu,
-            tools,
-            image,
-            fs,
-            summary,
-        ) = r
-        return RunRow(
-            id=rid,
-            scenario=scenario,
-            kind=kind,
-            params=json.loads(params),
-            seed=seed,
-            started_at=started,
-            finished_at=finished,
-            status=RunStatus(status),
-            host=host,
-            accelerator=accel,
-            guest_kernel=kernel,
-            qemu_version=qemu,
-            tool_versions=json.loads(tools),
-            image_hash=image,
-            fs=fs,
-            summary=json.loads(summary) if summary is not None else None,
-            outcome_counts=self.outcome_counts(rid),
-        )
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """An ad-hoc query (e.g. on the ``v_*`` views) for reports and tests; autocommitted."""
-        return list(self._conn.execute(sql, params))
-
-
-_RUN_SELECT = (
-    "SELECT id, scenario, kind, params, seed, started_at, finished_at, status, host,"
-    " accelerator, guest_kernel, qemu_version, tool_versions, image_hash, fs, summary FROM runs"
-)
-
-
-def _opt_str(v: StrEnum | None) -> str | None:
-    return None if v is None else str(v)
-
-
-def _ordered_counts(pairs: Iterable[tuple[str, int]]) -> dict[str, int]:
-    """Counts keyed by outcome, worst last, so every report lists them the same way."""
-    counts = dict(pairs)
-
-    def rank(name: str) -> int:
-        try:
-            return Outcome(name).severity
-        except ValueError:
-            return 1_000
-
-    return {k: counts[k] for k in sorted(counts, key=rank)}
-
-
-def _stats(phase: str, values: Sequence[float]) -> PhaseStats:
-    return phase_stats(phase, values)
-
-
-def phase_stats(phase: str, sorted_values: Sequence[float]) -> PhaseStats:
-    """n, mean, stdev, min, p50, p95, max of ``sorted_values`` (at least one value)."""
-    n = len(sorted_values)
-    mean = sum(sorted_values) / n
-    # Two passes in plain floats: statistics.stdev is exact but ~50x slower (Fractions),
-    # and a table over 100,000 states must stay well under a second.
-    var = sum((x - mean) ** 2 for x in sorted_values) / (n - 1) if n > 1 else 0.0
-    return PhaseStats(
-        phase=phase,
-        n=n,
-        mean=mean,
-        stdev=math.sqrt(var),
-        min=sorted_values[0],
-        p50=percentile(sorted_values, 0.50),
-        p95=percentile(sorted_values, 0.95),
-        max=sorted_values[-1],
-    )
-
 
 def _upsert_state(c: sqlite3.Connection, run_id: str, s: CrashState) -> None:
     c.execute(
@@ -818,76 +375,31 @@ def _upsert_state(c: sqlite3.Connection, run_id: str, s: CrashState) -> None:
     )
 
 
-def _check_magic(path: Path) -> None:
-    try:
-        with path.open("rb") as f:
-            head = f.read(len(_SQLITE_MAGIC))
-    except OSError as e:
-        raise _refuse(path, f"cannot read: {e.strerror}") from None
-    # An empty file is what `touch` makes; SQLite treats it as a new database.
-    if head and head != _SQLITE_MAGIC:
-        raise _refuse(path, "is not an SQLite database (so not a crashlab results file)")
-
-
-def _adopt(path: Path, conn: sqlite3.Connection) -> None:
-    """Check that the file is ours (or empty), migrate it, then switch on WAL."""
-    try:
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = {
-            r[0]
-            for r in conn.execute(
-                "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-            )
-        }
-        if app_id != APPLICATION_ID and (app_id != 0 or tables or version != 0):
-            shown = ", ".join(sorted(tables)[:6]) or "none"
-            raise _refuse(
-                path,
-                f"is an SQLite database but not a crashlab results file "
-                f"(application_id {app_id:#x}, tables: {shown})",
-            )
-        if version > SCHEMA_VERSION:
-            raise _refuse(
-                path,
-                f"was written by a newer crashlab (schema {version}, this one knows "
-                f"up to {SCHEMA_VERSION})",
-                hint="update crashlab, or pass --db with another file",
-            )
-        # WAL changes the file header, so it is switched on only once the file is ours.
-        conn.execute("PRAGMA journal_mode = WAL")
-        # FULL: a lab about lost fsync'd data should not lose its own on a power cut; one
-        # fsync per crash state costs nothing next to booting a guest.
-        conn.execute("PRAGMA synchronous = FULL")
-        conn.execute("PRAGMA foreign_keys = ON")
-        for target in range(version, SCHEMA_VERSION):
-            _migrate(conn, target)
-        # A file with our id but without one of our tables was damaged by hand or by a
-        # tool; do not guess how to repair it.
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
-        if missing := _TABLES - tables:
-            raise _refuse(
-                path,
-                f"crashlab results file is damaged: missing table(s) {', '.join(sorted(missing))}",
-                hint="restore it from a backup, or pass --db with a new file",
-            )
-    except sqlite3.DatabaseError as e:
-        raise _refuse(path, f"is not a usable SQLite database: {e}") from None
-
-
-def _migrate(conn: sqlite3.Connection, current: int) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        # Another process may have migrated while we waited for the lock.
-        if conn.execute("PRAGMA user_version").fetchone()[0] != current:
-            conn.execute("ROLLBACK")
-            return
-        for stmt in MIGRATIONS[current]:
-            conn.execute(stmt)
-        if current == 0:
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        conn.execute(f"PRAGMA user_version = {current + 1}")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
+# The records and helpers are the store's vocabulary: importable from here too.
+__all__ = [
+    "APPLICATION_ID",
+    "OUTPUT_EXCERPT",
+    "SCHEMA_VERSION",
+    "Accelerator",
+    "CheckResult",
+    "CheckRow",
+    "CrashState",
+    "LogInfo",
+    "Phase",
+    "PhaseStats",
+    "RunDetail",
+    "RunEnv",
+    "RunKind",
+    "RunRow",
+    "RunStatus",
+    "ScanKind",
+    "Stage",
+    "StateRow",
+    "Store",
+    "canonical_json",
+    "excerpt",
+    "percentile",
+    "phase_stats",
+    "pid_alive",
+    "utc_now",
+]

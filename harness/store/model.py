@@ -1,0 +1,300 @@
+"""The store's records: what a run, a log, a crash state and a check are when they cross
+into or out of SQLite, and the small helpers every reader and writer shares."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from harness.outcome import Outcome
+
+# "CRLB" as a big-endian int: `file(1)` and `sqlite3 .dbinfo` show it, and it tells
+# our files from any other SQLite file without looking at table names.
+APPLICATION_ID = 0x43524C42
+# A check's output is kept as an excerpt: the full log lives next to the run; the store
+# only needs enough to recognise the failure.
+OUTPUT_EXCERPT = 4000
+
+
+class RunKind(StrEnum):
+    CRASH = "crash"
+    ZFS = "zfs"
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class Accelerator(StrEnum):
+    KVM = "kvm"
+    TCG = "tcg"
+
+
+class Stage(StrEnum):
+    HOST = "host"
+    GUEST = "guest"
+
+
+class Phase(StrEnum):
+    JOURNAL_REPLAY = "journal_replay"
+    FSCK = "fsck"
+    MOUNT = "mount"
+    UMOUNT = "umount"
+    FSCK_AFTER = "fsck_after"
+    REPAIR = "repair"  # host: e2fsck -fy / xfs_repair / btrfs check --repair on a copy
+    GUEST_REPAIR = "guest_repair"  # the same in the guest, after the kernel's own recovery
+
+
+class ScanKind(StrEnum):
+    SCRUB = "scrub"
+    RESILVER = "resilver"
+
+
+# --- schema: harness/schema.py -------------------------------------------------------
+
+# --- records ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunEnv:
+    """Where a run ran; enough to tell whether two runs are comparable."""
+
+    host: str = field(default_factory=socket.gethostname)
+    accelerator: Accelerator | None = None
+    guest_kernel: str | None = None
+    qemu_version: str | None = None
+    tool_versions: Mapping[str, str] = field(default_factory=dict)
+    image_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class LogInfo:
+    """A dm-log-writes log, named by the hash of its contents."""
+
+    hash: str
+    path: str
+    entries: int
+    flushes: int
+    fuas: int
+    marks: int
+    discards: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class CrashState:
+    id: str
+    log_hash: str
+    generator: str
+    prefix: int
+    params: Mapping[str, Any] = field(default_factory=dict)
+    last_mark: str | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    stage: Stage
+    checker: str
+    outcome: Outcome
+    seconds: float
+    exit_status: int | None = None
+    output: str = ""
+
+
+@dataclass(frozen=True)
+class RunRow:
+    id: str
+    scenario: str
+    kind: str
+    params: Mapping[str, Any]
+    seed: int | None
+    started_at: str
+    finished_at: str | None
+    status: RunStatus
+    host: str | None
+    accelerator: str | None
+    guest_kernel: str | None
+    qemu_version: str | None
+    tool_versions: Mapping[str, str]
+    image_hash: str | None
+    fs: str | None
+    summary: Mapping[str, Any] | None
+    outcome_counts: Mapping[str, int]
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from start to finish; ``None`` while running or if never finished."""
+        if self.finished_at is None:
+            return None
+        start = datetime.fromisoformat(self.started_at)
+        return (datetime.fromisoformat(self.finished_at) - start).total_seconds()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "scenario": self.scenario,
+            "kind": self.kind,
+            "fs": self.fs,
+            "params": dict(self.params),
+            "seed": self.seed,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "duration_seconds": self.duration,
+            "status": str(self.status),
+            "host": self.host,
+            "accelerator": self.accelerator,
+            "guest_kernel": self.guest_kernel,
+            "qemu_version": self.qemu_version,
+            "tool_versions": dict(self.tool_versions),
+            "image_hash": self.image_hash,
+            "summary": self.summary,
+            "outcome_counts": dict(self.outcome_counts),
+        }
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    stage: str
+    checker: str
+    outcome: str
+    exit_status: int | None
+    seconds: float
+    output: str
+
+
+@dataclass(frozen=True)
+class StateRow:
+    id: str
+    generator: str
+    prefix: int
+    last_mark: str | None
+    description: str
+    outcome: str | None  # None: recorded but not (yet) checked
+    checks: Sequence[CheckRow]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "generator": self.generator,
+            "prefix": self.prefix,
+            "last_mark": self.last_mark,
+            "description": self.description,
+            "outcome": self.outcome,
+            "checks": [c.__dict__.copy() for c in self.checks],
+        }
+
+
+@dataclass(frozen=True)
+class PhaseStats:
+    phase: str
+    n: int
+    mean: float
+    stdev: float  # sample standard deviation (n - 1); 0 for a single value
+    min: float
+    p50: float
+    p95: float
+    max: float
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    run: RunRow
+    states: Sequence[StateRow]
+    recovery: Sequence[PhaseStats]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run": self.run.to_json(),
+            "outcome_counts": dict(self.run.outcome_counts),
+            "recovery": [s.__dict__.copy() for s in self.recovery],
+            "states": [s.to_json() for s in self.states],
+        }
+
+
+# --- helpers ------------------------------------------------------------------------
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def canonical_json(value: Mapping[str, Any]) -> str:
+    """JSON with sorted keys, so equal parameters are equal strings (resume matches on it)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def excerpt(text: str, limit: int = OUTPUT_EXCERPT) -> str:
+    """Head and tail of ``text``: fsck names the problem first and sums up last."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[… {len(text) - 2 * half} characters cut …]\n{text[-half:]}"
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default); needs ≥1 value."""
+    pos = (len(sorted_values) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _opt_str(v: StrEnum | None) -> str | None:
+    return None if v is None else str(v)
+
+
+def _ordered_counts(pairs: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """Counts keyed by outcome, worst last, so every report lists them the same way."""
+    counts = dict(pairs)
+
+    def rank(name: str) -> int:
+        try:
+            return Outcome(name).severity
+        except ValueError:
+            return 1_000
+
+    return {k: counts[k] for k in sorted(counts, key=rank)}
+
+
+def _stats(phase: str, values: Sequence[float]) -> PhaseStats:
+    return phase_stats(phase, values)
+
+
+def phase_stats(phase: str, sorted_values: Sequence[float]) -> PhaseStats:
+    """n, mean, stdev, min, p50, p95, max of ``sorted_values`` (at least one value)."""
+    n = len(sorted_values)
+    mean = sum(sorted_values) / n
+    # Two passes in plain floats: statistics.stdev is exact but ~50x slower (Fractions),
+    # and a table over 100,000 states must stay well under a second.
+    var = sum((x - mean) ** 2 for x in sorted_values) / (n - 1) if n > 1 else 0.0
+    return PhaseStats(
+        phase=phase,
+        n=n,
+        mean=mean,
+        stdev=math.sqrt(var),
+        min=sorted_values[0],
+        p50=percentile(sorted_values, 0.50),
+        p95=percentile(sorted_values, 0.95),
+        max=sorted_values[-1],
+    )

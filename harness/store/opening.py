@@ -1,0 +1,98 @@
+"""Opening a store file: refuse what is not ours (untouched), then migrate it in order,
+each migration in its own transaction with its version bump."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from harness.errors import InputError
+from harness.store.model import APPLICATION_ID
+from harness.store.schema import _TABLES, MIGRATIONS, SCHEMA_VERSION
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _refuse(path: Path, problem: str, hint: str | None = None) -> InputError:
+    return InputError(
+        f"{path}: {problem}",
+        hint=hint or "pass --db with a crashlab results file, or move this file away",
+    )
+
+
+# --- the store ----------------------------------------------------------------------
+
+
+def _check_magic(path: Path) -> None:
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError as e:
+        raise _refuse(path, f"cannot read: {e.strerror}") from None
+    # An empty file is what `touch` makes; SQLite treats it as a new database.
+    if head and head != _SQLITE_MAGIC:
+        raise _refuse(path, "is not an SQLite database (so not a crashlab results file)")
+
+
+def _adopt(path: Path, conn: sqlite3.Connection) -> None:
+    """Check that the file is ours (or empty), migrate it, then switch on WAL."""
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        }
+        if app_id != APPLICATION_ID and (app_id != 0 or tables or version != 0):
+            shown = ", ".join(sorted(tables)[:6]) or "none"
+            raise _refuse(
+                path,
+                f"is an SQLite database but not a crashlab results file "
+                f"(application_id {app_id:#x}, tables: {shown})",
+            )
+        if version > SCHEMA_VERSION:
+            raise _refuse(
+                path,
+                f"was written by a newer crashlab (schema {version}, this one knows "
+                f"up to {SCHEMA_VERSION})",
+                hint="update crashlab, or pass --db with another file",
+            )
+        # WAL changes the file header, so it is switched on only once the file is ours.
+        conn.execute("PRAGMA journal_mode = WAL")
+        # FULL: a lab about lost fsync'd data should not lose its own on a power cut; one
+        # fsync per crash state costs nothing next to booting a guest.
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        for target in range(version, SCHEMA_VERSION):
+            _migrate(conn, target)
+        # A file with our id but without one of our tables was damaged by hand or by a
+        # tool; do not guess how to repair it.
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+        if missing := _TABLES - tables:
+            raise _refuse(
+                path,
+                f"crashlab results file is damaged: missing table(s) {', '.join(sorted(missing))}",
+                hint="restore it from a backup, or pass --db with a new file",
+            )
+    except sqlite3.DatabaseError as e:
+        raise _refuse(path, f"is not a usable SQLite database: {e}") from None
+
+
+def _migrate(conn: sqlite3.Connection, current: int) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Another process may have migrated while we waited for the lock.
+        if conn.execute("PRAGMA user_version").fetchone()[0] != current:
+            conn.execute("ROLLBACK")
+            return
+        for stmt in MIGRATIONS[current]:
+            conn.execute(stmt)
+        if current == 0:
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version = {current + 1}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

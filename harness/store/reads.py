@@ -1,0 +1,196 @@
+"""Reading the store: runs, one run's detail, outcome counts, ZFS scans. A mixin of
+``Store`` (harness/store/db.py), which owns the connection and every write."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.errors import InputError
+from harness.store.model import (
+    CheckRow,
+    Phase,
+    RunDetail,
+    RunRow,
+    RunStatus,
+    ScanKind,
+    StateRow,
+    _opt_str,
+    _ordered_counts,
+    _stats,
+)
+from harness.store.schema import _ZFS_JSON_COLUMNS
+
+
+class StoreReads:
+    _conn: sqlite3.Connection
+    path: Path
+
+    def zfs_scans(self, kind: ScanKind | None = None) -> list[dict[str, Any]]:
+        """Every stored scan (of ``kind``) of finished runs, as dicts, JSON columns decoded."""
+        cur = self._conn.execute(
+            "SELECT z.*, r.scenario FROM zfs_scans z JOIN runs r ON r.id = z.run_id"
+            " WHERE (? IS NULL OR z.kind = ?) ORDER BY z.created_at, z.id",
+            (_opt_str(kind), _opt_str(kind)),
+        )
+        names = [d[0] for d in cur.description]
+        out = []
+        for row in cur.fetchall():
+            d = dict(zip(names, row, strict=True))
+            for k in ("errors", *_ZFS_JSON_COLUMNS):
+                d[k] = json.loads(d[k]) if d.get(k) is not None else None
+            out.append(d)
+        return out
+
+    # -- reading
+
+    def resolve_run_id(self, prefix: str) -> str:
+        """The full id of the run whose id is or starts with ``prefix``.
+
+        :raise InputError: no run, or more than one, matches.
+        """
+        exact = self._conn.execute("SELECT id FROM runs WHERE id = ?", (prefix,)).fetchone()
+        if exact:
+            return str(exact[0])
+        matches = (
+            [
+                str(r[0])
+                for r in self._conn.execute(
+                    "SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY started_at DESC",
+                    (len(prefix), prefix),
+                )
+            ]
+            if prefix
+            else []
+        )
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            raise InputError(
+                f"run id {prefix!r} is ambiguous in {self.path}",
+                hint="it matches " + ", ".join(matches[:8]) + "; give more characters",
+            )
+        recent = [
+            str(r[0])
+            for r in self._conn.execute(
+                "SELECT id FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 5"
+            )
+        ]
+        raise InputError(
+            f"no run {prefix!r} in {self.path}",
+            hint=("recent runs: " + ", ".join(recent) + "  (see `scenario results runs`)")
+            if recent
+            else "the database has no runs yet",
+        )
+
+    def runs(self, limit: int | None = 20) -> list[RunRow]:
+        """The newest runs first, with their verdict counts."""
+        rows = self._conn.execute(
+            f"{_RUN_SELECT} ORDER BY started_at DESC, rowid DESC LIMIT ?",
+            (-1 if limit is None else limit,),
+        ).fetchall()
+        return [self._run_row(r) for r in rows]
+
+    def run(self, run_id: str) -> RunRow:
+        """One run by id or unique id prefix.
+
+        :raise InputError: unknown or ambiguous id (the hint lists recent ids).
+        """
+        full = self.resolve_run_id(run_id)
+        row = self._conn.execute(f"{_RUN_SELECT} WHERE id = ?", (full,)).fetchone()
+        return self._run_row(row)
+
+    def run_detail(self, run_id: str) -> RunDetail:
+        """A run with all its states (and their checks) and recovery-time statistics.
+
+        :raise InputError: unknown or ambiguous id.
+        """
+        run = self.run(run_id)
+        checks: dict[str, list[CheckRow]] = {}
+        for sid, *rest in self._conn.execute(
+            "SELECT state_id, stage, checker, outcome, exit_status, seconds, output"
+            " FROM checks WHERE run_id = ? ORDER BY id",
+            (run.id,),
+        ):
+            checks.setdefault(sid, []).append(CheckRow(*rest))
+        states = [
+            StateRow(sid, gen, prefix, mark, desc, outcome, checks.get(sid, []))
+            for sid, gen, prefix, mark, desc, outcome in self._conn.execute(
+                "SELECT s.id, s.generator, s.prefix, s.last_mark, s.description, v.outcome"
+                " FROM crash_states s LEFT JOIN verdicts v"
+                " ON v.run_id = s.run_id AND v.state_id = s.id"
+                " WHERE s.run_id = ? ORDER BY s.prefix, s.id",
+                (run.id,),
+            )
+        ]
+        times: dict[str, list[float]] = {}
+        for phase, seconds in self._conn.execute(
+            "SELECT phase, seconds FROM recovery_times WHERE run_id = ?", (run.id,)
+        ):
+            times.setdefault(phase, []).append(float(seconds))
+        order = {str(p): i for i, p in enumerate(Phase)}
+        recovery = [
+            _stats(phase, sorted(values))
+            for phase, values in sorted(times.items(), key=lambda kv: order.get(kv[0], 99))
+        ]
+        return RunDetail(run, states, recovery)
+
+    def outcome_counts(self, run_id: str) -> dict[str, int]:
+        """Verdict counts of a run's crash states, most severe last."""
+        rows = self._conn.execute(
+            "SELECT outcome, count(*) FROM verdicts WHERE run_id = ? GROUP BY outcome",
+            (run_id,),
+        )
+        return _ordered_counts((str(o), int(n)) for o, n in rows)
+
+    def _run_row(self, r: sqlite3.Row | tuple[Any, ...]) -> RunRow:
+        (
+            rid,
+            scenario,
+            kind,
+            params,
+            seed,
+            started,
+            finished,
+            status,
+            host,
+            accel,
+            kernel,
+            qemu,
+            tools,
+            image,
+            fs,
+            summary,
+        ) = r
+        return RunRow(
+            id=rid,
+            scenario=scenario,
+            kind=kind,
+            params=json.loads(params),
+            seed=seed,
+            started_at=started,
+            finished_at=finished,
+            status=RunStatus(status),
+            host=host,
+            accelerator=accel,
+            guest_kernel=kernel,
+            qemu_version=qemu,
+            tool_versions=json.loads(tools),
+            image_hash=image,
+            fs=fs,
+            summary=json.loads(summary) if summary is not None else None,
+            outcome_counts=self.outcome_counts(rid),
+        )
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """An ad-hoc query (e.g. on the ``v_*`` views) for reports and tests; autocommitted."""
+        return list(self._conn.execute(sql, params))
+
+
+_RUN_SELECT = (
+    "SELECT id, scenario, kind, params, seed, started_at, finished_at, status, host,"
+    " accelerator, guest_kernel, qemu_version, tool_versions, image_hash, fs, summary FROM runs"
+)

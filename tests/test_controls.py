@@ -1,0 +1,46 @@
+"""The lab's known-answer controls, with real guests (~4 min under TCG): every positive
+control must find data loss, every negative one must stay clean, and the campaign exits 0
+only then. If this fails after a change, the lab is broken, whatever else passes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import paths
+from harness.image import build as image
+
+pytestmark = pytest.mark.vm
+
+
+def test_controls_give_their_known_answers(guest_image: image.Image, tmp_path: Path) -> None:
+    db = tmp_path / "controls.sqlite"
+    p = subprocess.run(
+        [sys.executable, "-m", "harness", "campaign", "run", "campaigns/controls.toml", "--db", db],
+        cwd=paths.REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    con = sqlite3.connect(db)
+    runs = con.execute("SELECT id, scenario, summary FROM runs WHERE status = 'done'").fetchall()
+    assert len(runs) == 7
+    for run_id, scenario, summary in runs:
+        s = json.loads(summary)
+        counts = s["outcome_counts"]
+        findings = sum(
+            counts.get(o, 0) for o in ("repaired", "unrepairable", "mount_failed", "data_loss")
+        )
+        assert "control_failed" not in s, (scenario, s)
+        if s["expect"] == "findings":
+            assert counts.get("data_loss", 0) > 0, (scenario, counts)
+        else:
+            assert findings == 0 and counts.get("consistent", 0) > 0, (scenario, counts)
+        harness = sum(counts.get(o, 0) for o in ("harness_error", "timeout", "panic"))
+        assert harness == 0, (scenario, run_id, counts)

@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import tools
 from harness.check import host as check
-from harness.config.tables import parse_size
+from harness.config.settings import parse_size
 from harness.outcome import Outcome
 from harness.record.logwrites import FUA, open_log
 from harness.replay.crashstates import CrashState, at_fuas

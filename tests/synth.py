@@ -3,6 +3,7 @@ through the Store API exactly as a run writes it."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -79,3 +80,16 @@ def make_store(path: Path) -> dict[str, str]:
             "journal": add_run(st, "ext4-journal-fsync", "ext4", "journal", [C, C], ops=80),
             "xfs": add_run(st, "xfs-fsync", "xfs", None, [C, C, C]),
         }
+
+
+def run_results_cli(argv: list[str]) -> int:
+    """``scenario results ...`` through its own parser, so a report test does not depend
+    on the other command groups."""
+    from harness.cli import results as cli_results
+
+    parser = argparse.ArgumentParser(prog="scenario")
+    sub = parser.add_subparsers(dest="command", required=True)
+    cli_results.register(sub)
+    args = parser.parse_args(argv)
+    status: int = args.func(args)
+    return status

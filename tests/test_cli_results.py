@@ -1,12 +1,10 @@
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
-from harness.cli import results as cli_results
 from harness.errors import InputError
 from harness.outcome import Outcome
 from harness.store.db import (
@@ -21,19 +19,10 @@ from harness.store.db import (
     Stage,
     Store,
 )
+from tests.synth import run_results_cli
 
 LOG = LogInfo("feed", "/tmp/w.log", 10, 1, 3, 1, 0, 4096)
 LONG = "renamed over an fsync'd file; " * 20
-
-
-def run_cli(argv: list[str]) -> int:
-    """Our own parser, so the test does not depend on the other command groups."""
-    parser = argparse.ArgumentParser(prog="scenario")
-    sub = parser.add_subparsers(dest="command", required=True)
-    cli_results.register(sub)
-    args = parser.parse_args(argv)
-    status: int = args.func(args)
-    return status
 
 
 @pytest.fixture
@@ -80,7 +69,7 @@ def latest(db: Path) -> str:
 
 
 def test_runs_json_matches_store(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run_cli(["results", "runs", "--json", "--db", str(db)]) == 0
+    assert run_results_cli(["results", "runs", "--json", "--db", str(db)]) == 0
     data = json.loads(capsys.readouterr().out)
     with Store.open(db) as store:
         expected = store.runs()
@@ -98,15 +87,15 @@ def test_runs_json_matches_store(db: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_runs_limit(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run_cli(["results", "runs", "--json", "--limit", "1", "--db", str(db)]) == 0
+    assert run_results_cli(["results", "runs", "--json", "--limit", "1", "--db", str(db)]) == 0
     assert len(json.loads(capsys.readouterr().out)["runs"]) == 1
     with pytest.raises(SystemExit) as e:
-        run_cli(["results", "runs", "--limit", "0", "--db", str(db)])
+        run_results_cli(["results", "runs", "--limit", "0", "--db", str(db)])
     assert e.value.code == 2
 
 
 def test_runs_table(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run_cli(["results", "runs", "--db", str(db)]) == 0
+    assert run_results_cli(["results", "runs", "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert latest(db) in out  # whole, never folded: people copy it
     for text in (
@@ -123,7 +112,7 @@ def test_runs_table(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_show_json_matches_store(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_id = latest(db)
-    assert run_cli(["results", "show", run_id[:6], "--json", "--db", str(db)]) == 0
+    assert run_results_cli(["results", "show", run_id[:6], "--json", "--db", str(db)]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["run"]["id"] == run_id
     assert data["run"]["params"] == {"data_mode": "ordered", "ops": 40}
@@ -149,7 +138,7 @@ def test_show_json_matches_store(db: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_show_table(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run_cli(["results", "show", latest(db), "--db", str(db)]) == 0
+    assert run_results_cli(["results", "show", latest(db), "--db", str(db)]) == 0
     out = capsys.readouterr().out
     for text in (
         "ext4-fsync",
@@ -171,21 +160,21 @@ def test_show_table(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_show_failed_run_summary(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with Store.open(db) as store:
         failed = store.runs()[1].id
-    assert run_cli(["results", "show", failed, "--db", str(db)]) == 0
+    assert run_results_cli(["results", "show", failed, "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert "image missing" in out and "no states checked" in out
 
 
 def test_unknown_run_is_input_error(db: Path) -> None:
     with pytest.raises(InputError) as e:
-        run_cli(["results", "show", "nosuchrun", "--db", str(db)])
+        run_results_cli(["results", "show", "nosuchrun", "--db", str(db)])
     assert e.value.hint and latest(db) in e.value.hint
 
 
 def test_missing_db_is_input_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CRASHLAB_RESULTS", str(tmp_path / "results"))
     with pytest.raises(InputError) as e:
-        run_cli(["results", "runs"])
+        run_results_cli(["results", "runs"])
     assert str(tmp_path / "results" / "lab.sqlite") in e.value.message
     assert e.value.hint and "no runs yet" in e.value.hint
     assert not (tmp_path / "results").exists()
@@ -195,7 +184,7 @@ def test_default_db_from_environment(
     db: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("CRASHLAB_RESULTS", str(db.parent))
-    assert run_cli(["results", "runs", "--json"]) == 0
+    assert run_results_cli(["results", "runs", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["runs"]) == 2
 
 

@@ -10,8 +10,7 @@ import pytest
 from harness.errors import InputError
 from harness.report import diff
 from harness.store.db import RunKind, Store
-from tests.synth import make_store
-from tests.test_query import run_cli
+from tests.synth import run_results_cli
 
 BASELINE = """
 [scenarios.ext4-ordered-fsync]
@@ -21,12 +20,6 @@ max = { repaired = 1 }
 [scenarios.xfs-fsync]
 allowed = ["consistent"]
 """
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    path = tmp_path / "lab.sqlite"
-    return path, make_store(path)
 
 
 @pytest.fixture
@@ -107,13 +100,19 @@ def test_cli_exit_statuses(
 ) -> None:
     path, ids = db
     common = ["--db", str(path), "--baseline", str(baseline)]
-    assert run_cli(["results", "check", ids["ordered"], ids["xfs"], *common]) == 0
+    assert run_results_cli(["results", "check", ids["ordered"], ids["xfs"], *common]) == 0
     assert "within the baseline" in capsys.readouterr().out
-    assert run_cli(["results", "check", ids["ordered"], ids["ordered2"], *common]) == 1
+    assert run_results_cli(["results", "check", ids["ordered"], ids["ordered2"], *common]) == 1
     assert "REGRESSED" in capsys.readouterr().out
-    assert run_cli(["results", "diff", ids["ordered"], ids["ordered2"], "--db", str(path)]) == 0
+    assert (
+        run_results_cli(["results", "diff", ids["ordered"], ids["ordered2"], "--db", str(path)])
+        == 0
+    )
     text = capsys.readouterr().out
     assert "fua-003" in text and "data_loss" in text and "fsck" in text
-    assert run_cli(["results", "diff", ids["ordered"], ids["ordered2"], *common, "--json"]) == 1
+    assert (
+        run_results_cli(["results", "diff", ids["ordered"], ids["ordered2"], *common, "--json"])
+        == 1
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["check"]["regressed"] and len(out["changes"]) == 2

@@ -11,15 +11,8 @@ pytest.importorskip("matplotlib")
 from harness.errors import InputError
 from harness.report import plots
 from harness.store.db import Store
-from tests.synth import make_store
 
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    path = tmp_path / "lab.sqlite"
-    return path, make_store(path)
 
 
 def test_recovery_and_crashmap(db: tuple[Path, dict[str, str]], tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -11,26 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import results as cli_results
 from harness.errors import InputError
 from harness.report import query
 from harness.store.db import Store
-from tests.synth import make_store
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    path = tmp_path / "lab.sqlite"
-    return path, make_store(path)
-
-
-def run_cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="scenario")
-    sub = parser.add_subparsers(dest="command", required=True)
-    cli_results.register(sub)
-    args = parser.parse_args(argv)
-    status: int = args.func(args)
-    return status
+from tests.synth import run_results_cli
 
 
 def test_recovery_by_fs_and_mode(db: tuple[Path, dict[str, str]]) -> None:
@@ -117,7 +100,7 @@ def test_cli_table_json_and_text(
 ) -> None:
     path, _ = db
     assert (
-        run_cli(
+        run_results_cli(
             ["results", "table", "recovery", "--by", "fs,data_mode", "--db", str(path), "--json"]
         )
         == 0
@@ -126,7 +109,7 @@ def test_cli_table_json_and_text(
     assert out["by"] == ["fs", "data_mode"]
     assert out["groups"][1]["key"] == {"fs": "ext4", "data_mode": "ordered"}
     assert out["groups"][1]["stats"]["fsck"]["n"] == 8
-    assert run_cli(["results", "table", "recovery", "--db", str(path)]) == 0
+    assert run_results_cli(["results", "table", "recovery", "--db", str(path)]) == 0
     text = capsys.readouterr().out
     for word in ("fs", "data_mode", "journal", "p95 s", "data_loss", "fsck"):
         assert word in text
@@ -136,14 +119,17 @@ def test_export_csv_and_json(
     db: tuple[Path, dict[str, str]], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     path, ids = db
-    assert run_cli(["results", "export", ids["xfs"], ids["ordered"][:6], "--db", str(path)]) == 0
+    assert (
+        run_results_cli(["results", "export", ids["xfs"], ids["ordered"][:6], "--db", str(path)])
+        == 0
+    )
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert len(rows) == 7
     assert rows[0]["run_id"] == ids["xfs"] and rows[-1]["run_id"] == ids["ordered"]
     assert rows[-1]["outcome"] == "repaired" and float(rows[-1]["fsck_seconds"]) == 0.4
     out = tmp_path / "x.json"
     assert (
-        run_cli(
+        run_results_cli(
             [
                 "results",
                 "export",
@@ -166,7 +152,7 @@ def test_export_csv_and_json(
 def test_export_unknown_run_is_input_error(db: tuple[Path, dict[str, str]]) -> None:
     path, _ = db
     with pytest.raises(InputError):
-        run_cli(["results", "export", "nosuchrun", "--db", str(path)])
+        run_results_cli(["results", "export", "nosuchrun", "--db", str(path)])
 
 
 def test_views_are_queryable(db: tuple[Path, dict[str, str]]) -> None:

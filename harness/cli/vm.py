@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness import tools
-from harness.config import tables as tomlconf
+from harness.config.settings import parse_size
 from harness.errors import InputError
 from harness.image import build as image
 from harness.vm import accel
@@ -80,7 +80,7 @@ def cmd_vm_run(args: argparse.Namespace) -> int:
             path = Path(spec)
             if not path.exists():
                 try:
-                    size = tomlconf.parse_size(spec)
+                    size = parse_size(spec)
                 except ValueError:
                     raise InputError(
                         f"--disk {spec!r}: neither an existing file nor a size",

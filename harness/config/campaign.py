@@ -106,7 +106,7 @@ def load(path: Path) -> Campaign:
     """
     if not path.is_file():
         raise InputError(f"{path}: no such campaign file", hint="e.g. campaigns/ci.toml")
-    f: CampaignFile = settings.validate(path, CampaignFile, settings_data(path))
+    f: CampaignFile = settings.validate(path, CampaignFile, settings.load_toml(path))
     elements: list[Element] = []
     seen: set[str] = set()
     skipped: list[str] = []
@@ -145,12 +145,6 @@ def load(path: Path) -> Campaign:
         f.stall_floor,
         tuple(skipped),
     )
-
-
-def settings_data(path: Path) -> dict[str, Any]:
-    from harness.config.tables import load_toml
-
-    return load_toml(path)
 
 
 def _set_value(v: Any) -> str:

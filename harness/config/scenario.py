@@ -26,9 +26,8 @@ from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from harness import paths
 from harness.config import settings
-from harness.config.settings import Settings, Size, problem, size_text
+from harness.config.settings import Settings, Size, load_toml, problem, size_text
 from harness.config.states import StateSpec
-from harness.config.tables import load_toml
 from harness.errors import InputError
 
 if TYPE_CHECKING:

@@ -26,6 +26,25 @@ from pydantic_core import PydanticCustomError
 from harness.errors import InputError
 
 
+def load_toml(path: Path) -> dict[str, Any]:
+    """A TOML file's data.
+
+    :raise InputError: missing, unreadable or not TOML, naming the file.
+    """
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(
+            f"{path}: not valid TOML: {e}", hint="see https://toml.io for the syntax"
+        ) from None
+
+
 def parse_size(value: Any) -> int:
     """'256M', '1G', '4096', 4096 -> bytes."""
     if isinstance(value, int) and not isinstance(value, bool):

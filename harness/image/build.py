@@ -21,26 +21,42 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
 
 from harness import paths, proc, tools
-from harness.config import tables as tomlconf
+from harness.config import settings
+from harness.config.settings import Settings, Size, load_toml
 from harness.errors import CommandFailed, ImageError
 
 SECURITY_MIRROR = "http://deb.debian.org/debian-security"
 
 
-@dataclass(frozen=True)
-class Recipe:
+class Recipe(Settings):
+    """``images/recipe.toml``: what the guest image is built from."""
+
     path: Path
     suite: str
     mirror: str
-    components: tuple[str, ...]
-    kernel: str
-    variant: str
-    rootfs_size: int
-    packages: tuple[str, ...]
-    backports: tuple[str, ...]
-    initrd_modules: tuple[str, ...]
+    components: tuple[str, ...] = ("main",)
+    kernel: str = Field(description="the pinned guest kernel release")
+    variant: Literal[
+        "extract",
+        "custom",
+        "essential",
+        "apt",
+        "required",
+        "minbase",
+        "buildd",
+        "important",
+        "debootstrap",
+        "standard",
+    ] = "apt"
+    rootfs_size: Size = 2 << 30
+    packages: tuple[str, ...] = ()
+    backports: tuple[str, ...] = ()
+    initrd_modules: tuple[str, ...] = ()
     hash: str
 
 
@@ -67,39 +83,12 @@ def recipe_hash(recipe_dir: Path) -> str:
 
 
 def load_recipe(recipe_dir: Path | None = None) -> Recipe:
+    """:raise InputError: the recipe file is missing or invalid (file, key, value)."""
     recipe_dir = recipe_dir or paths.recipe_dir()
     path = recipe_dir / "recipe.toml"
-    t = tomlconf.load(path)
-    r = Recipe(
-        path=path,
-        suite=t.get("suite", str, required=True),
-        mirror=t.get("mirror", str, required=True),
-        components=t.str_list("components", ["main"]),
-        kernel=t.get("kernel", str, required=True),
-        variant=t.choice(
-            "variant",
-            [
-                "extract",
-                "custom",
-                "essential",
-                "apt",
-                "required",
-                "minbase",
-                "buildd",
-                "important",
-                "debootstrap",
-                "standard",
-            ],
-            "apt",
-        ),
-        rootfs_size=t.convert("rootfs_size", tomlconf.parse_size, "2G"),
-        packages=t.str_list("packages"),
-        backports=t.str_list("backports"),
-        initrd_modules=t.str_list("initrd_modules"),
-        hash=recipe_hash(recipe_dir),
-    )
-    t.finish()
-    return r
+    data = {**load_toml(path), "path": path, "hash": recipe_hash(recipe_dir)}
+    recipe: Recipe = settings.validate(path, Recipe, data)
+    return recipe
 
 
 def cached(recipe: Recipe | None = None) -> Image | None:

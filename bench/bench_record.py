@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.config import scenario
+from harness.config.scenario import FsSpec
 from harness.errors import HarnessError
 from harness.experiments import crash as run
 from harness.record import recorder as record
@@ -42,9 +43,7 @@ def load(name: str, sets: list[str]) -> scenario.Scenario:
 def cmd_record(args: argparse.Namespace) -> None:
     sc = load(args.scenario, args.set)
     seed = sc.seed if args.seed is None else args.seed
-    rec = record.record(
-        args.output, run.fs_spec(sc), run.workload_spec(sc), seed, timeout=sc.check.timeout
-    )
+    rec = record.record(args.output, sc.fs, run.workload_spec(sc), seed, timeout=sc.check.timeout)
     (args.output / "oracle.json").write_text(json.dumps(rec.oracle))
     (args.output / "recording.json").write_text(
         json.dumps(
@@ -70,7 +69,7 @@ def cmd_record(args: argparse.Namespace) -> None:
         )
 
 
-def _fio_once(guest: Guest, fs: record.FsSpec, logged: bool, job: str) -> float:
+def _fio_once(guest: Guest, fs: FsSpec, logged: bool, job: str) -> float:
     def sh(argv: list[str]) -> str:
         r = guest.run(argv)
         if not r.ok:
@@ -102,7 +101,7 @@ def _fio_once(guest: Guest, fs: record.FsSpec, logged: bool, job: str) -> float:
 
 def cmd_overhead(args: argparse.Namespace) -> None:
     sc = load(args.scenario, args.set)
-    fs = run.fs_spec(sc)
+    fs = sc.fs
     job = run.workload_spec(sc).fio_job
     if not job:
         raise SystemExit(f"{sc.name} has no fio job")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from harness.check.host import CheckResult
+from harness.config.scenario import FsSpec
 from harness.errors import GuestError, GuestPanic, GuestTimeout, HarnessError
 from harness.outcome import Outcome, reduce
 from harness.record import recorder as record
@@ -80,7 +81,7 @@ def in_guests(
 
 
 def check_batch(
-    items: Sequence[Item], fs: record.FsSpec, oracle: dict[str, Any] | None, *, timeout: float
+    items: Sequence[Item], fs: FsSpec, oracle: dict[str, Any] | None, *, timeout: float
 ) -> Iterator[tuple[str, CheckResult]]:
     """Yield (state id, guest check) for each item, as soon as each is known."""
 
@@ -111,7 +112,7 @@ def _check_one(
     guest: Guest,
     serial: str,
     it: Item,
-    fs: record.FsSpec,
+    fs: FsSpec,
     oracle: dict[str, Any] | None,
     timeout: float,
 ) -> CheckResult:
@@ -121,9 +122,9 @@ def _check_one(
         "--dev",
         guest.disk(serial),
         "--fs",
-        fs.type,
+        str(fs.type),
         "--mount-opts",
-        ",".join(fs.mount_opts()),
+        ",".join(fs.all_mount_options()),
         "--timeout",
         str(timeout),
     ]

@@ -106,7 +106,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     seed = sc.seed if args.seed is None else args.seed
     rec = record.record(
         args.output,
-        run.fs_spec(sc),
+        sc.fs,
         run.workload_spec(sc),
         seed,
         timeout=sc.check.timeout,

@@ -137,6 +137,21 @@ class FsSpec(Settings):
         mode = (f"data={self.data_mode}",) if self.data_mode else ()
         return mode + self.mount_options
 
+    def mkfs_argv(self, dev: str) -> list[str]:
+        force = "-f" if self.type in (FsType.XFS, FsType.BTRFS) else "-F"
+        return [f"mkfs.{self.type}", force, "-q", *self.mkfs_options, dev]
+
+    def mount_argv(self, dev: str, target: str, extra: Sequence[str] = ()) -> list[str]:
+        opts = [*self.all_mount_options(), *extra]
+        return [
+            "mount",
+            "-t",
+            str(self.type),
+            *(["-o", ",".join(opts)] if opts else []),
+            dev,
+            target,
+        ]
+
 
 class OpsWorkload(Settings):
     """The seeded op generator, ``harness/guest/opgen.py``."""

@@ -21,7 +21,7 @@ from harness import paths, proc
 from harness.check import guest as guestcheck
 from harness.check import host as check
 from harness.check import parallel
-from harness.config.scenario import FioWorkload, Scenario
+from harness.config.scenario import FioWorkload, FsSpec, Scenario
 from harness.errors import HarnessError
 from harness.experiments import lifecycle
 from harness.image import build as image
@@ -35,16 +35,6 @@ from harness.store import db as store
 from harness.store import logevents
 
 log = logging.getLogger("crashlab.run")
-
-
-def fs_spec(sc: Scenario) -> record.FsSpec:
-    return record.FsSpec(
-        type=str(sc.fs.type),
-        disk_size=sc.fs.disk_size,
-        data_mode=str(sc.fs.data_mode) if sc.fs.data_mode else None,
-        mkfs_options=tuple(sc.fs.mkfs_options),
-        mount_options=tuple(sc.fs.mount_options),
-    )
 
 
 def workload_spec(sc: Scenario) -> record.WorkloadSpec:
@@ -75,7 +65,7 @@ class CrashReplay(lifecycle.Experiment):
         run, sc = self.run, self.sc
         rdir = run.dir
         rdir.mkdir(parents=True, exist_ok=True)
-        self.fsspec = fs_spec(sc)
+        self.fsspec = sc.fs
         self.meta, self.oracle = _recording(sc, rdir, run.seed, run.progress)
         run.store.set_run_env(run.run_id, _env(run.image, self.meta))
         self.log = self._stack.enter_context(logwrites.open_log(rdir / "log.raw"))
@@ -153,7 +143,7 @@ def _recording(
     progress("recording the workload in a guest", 0, 0)
     rec = record.record(
         rdir,
-        fs_spec(sc),
+        sc.fs,
         workload_spec(sc),
         seed,
         timeout=sc.check.timeout,
@@ -184,7 +174,7 @@ def _env(img: image.Image, meta: dict[str, Any]) -> store.RunEnv:
 def _check_states(
     sc: Scenario,
     lg: logwrites.Log,
-    fs: record.FsSpec,
+    fs: FsSpec,
     oracle: dict[str, Any],
     todo: list[crashstates.CrashState],
     size: int,

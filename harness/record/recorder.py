@@ -13,11 +13,12 @@ import json
 import os
 import shlex
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config.scenario import FsSpec
 from harness.errors import HarnessError
 from harness.record import logwrites
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
@@ -28,34 +29,6 @@ GUEST_DIR = "/tmp/crashlab"
 MKFS_MARK = "crashlab:mkfs"
 UMOUNT_MARK = "crashlab:umount"
 GUEST_SCRIPTS = Path(__file__).parent.parent / "guest"
-
-
-@dataclass(frozen=True)
-class FsSpec:
-    type: str
-    disk_size: int
-    data_mode: str | None = None
-    mkfs_options: Sequence[str] = ()
-    mount_options: Sequence[str] = ()
-
-    def mkfs_argv(self, dev: str) -> list[str]:
-        if self.type in ("ext2", "ext3", "ext4"):
-            return [f"mkfs.{self.type}", "-F", "-q", *self.mkfs_options, dev]
-        if self.type == "xfs":
-            return ["mkfs.xfs", "-f", "-q", *self.mkfs_options, dev]
-        if self.type == "btrfs":
-            return ["mkfs.btrfs", "-f", "-q", *self.mkfs_options, dev]
-        raise HarnessError(f"no mkfs known for filesystem type {self.type!r}")
-
-    def mount_opts(self) -> list[str]:
-        opts = list(self.mount_options)
-        if self.data_mode:
-            opts.append(f"data={self.data_mode}")
-        return opts
-
-    def mount_argv(self, dev: str, target: str, extra: Sequence[str] = ()) -> list[str]:
-        opts = [*self.mount_opts(), *extra]
-        return ["mount", "-t", self.type, *(["-o", ",".join(opts)] if opts else []), dev, target]
 
 
 @dataclass(frozen=True)

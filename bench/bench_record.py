@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.config import scenario
-from harness.config.scenario import FsSpec
+from harness.config.crash import FsSpec
 from harness.errors import HarnessError
 from harness.experiments import crash as run
 from harness.record import recorder as record

@@ -10,8 +10,8 @@ import pytest
 
 from harness import paths
 from harness.cli import lab as cli_lab
-from harness.config import scenario
-from harness.config.scenario import DataMode, FioWorkload, FsType, OpsWorkload
+from harness.config import crash, scenario
+from harness.config.crash import DataMode, FioWorkload, FsType, OpsWorkload
 from harness.errors import InputError
 
 SHIPPED = scenario.names(paths.REPO / "scenarios")
@@ -81,7 +81,7 @@ def test_minimal_scenario_fills_defaults(sdir: Path) -> None:
     assert s.fs.data_mode is DataMode.ORDERED
     assert s.fs.all_mount_options() == ("data=ordered",)
     assert s.workload == OpsWorkload(
-        ops=scenario.DEFAULT_OPS, files=scenario.DEFAULT_FILES, max_size=256 << 10, fsync_names=True
+        ops=crash.DEFAULT_OPS, files=crash.DEFAULT_FILES, max_size=256 << 10, fsync_names=True
     )
     assert [st.kind for st in s.crash.states] == ["fua"]
     r = s.resolved()

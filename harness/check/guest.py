@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from harness.check.host import CheckResult
-from harness.config.scenario import FsSpec
+from harness.config.crash import FsSpec
 from harness.errors import GuestError, GuestPanic, GuestTimeout, HarnessError
 from harness.outcome import Outcome, reduce
 from harness.record import recorder as record

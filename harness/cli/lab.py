@@ -15,7 +15,7 @@ from rich.table import Table
 
 from harness import errors, paths
 from harness.config import scenario
-from harness.config.scenario import OpsWorkload, Scenario
+from harness.config.crash import OpsWorkload, Scenario
 
 console = Console(highlight=False)
 

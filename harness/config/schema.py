@@ -13,7 +13,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from harness import paths
 from harness.config.campaign import CampaignFile
-from harness.config.scenario import Scenario
+from harness.config.crash import Scenario
 from harness.config.zfs import ZfsScenario
 
 # Set by the loader from the file, never written in it.

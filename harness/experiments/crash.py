@@ -21,7 +21,7 @@ from harness import paths, proc
 from harness.check import guest as guestcheck
 from harness.check import host as check
 from harness.check import parallel
-from harness.config.scenario import FioWorkload, FsSpec, Scenario
+from harness.config.crash import FioWorkload, FsSpec, Scenario
 from harness.errors import HarnessError
 from harness.experiments import lifecycle
 from harness.image import build as image

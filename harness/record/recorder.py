@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config.scenario import FsSpec
+from harness.config.crash import FsSpec
 from harness.errors import HarnessError
 from harness.record import logwrites
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest

@@ -1,0 +1,298 @@
+"""Crash-replay scenarios (``kind = "crash"``, the default): the models of their keys,
+defaults and checks. Loading (``extends``, ``--set``) is ``harness/config/scenario.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+
+from harness import paths
+from harness.config import settings
+from harness.config.settings import Settings, Size, problem, size_text
+from harness.config.states import StateSpec
+
+if TYPE_CHECKING:
+    pass
+
+MiB = 1 << 20
+
+
+class Kind(StrEnum):
+    CRASH = "crash"
+    ZFS = "zfs"  # harness/config/zfs.py
+
+
+class FsType(StrEnum):
+    EXT2 = "ext2"
+    EXT3 = "ext3"
+    EXT4 = "ext4"
+    XFS = "xfs"
+    BTRFS = "btrfs"
+
+
+class DataMode(StrEnum):
+    JOURNAL = "journal"
+    ORDERED = "ordered"
+    WRITEBACK = "writeback"
+
+
+class WorkloadType(StrEnum):
+    OPS = "ops"
+    FIO = "fio"
+
+
+class RecorderType(StrEnum):
+    DM_LOG_WRITES = "dm-log-writes"
+    QEMU_BLKLOGWRITES = "qemu-blklogwrites"
+
+
+# Below these, mkfs refuses (xfsprogs >= 5.19 wants 300 MiB; btrfs-progs asks for
+# 109-128 MiB depending on the version), so say so before a guest is booted.
+MIN_DISK: dict[FsType, int] = {
+    FsType.EXT2: 8 * MiB,
+    FsType.EXT3: 16 * MiB,
+    FsType.EXT4: 16 * MiB,
+    FsType.XFS: 300 * MiB,
+    FsType.BTRFS: 128 * MiB,
+}
+JOURNALED_DATA_MODES = (FsType.EXT3, FsType.EXT4)
+
+DEFAULT_DISK = 256 * MiB
+DEFAULT_OPS = 200
+DEFAULT_FILES = 16
+DEFAULT_MAX_SIZE = 256 << 10
+DEFAULT_MAX_STATES = 40
+DEFAULT_GUEST_BATCH = 20
+DEFAULT_TIMEOUT = 600.0
+DEFAULT_SEED = 1
+
+
+class FsSpec(Settings):
+    """The filesystem under test: how it is made and mounted."""
+
+    type: FsType
+    data_mode: DataMode | None = Field(None, description="ext3/ext4 only; default ordered")
+    mkfs_options: tuple[str, ...] = ()
+    mount_options: tuple[str, ...] = ()
+    disk_size: Size = Field(DEFAULT_DISK, description="size of the disk under test")
+
+    @model_validator(mode="after")
+    def _check(self) -> FsSpec:
+        if self.type in JOURNALED_DATA_MODES:
+            if self.data_mode is None:
+                object.__setattr__(self, "data_mode", DataMode.ORDERED)
+        elif self.data_mode is not None:
+            raise problem(
+                f"only ext3 and ext4 have data modes, not {self.type}",
+                "remove the key",
+                key="data_mode",
+            )
+        for opt in self.mount_options:
+            if opt.startswith("data="):
+                raise problem(
+                    f"{opt!r} belongs in data_mode",
+                    f"set data_mode = {opt.removeprefix('data=')!r}",
+                    key="mount_options",
+                )
+        least = MIN_DISK[self.type]
+        if self.disk_size < least:
+            raise problem(
+                f"{self.type} needs a disk of at least {size_text(least)}",
+                f'set disk_size = "{size_text(least)}" or more',
+                key="disk_size",
+            )
+        return self
+
+    @property
+    def journaled(self) -> bool:
+        """Whether the filesystem keeps a journal or log (ext2, or ext3/4 made with
+        ``-O ^has_journal``, do not)."""
+        if self.type is FsType.EXT2:
+            return False
+        if self.type in JOURNALED_DATA_MODES:
+            return not any("^has_journal" in o for o in self.mkfs_options)
+        return True
+
+    def all_mount_options(self) -> tuple[str, ...]:
+        """Mount options with the data mode folded in, ready for ``mount -o``."""
+        mode = (f"data={self.data_mode}",) if self.data_mode else ()
+        return mode + self.mount_options
+
+    def mkfs_argv(self, dev: str) -> list[str]:
+        force = "-f" if self.type in (FsType.XFS, FsType.BTRFS) else "-F"
+        return [f"mkfs.{self.type}", force, "-q", *self.mkfs_options, dev]
+
+    def mount_argv(self, dev: str, target: str, extra: Sequence[str] = ()) -> list[str]:
+        opts = [*self.all_mount_options(), *extra]
+        return [
+            "mount",
+            "-t",
+            str(self.type),
+            *(["-o", ",".join(opts)] if opts else []),
+            dev,
+            target,
+        ]
+
+
+class OpsWorkload(Settings):
+    """The seeded op generator, ``harness/guest/opgen.py``."""
+
+    type: Literal["ops"] = "ops"
+    ops: int = Field(DEFAULT_OPS, ge=1)
+    files: int = Field(DEFAULT_FILES, ge=1)
+    max_size: Size = DEFAULT_MAX_SIZE
+    # Does fsync(file) make the file's *name* durable? Journaled ext3/ext4, xfs, btrfs:
+    # yes. POSIX does not promise it, and ext2 (or ext4 without a journal) does not do
+    # it; unset, it follows from the filesystem (the scenario's validator fills it in).
+    fsync_names: bool | None = Field(
+        None, description="require names made durable by a file fsync (default: per fs)"
+    )
+    noop_sync: bool = Field(
+        False, description="a positive control: 'sync' without calling fsync; expect findings"
+    )
+
+
+class FioWorkload(Settings):
+    """A fio job file kept inline; the harness supplies the directory to run in."""
+
+    type: Literal["fio"]
+    job: str
+
+    @field_validator("job")
+    @classmethod
+    def _sections(cls, job: str) -> str:
+        if not any(line.strip().startswith("[") for line in job.splitlines()):
+            raise problem("a fio job needs at least one [section]")
+        return job
+
+
+Workload = OpsWorkload | FioWorkload
+
+
+def _workload_type(v: Any) -> str:
+    """``type`` picks the workload model; without it, the op generator."""
+    return str(v.get("type", "ops") if isinstance(v, dict) else getattr(v, "type", "ops"))
+
+
+class CrashSpec(Settings):
+    states: tuple[StateSpec, ...] = Field(
+        ({"kind": "fua"},),  # validated like any value
+        min_length=1,
+        description="crash-state generators (harness/config/states.py)",
+        validate_default=True,
+    )
+    max_states: int = Field(DEFAULT_MAX_STATES, ge=1, description="spread evenly over the log")
+    corrupt: Literal["none", "zero-durable-block"] = Field(
+        "none", description="a positive control: damage each replayed state before the check"
+    )
+
+
+class CheckSpec(Settings):
+    host: bool = True
+    guest: bool = True
+    guest_batch: int = Field(DEFAULT_GUEST_BATCH, ge=1)
+    timeout: float = Field(DEFAULT_TIMEOUT, gt=0, description="seconds per check command")
+
+    @model_validator(mode="after")
+    def _something(self) -> CheckSpec:
+        if not self.host and not self.guest:
+            raise problem(
+                "with host = false too, nothing would check the crash states", key="guest"
+            )
+        return self
+
+
+class RecorderSpec(Settings):
+    type: RecorderType = RecorderType.DM_LOG_WRITES
+
+
+class Scenario(Settings):
+    """A crash-replay scenario (``kind = "crash"``, the default)."""
+
+    name: str
+    path: Path
+    description: str
+    kind: Literal[Kind.CRASH] = Kind.CRASH
+    seed: int = DEFAULT_SEED
+    expect: Literal["findings", "clean"] | None = Field(
+        None, description="a known-answer control: what this scenario must find"
+    )
+    fs: FsSpec
+    workload: Annotated[
+        Annotated[OpsWorkload, Tag("ops")] | Annotated[FioWorkload, Tag("fio")],
+        Discriminator(_workload_type),
+    ] = Field(default_factory=OpsWorkload)
+    crash: CrashSpec = Field(default_factory=CrashSpec)
+    check: CheckSpec = Field(default_factory=CheckSpec)
+    recorder: RecorderSpec = Field(default_factory=RecorderSpec)
+    extends: tuple[str, ...] = ()  # the chain of parents, nearest first
+    overrides: tuple[str, ...] = ()  # the --set arguments applied
+
+    @field_validator("description")
+    @classmethod
+    def _strip(cls, v: str) -> str:
+        return v.strip()
+
+    @model_validator(mode="after")
+    def _workload_fits(self) -> Scenario:
+        w = self.workload
+        if not isinstance(w, OpsWorkload):
+            return self
+        # Hard links share data, so files * max_size bounds the data; leave room for metadata.
+        if w.files * w.max_size > self.fs.disk_size // 2:
+            raise problem(
+                f"{w.files} files of up to {size_text(w.max_size)} may not fit in half of the "
+                f"{size_text(self.fs.disk_size)} disk",
+                "lower workload.files or workload.max_size, or raise fs.disk_size",
+                key="workload.max_size",
+            )
+        if self.crash.corrupt != "none" and (
+            self.expect != "findings" or self.fs.type not in (*JOURNALED_DATA_MODES, FsType.EXT2)
+        ):
+            raise problem(
+                "damaging the states is a positive control for ext2/3/4",
+                "declare expect = 'findings' (and use an ext filesystem)",
+                key="crash.corrupt",
+            )
+        if w.noop_sync and self.expect != "findings":
+            raise problem(
+                "a workload that never really syncs can only lose data",
+                "it is a positive control: declare expect = 'findings'",
+                key="workload.noop_sync",
+            )
+        promised = self.fs.journaled
+        if w.fsync_names is None:
+            object.__setattr__(self, "workload", w.model_copy(update={"fsync_names": promised}))
+        elif w.fsync_names and not promised and self.expect != "findings":
+            raise problem(
+                f"{self.fs.type} without a journal does not make a file's name durable on "
+                "fsync(file), and POSIX does not promise it: every such state would be a "
+                "false data_loss",
+                "leave workload.fsync_names unset, or declare expect = 'findings'",
+                key="workload.fsync_names",
+            )
+        return self
+
+    @property
+    def experiment_kind(self) -> str:
+        """The experiment kind that runs this scenario (harness/experiments/)."""
+        return "crash"
+
+    def resolved(self) -> dict[str, Any]:
+        """Every setting with defaults filled in; JSON-able, stored with each run."""
+        out = self.model_dump(mode="json", exclude={"path", "expect"}, exclude_none=False)
+        out["path"] = paths.portable(self.path)
+        if self.expect is not None:
+            out["expect"] = self.expect
+        if out["fs"]["data_mode"] is None:
+            del out["fs"]["data_mode"]
+        return out
+
+
+SETTABLE = settings.settable(Scenario)
+for _k in ("name", "path", "extends", "overrides", "kind"):
+    SETTABLE.pop(_k, None)

@@ -35,7 +35,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--kind",
-        choices=["scenario", "crash", "zfs", "campaign"],
+        choices=["scenario", "crash", "zfs", "faults", "campaign"],
         default="scenario",
         help="which files (scenario: both scenario kinds, told apart by `kind`)",
     )
@@ -98,6 +98,13 @@ def cmd_list(args: argparse.Namespace) -> int:
                 str(s.fs.data_mode or "-"),
                 _workload_label(s),
                 _states_label(s),
+            )
+        elif getattr(s, "kind", "") == "faults":  # a runtime-fault experiment
+            cols = (
+                ",".join(dict.fromkeys(f.type for f in s.filesystems)),
+                str(s.fault.mode),
+                s.experiment,
+                f"{len(s.filesystems)} filesystems",
             )
         else:  # a ZFS scrub/resilver experiment: layout, fill and fault instead
             p = s.pool

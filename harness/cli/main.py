@@ -66,6 +66,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "[yellow]interrupted[/]: finished results are in the store; run again to resume"
         )
         return 130
+    except BrokenPipeError:
+        # `scenario show X | head`: the reader went away; nothing left to say to it.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return errors.EXIT_OK
     except Exception:
         # A bug of ours: exit 3 like every harness failure (1 would page someone about a
         # filesystem finding); the traceback goes to a file, or to the terminal with --debug.
@@ -80,7 +86,8 @@ def lab_bug(*, debug: bool) -> int:
     with tempfile.NamedTemporaryFile("w", prefix="crashlab-bug-", suffix=".txt", delete=False) as f:
         f.write(text)
     last = text.strip().splitlines()[-1]
-    err_console.print(f"[bold red]harness error (a crashlab bug):[/] {last}", markup=False)
+    err_console.print("[bold red]harness error (a crashlab bug):[/] ", end="")
+    err_console.print(last, markup=False)
     if debug:
         err_console.print(text, markup=False)
     err_console.print(f"[cyan]hint:[/] the traceback is in {f.name}; please report it")

@@ -80,12 +80,16 @@ def load(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Scenario | 
     """Load and validate a scenario; ``overrides`` are ``key=value`` strings (``--set``)."""
     path = locate(name_or_path)
     data, chain = _raw(path, ())
-    model: type[Scenario | ZfsScenario] = Scenario
+    model: type[Any] = Scenario
     keys, aliases = SETTABLE, {}
     if data.get("kind") == Kind.ZFS:
         from harness.config import zfs
 
         model, keys, aliases = zfs.ZfsScenario, zfs.SETTABLE, zfs.ALIASES
+    elif data.get("kind") == "faults":
+        from harness.config import faults
+
+        model, keys = faults.FaultsScenario, faults.SETTABLE
     touched: list[str] = []
     if overrides:
         given = settings.parse_overrides(path, overrides, keys, aliases)
@@ -109,7 +113,7 @@ def load(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Scenario | 
     full = {**data, "name": path.stem, "path": path, "extends": chain}
     full["overrides"] = tuple(overrides)
     sc: Scenario | ZfsScenario = settings.validate(path, model, full, touched)
-    return sc
+    return sc  # (or a FaultsScenario: callers dispatch on experiment_kind)
 
 
 def survey(

@@ -14,6 +14,7 @@ from pydantic import BaseModel, TypeAdapter
 from harness import paths
 from harness.config.campaign import CampaignFile
 from harness.config.crash import Scenario
+from harness.config.faults import FaultsScenario
 from harness.config.zfs import ZfsScenario
 
 # Set by the loader from the file, never written in it.
@@ -21,6 +22,7 @@ _INTERNAL = ("name", "path", "extends", "overrides")
 KINDS: dict[str, type[BaseModel]] = {
     "crash": Scenario,
     "zfs": ZfsScenario,
+    "faults": FaultsScenario,
     "campaign": CampaignFile,
 }
 
@@ -32,7 +34,7 @@ def schema(kind: str) -> dict[str, Any]:
 
 def scenario_schema() -> dict[str, Any]:
     """Both scenario kinds in one schema: a file must fit one of them."""
-    return _schema([Scenario, ZfsScenario], "crashlab scenario")
+    return _schema([Scenario, ZfsScenario, FaultsScenario], "crashlab scenario")
 
 
 def _schema(models: list[type[BaseModel]], title: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from harness import outcome
 from harness.errors import EXIT_FINDING, EXIT_HARNESS
 from harness.experiments import lifecycle
 from harness.experiments.crash import CrashReplay
+from harness.experiments.faults import FSYNC_STEPS, FsyncEio
 from harness.experiments.zfs.crash import ZfsCrash
 from harness.experiments.zfs.scan import ZfsScan
 from harness.report import zfs
@@ -87,7 +88,23 @@ def _crash_body(console: Console, r: lifecycle.Report) -> None:
         console.print(rt)
 
 
+def _eio_body(console: Console, r: lifecycle.Report) -> None:
+    exp = r.experiment
+    assert isinstance(exp, FsyncEio)
+    with Store.open(r.db, create=False) as st:
+        obs = st.observations(r.run_id)
+    cols = ["filesystem", *FSYNC_STEPS, "new-file-fsync", "while faulty"]
+    cols += ["fsync-after-restore", "after remount", "kernel", "verdict"]
+    t = Table(*cols)
+    for o in obs:
+        row = o["metrics"].get("row", {})
+        t.add_row(o["item"], *(str(row.get(c, "-")) for c in cols[1:-1]), o["outcome"])
+    console.print(f"fault: {r.scenario.fault.mode} after the first fsync")
+    console.print(t)
+
+
 BODIES: dict[type[lifecycle.Experiment], Body] = {
+    FsyncEio: _eio_body,
     CrashReplay: _crash_body,
     ZfsScan: zfs.print_scan_body,
     ZfsCrash: zfs.print_crash_body,

@@ -324,6 +324,40 @@ class Store(StoreReads):
                 tuple(cols.values()),
             )
 
+    def record_observation(
+        self,
+        run_id: str,
+        item: str,
+        cell: Mapping[str, Any],
+        metrics: Mapping[str, Any],
+        outcome: Outcome | None,
+    ) -> None:
+        """One item of an experiment kind without a table of its own (one transaction;
+        recording an item again replaces it, so a resumed run has no duplicates)."""
+        with self._transaction() as c:
+            c.execute(
+                "INSERT OR REPLACE INTO observations (run_id, item, cell, metrics, outcome,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    item,
+                    canonical_json(cell),
+                    json.dumps(metrics, sort_keys=True),
+                    None if outcome is None else str(outcome),
+                    utc_now(),
+                ),
+            )
+
+    def observations(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self._conn.execute(
+            "SELECT item, cell, metrics, outcome FROM observations WHERE run_id = ? ORDER BY rowid",
+            (run_id,),
+        )
+        return [
+            {"item": i, "cell": json.loads(c), "metrics": json.loads(m), "outcome": o}
+            for i, c, m, o in rows
+        ]
+
     # -- resuming
 
     def done_state_ids(self, run_id: str) -> set[str]:

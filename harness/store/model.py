@@ -26,6 +26,7 @@ OUTPUT_EXCERPT = 4000
 class RunKind(StrEnum):
     CRASH = "crash"
     ZFS = "zfs"
+    FAULTS = "faults"
 
 
 class RunStatus(StrEnum):

@@ -1,0 +1,165 @@
+"""fsync-eio (kind ``faults``): what fsync reports when the disk fails writes, and what
+is on disk afterwards, per filesystem -- the "fsyncgate" question, measured.
+
+Per filesystem (a cell of the scenario), in a fresh guest: the disk sits on dm-flakey,
+loaded healthy; ``harness/guest/eioprobe.py`` makes the filesystem, writes a file and
+fsyncs it, overwrites it without fsync, switches the device to the fault by a table reload
+(``faults/dm.py``), then fsyncs twice, reopens and fsyncs, tries a new file, restores the
+device, fsyncs again, remounts and reads the file back; blocking calls are bounded. Every
+step's errno (or ``blocked``) and the filesystem's kernel messages are stored as one
+observation per filesystem.
+
+Verdict: the documented contract (Linux >= 4.13, errseq) is that a write error is
+reported to fsync once per open file and the page may then be dropped, so "EIO, then 0,
+then old data" is a fact of the table, not a finding. A finding is ``data_loss`` only when
+*no* fsync reported anything and the data is not there -- the error was lost.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from faults.dm import healthy_table_args
+from harness.config.faults import FaultsScenario, FsCell
+from harness.errors import GuestPanic, GuestTimeout, HarnessError
+from harness.experiments import lifecycle
+from harness.outcome import Outcome
+from harness.record import recorder as record
+from harness.store.model import RunKind
+from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
+
+FSYNC_STEPS = ("fsync-1", "fsync-2", "reopen-fsync")
+MKFS_FORCE = {"xfs": "-f", "btrfs": "-f"}
+
+
+class Cell:
+    def __init__(self, fs: FsCell) -> None:
+        self.fs = fs
+
+    @property
+    def id(self) -> str:
+        return self.fs.name()
+
+
+@lifecycle.register("fsync-eio")
+class FsyncEio(lifecycle.Experiment):
+    """One filesystem per item; see the module docstring."""
+
+    run_kind = RunKind.FAULTS
+
+    def prepare(self) -> None:
+        assert isinstance(self.sc, FaultsScenario)
+        self.cells = [Cell(fs) for fs in self.sc.filesystems]
+        self.rows: dict[str, dict[str, Any]] = {}
+
+    def items(self) -> Sequence[Cell]:
+        return self.cells
+
+    def done(self) -> set[str]:
+        return {o["item"] for o in self.run.store.observations(self.run.run_id)}
+
+    def check(self, todo: Sequence[lifecycle.Item]) -> Iterator[tuple[Cell, dict[str, Any]]]:
+        for n, cell in enumerate(c for c in todo if isinstance(c, Cell)):
+            self.run.progress(f"fsync-eio: {cell.id}", n, len(todo))
+            yield cell, self._probe(cell)
+
+    def _probe(self, cell: Cell) -> dict[str, Any]:
+        sc = self.sc
+        disk = self.run.dir / f"{len(self.rows)}.raw"
+        disk.parent.mkdir(parents=True, exist_ok=True)
+        with open(disk, "wb") as f:
+            f.truncate(sc.disk_size)
+        spec = GuestSpec(disks=(Disk(disk, "dut"),), command_timeout=sc.timeout * 12 + 300)
+        try:
+            with start_guest(spec) as g:
+                return _run_probe(g, cell.fs, sc)
+        except (GuestTimeout, GuestPanic) as e:
+            kind = Outcome.TIMEOUT if isinstance(e, GuestTimeout) else Outcome.PANIC
+            return {"outcome": str(kind), "error": e.message, "console": e.console[-1500:]}
+        finally:
+            disk.unlink(missing_ok=True)
+
+    def commit(self, item: lifecycle.Item, result: Any) -> None:
+        assert isinstance(item, Cell)
+        outcome = Outcome(result["outcome"])
+        self.rows[item.id] = result
+        self.run.store.record_observation(
+            self.run.run_id, item.id, item.fs.model_dump(mode="json"), result, outcome
+        )
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for o in self.run.store.observations(self.run.run_id):
+            out[o["outcome"]] = out.get(o["outcome"], 0) + 1
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        return {"filesystems": len(self.cells), "fault": str(self.sc.fault.mode)}
+
+
+def _run_probe(g: Guest, fs: FsCell, sc: FaultsScenario) -> dict[str, Any]:
+    modules = ["dm-flakey", *(["zfs"] if fs.type == "zfs" else [])]
+    for m in modules:
+        r = g.run(["modprobe", m], timeout=120)
+        if not r.ok:
+            raise HarnessError(f"modprobe {m} failed in the guest", detail=r.err)
+    record.install_scripts(g)
+    dev = g.run(["readlink", "-f", g.disk("dut")], check=True).out.strip()
+    sectors = sc.disk_size // 512
+    healthy = " ".join(["0", str(sectors), "flakey", *healthy_table_args(dev)])
+    faulty = " ".join(["0", str(sectors), "flakey", *sc.fault.fault().table_args(dev)])
+    mkfs = [f"mkfs.{fs.type}", MKFS_FORCE.get(fs.type, "-F"), "-q", *fs.mkfs_options]
+    failmode = next(
+        (o.split("=", 1)[1] for o in fs.mount_options if o.startswith("failmode=")), "continue"
+    )
+    argv = [
+        "python3", f"{record.GUEST_DIR}/eioprobe.py", "--fs", fs.type,
+        "--mkfs", json.dumps(mkfs), "--mount-opts", ",".join(fs.mount_options),
+        "--healthy", healthy, "--faulty", faulty, "--failmode", failmode,
+        "--timeout", str(sc.timeout),
+    ]  # fmt: skip
+    r = g.run(argv, timeout=sc.timeout * 12 + 120)
+    if not r.ok:
+        raise HarnessError("eioprobe.py failed in the guest", detail=(r.err or r.out)[-2000:])
+    facts = json.loads(r.out)
+    return {**facts, **judge(facts)}
+
+
+def judge(facts: dict[str, Any]) -> dict[str, Any]:
+    """The row a person reads, and the verdict (module docstring)."""
+    steps = {s["step"]: s for s in facts["steps"]}
+    for name in ("dm-create", "mkfs", "mount"):
+        if steps.get(name, {}).get("rc", 0) != 0:
+            return {"outcome": str(Outcome.HARNESS_ERROR), "row": {"setup": name}}
+
+    def errno(name: str) -> str:
+        s = steps.get(name, {})
+        return str(s.get("error") or ("0" if "errno" in s else "-"))
+
+    row = {
+        **{n: errno(n) for n in (*FSYNC_STEPS, "new-file-fsync", "fsync-after-restore")},
+        "while faulty": steps.get("mount-state-faulty", {}).get("state", "-"),
+        "after remount": steps.get("read-after-remount", {}).get("content", "-"),
+        "kernel": _kernel_events(facts.get("kernel_log", [])),
+    }
+    reported = any(row[n] not in ("0", "-") for n in FSYNC_STEPS)
+    lost = row["after remount"] != "new"
+    outcome = Outcome.DATA_LOSS if lost and not reported else Outcome.CONSISTENT
+    return {"outcome": str(outcome), "row": row}
+
+
+def _kernel_events(lines: Sequence[str]) -> str:
+    text = "\n".join(lines).lower()
+    events = [
+        word
+        for word, needle in (
+            ("remount-ro", "read-only"),
+            ("shutdown", "shut down"),
+            ("journal-abort", "aborted journal"),
+            ("io-error", "i/o error"),
+        )
+        if needle in text
+    ]
+    return ",".join(events) or "-"

@@ -1,0 +1,72 @@
+"""fsync-eio: the verdict from a probe's facts, the scenario's bad input, and (vm) the
+probe on real filesystems over dm-flakey."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from faults.dm import FlakeyFault, FlakeyMode, healthy_table_args
+from harness.config import scenario
+from harness.errors import InputError
+from harness.experiments import lifecycle
+from harness.experiments.faults import FsyncEio, judge
+from harness.image import build as image
+from harness.store.db import Store
+
+
+def facts(*, errnos: tuple[int, int, int], after: str) -> dict[str, Any]:
+    ok = {"rc": 0}
+    steps = [{"step": n, **ok} for n in ("dm-create", "mkfs", "mount")]
+    for name, e in zip(("fsync-1", "fsync-2", "reopen-fsync"), errnos, strict=True):
+        steps.append({"step": name, "errno": e, "error": "EIO" if e else ""})
+    steps.append({"step": "read-after-remount", "content": after})
+    return {"steps": steps, "kernel_log": ["EXT4-fs (dm-0): Remounting filesystem read-only"]}
+
+
+def test_an_error_reported_once_then_forgotten_is_a_fact_not_a_finding() -> None:
+    r = judge(facts(errnos=(5, 0, 0), after="old"))
+    assert r["outcome"] == "consistent" and r["row"]["fsync-1"] == "EIO"
+    assert r["row"]["fsync-2"] == "0" and r["row"]["kernel"] == "remount-ro"
+
+
+def test_data_gone_without_any_error_is_data_loss() -> None:
+    assert judge(facts(errnos=(0, 0, 0), after="old"))["outcome"] == "data_loss"
+    assert judge(facts(errnos=(0, 0, 0), after="new"))["outcome"] == "consistent"
+
+
+def test_flakey_tables() -> None:
+    assert healthy_table_args("/dev/vdb") == ["/dev/vdb", "0", "86400", "0"]
+    assert FlakeyFault(FlakeyMode.ERROR_WRITES).table_args("/dev/vdb") == [
+        "/dev/vdb", "0", "0", "86400", "1", "error_writes",
+    ]  # fmt: skip
+    corrupt = FlakeyFault(FlakeyMode.CORRUPT, nth=32, direction="w", value=1, flags=("meta",))
+    assert corrupt.features() == ["5", "corrupt_bio_byte", "32", "w", "1", str(1 << 12)]
+
+
+def test_bad_fault_mode_is_input_error() -> None:
+    with pytest.raises(InputError, match=r"fault\.mode"):
+        scenario.load("fsync-eio", ("fault.mode=error_reads",))
+    with pytest.raises(InputError, match=r"filesystems\[0\]\.type") as e:
+        scenario.load("fsync-eio", ('filesystems=[{type="btrf"}]',))
+    assert e.value.hint == "did you mean 'btrfs'?"
+
+
+@pytest.mark.vm
+def test_fsync_eio_on_real_filesystems(guest_image: image.Image, tmp_path: Path) -> None:
+    sc = scenario.load(
+        "fsync-eio",
+        ('filesystems=[{type="ext4", mount_options=["errors=continue"]}, {type="xfs"}]',),
+    )
+    db = tmp_path / "lab.sqlite"
+    r = lifecycle.execute(sc, db=db)
+    assert isinstance(r.experiment, FsyncEio) and r.status == 0
+    with Store.open(db, create=False) as st:
+        rows = {o["item"]: o["metrics"]["row"] for o in st.observations(r.run_id)}
+    assert set(rows) == {"ext4 errors=continue", "xfs"}
+    for row in rows.values():
+        assert row["fsync-1"] == "EIO"  # both report the failed writeback at least once
+        assert row["after remount"] in ("old", "new")
+    assert "shutdown" in rows["xfs"]["kernel"]

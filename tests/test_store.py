@@ -388,3 +388,49 @@ def test_concurrent_first_open_migrates_once(db: Path) -> None:
     with Store.open(db) as store:
         assert store.execute("PRAGMA user_version") == [(SCHEMA_VERSION,)]
         assert sorted(r.seed or 0 for r in store.runs()) == list(range(6))
+
+
+def test_a_version_3_store_is_migrated_and_its_scans_still_read(tmp_path: Path) -> None:
+    # Migration 4 (issue 9 item 7) on a store written before it: migrated in place, never
+    # reset; its scans read with an unknown time source, and new scans record theirs.
+    from harness.store import schema
+
+    db = tmp_path / "v3.sqlite"
+    conn = sqlite3.connect(db)
+    for stmt in [s for m in schema.MIGRATIONS[:3] for s in m]:
+        conn.execute(stmt)
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("PRAGMA user_version = 3")
+    conn.execute(
+        "INSERT INTO runs (id, scenario, kind, params, started_at, status)"
+        " VALUES ('r1', 'zfs-scrub', 'zfs', '{}', '2026-01-01T00:00:00Z', 'done')"
+    )
+    conn.execute(
+        "INSERT INTO zfs_scans (run_id, repetition, kind, layout, seconds, created_at)"
+        " VALUES ('r1', 0, 'scrub', 'mirror', 3.0, '2026-01-01T00:00:00Z')"
+    )
+    conn.commit()
+    conn.close()
+    with Store.open(db) as store:
+        assert store.execute("PRAGMA user_version") == [(SCHEMA_VERSION,)]
+        (old,) = store.zfs_scans()
+        assert old["seconds"] == 3.0
+        assert old["seconds_source"] is None and old["scans"] == []
+        store.add_zfs_scan(
+            "r1",
+            repetition=1,
+            kind=ScanKind.SCRUB,
+            layout="mirror",
+            seconds=2.5,
+            extra={"seconds_source": "events", "scans": [[1, 2]]},
+        )
+        assert store.zfs_scans()[-1]["seconds_source"] == "events"
+        with pytest.raises(sqlite3.IntegrityError):
+            store.add_zfs_scan(
+                "r1",
+                repetition=2,
+                kind=ScanKind.SCRUB,
+                layout="mirror",
+                seconds=1.0,
+                extra={"seconds_source": "guess"},
+            )

@@ -31,8 +31,9 @@ Store: a run of kind ``zfs``; each vdev's log in ``logs`` (role ``vdevK``); each
 ``params`` (``MultiState.to_dict``); the guest check in ``checks``; import, scrub and
 export seconds in ``recovery_times`` as ``mount``, ``fsck_after`` and ``umount``.
 
-Not done yet: resuming a killed run (states are committed one by one, but a rerun
-records afresh); incremental replay (each disk image is built from entry 0 -- cheap at
+A killed run resumes through the lifecycle like crash replay: the recording is kept in
+the run directory (``recording.json``) and states already judged are skipped. Not done
+yet: incremental replay (each disk image is built from entry 0 -- cheap at
 these sizes); host-side ``zdb -e -p DIR`` on the images; cuts torn *inside* a disk
 (reorder/torn within a log) combined with the cross-disk model.
 """

@@ -16,6 +16,7 @@ from rich.table import Table
 from harness import errors, paths
 from harness.config import scenario
 from harness.config.crash import OpsWorkload, Scenario
+from harness.config.faults import FaultsScenario
 
 console = Console(highlight=False)
 
@@ -99,7 +100,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 _workload_label(s),
                 _states_label(s),
             )
-        elif getattr(s, "kind", "") == "faults":  # a runtime-fault experiment
+        elif isinstance(s, FaultsScenario):  # a runtime-fault experiment
             cols = (
                 ",".join(dict.fromkeys(f.type for f in s.filesystems)),
                 str(s.fault.mode),

@@ -24,18 +24,20 @@ from typing import TYPE_CHECKING, Any
 
 from harness import paths
 from harness.config import settings
-from harness.config.settings import load_toml
-from harness.errors import InputError
-
-if TYPE_CHECKING:
-    from harness.config.zfs import ZfsScenario
-
 from harness.config.crash import (
     JOURNALED_DATA_MODES,
     SETTABLE,
     Kind,
     Scenario,
 )
+from harness.config.settings import load_toml
+from harness.errors import InputError
+
+if TYPE_CHECKING:
+    from harness.config.faults import FaultsScenario
+    from harness.config.zfs import ZfsScenario
+
+    AnyScenario = Scenario | ZfsScenario | FaultsScenario
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ def locate(name_or_path: str | Path) -> Path:
     return p
 
 
-def load(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Scenario | ZfsScenario:
+def load(name_or_path: str | Path, overrides: Sequence[str] = ()) -> AnyScenario:
     """Load and validate a scenario; ``overrides`` are ``key=value`` strings (``--set``)."""
     path = locate(name_or_path)
     data, chain = _raw(path, ())
@@ -112,16 +114,16 @@ def load(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Scenario | 
         )
     full = {**data, "name": path.stem, "path": path, "extends": chain}
     full["overrides"] = tuple(overrides)
-    sc: Scenario | ZfsScenario = settings.validate(path, model, full, touched)
-    return sc  # (or a FaultsScenario: callers dispatch on experiment_kind)
+    sc: AnyScenario = settings.validate(path, model, full, touched)
+    return sc
 
 
 def survey(
     directory: Path | None = None,
-) -> tuple[list[Scenario | ZfsScenario], list[Broken]]:
+) -> tuple[list[AnyScenario], list[Broken]]:
     """Every scenario file, crash and ZFS; those that fail to load come back as ``Broken``."""
     d = directory or paths.scenarios_dir()
-    good: list[Scenario | ZfsScenario] = []
+    good: list[AnyScenario] = []
     bad: list[Broken] = []
     for name in names(d):
         path = d / f"{name}.toml"
@@ -132,7 +134,7 @@ def survey(
     return good, bad
 
 
-def catalogue() -> list[Scenario | ZfsScenario]:
+def catalogue() -> list[AnyScenario]:
     """Every scenario that loads; ``survey`` also reports the broken ones."""
     return survey()[0]
 

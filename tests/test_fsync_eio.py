@@ -22,7 +22,7 @@ def facts(*, errnos: tuple[int, int, int], after: str) -> dict[str, Any]:
     steps = [{"step": n, **ok} for n in ("dm-create", "mkfs", "mount")]
     for name, e in zip(("fsync-1", "fsync-2", "reopen-fsync"), errnos, strict=True):
         steps.append({"step": name, "errno": e, "error": "EIO" if e else ""})
-    steps.append({"step": "read-after-remount", "content": after})
+    steps.append({"step": "read-after-remount", "errno": 0, "value": after})
     return {"steps": steps, "kernel_log": ["EXT4-fs (dm-0): Remounting filesystem read-only"]}
 
 
@@ -35,6 +35,13 @@ def test_an_error_reported_once_then_forgotten_is_a_fact_not_a_finding() -> None
 def test_data_gone_without_any_error_is_data_loss() -> None:
     assert judge(facts(errnos=(0, 0, 0), after="old"))["outcome"] == "data_loss"
     assert judge(facts(errnos=(0, 0, 0), after="new"))["outcome"] == "consistent"
+
+
+def test_a_blocked_fsync_is_reported_not_judged() -> None:
+    f = facts(errnos=(5, 0, 0), after="old")
+    f["steps"][3] = {"step": "fsync-1", "errno": None, "error": "blocked"}
+    r = judge(f)
+    assert r["outcome"] == "skipped" and r["row"]["fsync-1"] == "blocked"
 
 
 def test_flakey_tables() -> None:

@@ -138,15 +138,27 @@ def judge(facts: dict[str, Any]) -> dict[str, Any]:
         s = steps.get(name, {})
         return str(s.get("error") or ("0" if "errno" in s else "-"))
 
+    def value(name: str) -> str:
+        s = steps.get(name, {})
+        return str(s.get("value") if s.get("errno") == 0 else s.get("error") or "-")
+
     row = {
         **{n: errno(n) for n in (*FSYNC_STEPS, "new-file-fsync", "fsync-after-restore")},
-        "while faulty": steps.get("mount-state-faulty", {}).get("state", "-"),
-        "after remount": steps.get("read-after-remount", {}).get("content", "-"),
+        "while faulty": value("mount-state-faulty"),
+        "after remount": value("read-after-remount"),
         "kernel": _kernel_events(facts.get("kernel_log", [])),
     }
-    reported = any(row[n] not in ("0", "-") for n in FSYNC_STEPS)
+    reported = any(row[n] not in ("0", "-", "blocked", "skipped") for n in FSYNC_STEPS)
+    blocked = any(s.get("error") == "blocked" or s.get("rc") == -1 for s in steps.values())
     lost = row["after remount"] != "new"
-    outcome = Outcome.DATA_LOSS if lost and not reported else Outcome.CONSISTENT
+    if blocked:
+        # An fsync (or the remount) that never returns is the answer for this filesystem
+        # (it waits for the device), but it leaves nothing to judge the data by.
+        outcome = Outcome.SKIPPED
+    elif lost and not reported:
+        outcome = Outcome.DATA_LOSS
+    else:
+        outcome = Outcome.CONSISTENT
     return {"outcome": str(outcome), "row": row}
 
 

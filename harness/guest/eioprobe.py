@@ -37,22 +37,29 @@ OLD, NEW = b"O", b"N"
 
 
 def sh(argv: list[str], timeout: float = 120, keep: int = 800) -> dict[str, Any]:
+    """Run a command; past ``timeout`` it is abandoned, not waited for: a process stuck in
+    the kernel (a suspended pool, a device that never answers) cannot be killed."""
     start = time.monotonic()
+    p = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV
+    )
     try:
-        p = subprocess.run(argv, capture_output=True, timeout=timeout, env=ENV, check=False)
-        rc, out = p.returncode, (p.stdout + p.stderr).decode(errors="replace")
+        out, _ = p.communicate(timeout=timeout)
+        rc, text = p.returncode, out.decode(errors="replace")
     except subprocess.TimeoutExpired:
-        rc, out = -1, "[blocked: timed out]"
+        p.kill()
+        rc, text = -1, "[blocked: timed out]"
     return {
         "argv": argv,
         "rc": rc,
         "seconds": round(time.monotonic() - start, 3),
-        "out": out[-keep:],
+        "out": text[-keep:],
     }
 
 
-def in_child(fn: Callable[[], None], timeout: float) -> dict[str, Any]:
-    """Run ``fn`` in a forked child; its errno (0 on success), or ``blocked``."""
+def in_child(fn: Callable[[], Any], timeout: float) -> dict[str, Any]:
+    """Run ``fn`` in a forked child: its JSON-able result as ``value`` and errno 0, the
+    errno of an OSError it raised, or ``blocked`` when it is stuck past ``timeout``."""
     r, w = os.pipe()
     start = time.monotonic()
     pid = os.fork()
@@ -62,38 +69,31 @@ def in_child(fn: Callable[[], None], timeout: float) -> dict[str, Any]:
         null = os.open(os.devnull, os.O_RDWR)
         for std in (0, 1, 2):
             os.dup2(null, std)
-        code = 0
         try:
-            fn()
+            msg = {"errno": 0, "value": fn()}
         except OSError as e:
-            code = e.errno or errno.EIO
-        os.write(w, str(code).encode())
+            msg = {"errno": e.errno or errno.EIO}
+        os.write(w, json.dumps(msg).encode())
         os._exit(0)
     os.close(w)
     deadline = start + timeout
     while time.monotonic() < deadline:
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done:
-            text = os.read(r, 32).decode() or "-1"
+            chunks = []
+            while chunk := os.read(r, 1 << 16):
+                chunks.append(chunk)
             os.close(r)
-            code = int(text)
+            msg = json.loads(b"".join(chunks) or b'{"errno": -1}')
+            code = msg["errno"]
             return {
-                "errno": code,
+                **msg,
                 "error": errno.errorcode.get(code, str(code)) if code else "",
                 "seconds": round(time.monotonic() - start, 3),
             }
         time.sleep(0.02)
     os.close(r)  # the child stays stuck in the kernel; its result is "blocked"
     return {"errno": None, "error": "blocked", "seconds": round(timeout, 3)}
-
-
-def reload(table: str) -> list[dict[str, Any]]:
-    # --nolockfs: do not freeze the filesystem, which would flush exactly what we test.
-    return [
-        sh(["dmsetup", "suspend", "--nolockfs", DM]),
-        sh(["dmsetup", "load", DM, "--table", table]),
-        sh(["dmsetup", "resume", DM]),
-    ]
 
 
 def classify(data: bytes | str) -> str:
@@ -144,53 +144,71 @@ class Probe:
         self.steps: list[dict[str, Any]] = []
         self.path = f"{MNT}/f" if args.fs != "zfs" else f"/{POOL}/f"
         self.mnt = MNT if args.fs != "zfs" else f"/{POOL}"
+        self.stuck = False
 
     def step(self, name: str, **facts: Any) -> dict[str, Any]:
         rec = {"step": name, **facts}
         self.steps.append(rec)
         return rec
 
+    def call(self, name: str, fn: Callable[[], Any]) -> None:
+        """A step that touches the filesystem, bounded; after one call blocked, the rest
+        are skipped (they would block behind it) and say so."""
+        if self.stuck:
+            self.step(name, errno=None, error="skipped")
+            return
+        rec = self.step(name, **in_child(fn, self.a.timeout))
+        self.stuck = rec["error"] == "blocked"
+
+    def command(self, name: str, argv: list[str], timeout: float | None = None) -> None:
+        if self.stuck:
+            self.step(name, rc=None, out="skipped")
+            return
+        rec = self.step(name, **sh(argv, timeout or self.a.timeout))
+        self.stuck = rec["rc"] == -1
+
     def make_fs(self, dm_dev: str) -> None:
         a = self.a
         if a.fs == "zfs":
-            r = sh(["zpool", "create", "-f", "-o", "failmode=" + a.failmode, POOL, dm_dev], 300)
-            self.step("mkfs", **r)
+            self.command(
+                "mkfs", ["zpool", "create", "-f", "-o", f"failmode={a.failmode}", POOL, dm_dev], 300
+            )
             return
-        r = sh([*json.loads(a.mkfs), dm_dev], 300)
-        self.step("mkfs", **r)
+        self.command("mkfs", [*json.loads(a.mkfs), dm_dev], 300)
         os.makedirs(MNT, exist_ok=True)
-        self.step(
-            "mount", **sh(["mount", "-t", a.fs, "-o", a.mount_opts or "defaults", dm_dev, MNT])
-        )
+        self.command("mount", ["mount", "-t", a.fs, "-o", a.mount_opts or "defaults", dm_dev, MNT])
 
     def remount(self, dm_dev: str) -> None:
         a = self.a
         if a.fs == "zfs":
-            self.step("export", **sh(["zpool", "export", POOL], a.timeout))
-            self.step("import", **sh(["zpool", "import", "-d", "/dev/mapper", POOL], a.timeout))
+            self.command("export", ["zpool", "export", POOL])
+            self.command("import", ["zpool", "import", "-d", "/dev/mapper", POOL])
             return
-        self.step("umount", **sh(["umount", MNT], a.timeout))
-        self.step(
-            "mount-again",
-            **sh(["mount", "-t", a.fs, "-o", a.mount_opts or "defaults", dm_dev, MNT], a.timeout),
+        self.command("umount", ["umount", MNT])
+        self.command(
+            "mount-again", ["mount", "-t", a.fs, "-o", a.mount_opts or "defaults", dm_dev, MNT]
         )
+
+    def reload(self, name: str, table: str) -> None:
+        # --nolockfs: do not freeze the filesystem, which would flush exactly what we test.
+        self.command(f"{name}-suspend", ["dmsetup", "suspend", "--nolockfs", DM])
+        self.command(f"{name}-load", ["dmsetup", "load", DM, "--table", table])
+        self.command(f"{name}-resume", ["dmsetup", "resume", DM])
 
     def run(self) -> dict[str, Any]:
         a = self.a
-        self.step(
-            "dm-create",
-            **sh(["dmsetup", "create", DM, "--table", a.healthy]),
-        )
+        self.command("dm-create", ["dmsetup", "create", DM, "--table", a.healthy])
         dm_dev = f"/dev/mapper/{DM}"
         self.make_fs(dm_dev)
+        if self.stuck or any(s.get("rc") for s in self.steps):
+            return {"steps": self.steps, "kernel_log": kernel_log()}
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         os.pwrite(fd, OLD * SIZE, 0)
-        self.step("fsync-old", **in_child(lambda: os.fsync(fd), a.timeout))
+        self.call("fsync-old", lambda: os.fsync(fd))
         os.pwrite(fd, NEW * SIZE, 0)  # buffered, not yet durable
-        self.step("fault-on", table=a.faulty, cmds=reload(a.faulty))
+        self.reload("fault-on", a.faulty)
         for n in (1, 2):
-            self.step(f"fsync-{n}", **in_child(lambda: os.fsync(fd), a.timeout))
-        os.close(fd)
+            self.call(f"fsync-{n}", lambda: os.fsync(fd))
 
         def reopen_fsync() -> None:
             fd2 = os.open(self.path, os.O_RDWR)
@@ -198,9 +216,6 @@ class Probe:
                 os.fsync(fd2)
             finally:
                 os.close(fd2)
-
-        self.step("reopen-fsync", **in_child(reopen_fsync, a.timeout))
-        self.step("read-cached", content=classify(read_file(self.path)))
 
         def new_file() -> None:
             fd3 = os.open(self.mnt + "/g", os.O_WRONLY | os.O_CREAT, 0o644)
@@ -210,13 +225,17 @@ class Probe:
             finally:
                 os.close(fd3)
 
-        self.step("new-file-fsync", **in_child(new_file, a.timeout))
-        self.step("mount-state-faulty", state=mount_state(self.mnt))
-        self.step("fault-off", cmds=reload(a.healthy))
-        self.step("fsync-after-restore", **in_child(reopen_fsync, a.timeout))
-        self.step("mount-state-restored", state=mount_state(self.mnt))
+        self.call("reopen-fsync", reopen_fsync)
+        self.call("read-cached", lambda: classify(read_file(self.path)))
+        self.call("new-file-fsync", new_file)
+        self.call("mount-state-faulty", lambda: mount_state(self.mnt))
+        self.reload("fault-off", a.healthy)
+        self.call("fsync-after-restore", reopen_fsync)
+        self.call("mount-state-restored", lambda: mount_state(self.mnt))
+        if not self.stuck:
+            os.close(fd)  # on a stuck filesystem even close may wait: leave it to exit
         self.remount(dm_dev)
-        self.step("read-after-remount", content=classify(read_file(self.path)))
+        self.call("read-after-remount", lambda: classify(read_file(self.path)))
         return {"steps": self.steps, "kernel_log": kernel_log()}
 
 

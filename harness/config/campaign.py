@@ -16,9 +16,8 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from harness.config import scenario, settings
-from harness.config.settings import Settings, problem
+from harness.config.settings import Settings, canonical_json, problem
 from harness.errors import InputError
-from harness.store.db import canonical_json
 
 DEFAULT_MAX_FAILURES = 2
 DEFAULT_MAX_INTERRUPTIONS = 5

@@ -15,6 +15,7 @@ hint raises ``problem(msg, hint)``.
 from __future__ import annotations
 
 import difflib
+import json
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -43,6 +44,12 @@ def load_toml(path: Path) -> dict[str, Any]:
         raise InputError(
             f"{path}: not valid TOML: {e}", hint="see https://toml.io for the syntax"
         ) from None
+
+
+def canonical_json(value: Mapping[str, Any]) -> str:
+    """JSON with sorted keys, so equal settings are equal strings (a run's parameters and a
+    campaign element's key are matched on it when resuming)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def parse_size(value: Any) -> int:

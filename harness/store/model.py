@@ -3,7 +3,6 @@ into or out of SQLite, and the small helpers every reader and writer shares."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
@@ -13,6 +12,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from harness.config.settings import canonical_json as canonical_json  # shared with config
 from harness.outcome import Outcome
 
 # "CRLB" as a big-endian int: `file(1)` and `sqlite3 .dbinfo` show it, and it tells
@@ -228,11 +228,6 @@ class RunDetail:
 
 def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def canonical_json(value: Mapping[str, Any]) -> str:
-    """JSON with sorted keys, so equal parameters are equal strings (resume matches on it)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def excerpt(text: str, limit: int = OUTPUT_EXCERPT) -> str:

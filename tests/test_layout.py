@@ -1,0 +1,48 @@
+"""The folders are the pipeline, and imports flow one way down it (issue 8): a step never
+imports a later one, so a newcomer can read the tree from the top."""
+
+from __future__ import annotations
+
+import ast
+
+from harness import paths
+
+# The shared vocabulary first, then the steps in the order a run goes through them.
+SHARED = ("errors", "outcome", "paths", "tools", "proc")
+STEPS = ("config", "image", "vm", "record", "guest", "replay", "check", "store")
+STEPS += ("experiments", "report", "cli")
+RANK = {name: i for i, name in enumerate((*SHARED, *STEPS))}
+
+
+def _step(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "harness" and len(parts) > 1 else None
+
+
+def test_every_package_is_a_step_of_the_pipeline() -> None:
+    root = paths.REPO / "harness"
+    found = {p.name for p in root.iterdir() if (p / "__init__.py").exists()}
+    found |= {p.stem for p in root.glob("*.py") if p.stem not in ("__init__", "__main__")}
+    assert found == set(RANK)
+
+
+def test_imports_flow_down_the_pipeline() -> None:
+    upward = []
+    for f in sorted((paths.REPO / "harness").rglob("*.py")):
+        me = _step(".".join(f.relative_to(paths.REPO).with_suffix("").parts))
+        if me not in RANK:
+            continue
+        for node in ast.walk(ast.parse(f.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module):
+                continue
+            targets = [f"{node.module}.{a.name}" for a in node.names]
+            for target in targets if node.module == "harness" else [node.module]:
+                other = _step(target)
+                if other in RANK and RANK[other] > RANK[me]:
+                    upward.append(f"{f.relative_to(paths.REPO)} imports {target}")
+    assert upward == []
+
+
+def test_faults_are_models_that_need_no_harness() -> None:
+    for f in (paths.REPO / "faults").glob("*.py"):
+        assert "from harness" not in f.read_text() and "import harness" not in f.read_text()

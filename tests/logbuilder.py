@@ -1,6 +1,6 @@
 """Write synthetic dm-log-writes logs for unit tests, plus a plain-Python model of the device.
 
-The layout mirrors the kernel's (see harness/logwrites.py): super block in sector 0,
+The layout mirrors the kernel's (see harness/record/logwrites.py): super block in sector 0,
 then per entry one header sector and, for writes, the data. ``sector`` arguments are
 in 512-byte units, as in the parsed log; they are converted to the log's ``sectorsize``.
 """

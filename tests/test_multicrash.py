@@ -1,4 +1,4 @@
-"""Multi-disk crash states (faults/multicrash.py) on synthetic logs, and the ZFS crash
+"""Multi-disk crash states (harness/replay/multicrash.py) on synthetic logs, and the ZFS crash
 experiment's pure parts: its oracle, its verdicts, its scenario keys."""
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def register_run_commands(sub: Any) -> None:
-    """``scenario run`` and ``scenario reproduce`` live in harness/cli_run.py."""
+    """``scenario run`` and ``scenario reproduce`` live in harness/cli/run.py."""
     from harness.cli import run as cli_run
 
     cli_run.register(sub, add_set_option)

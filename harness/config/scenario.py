@@ -18,7 +18,6 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,11 +46,6 @@ class Broken:
     name: str
     path: Path
     error: str
-
-
-def _values(enum: type[StrEnum]) -> list[str]:
-    # Plain strings, so "did you mean" hints show 'fua', not <StateKind.FUA: 'fua'>.
-    return [m.value for m in enum]
 
 
 def names(directory: Path | None = None) -> list[str]:

@@ -24,7 +24,7 @@ draws the same seeded sequence as ``any`` and skips the dishonest draws, so befo
 ``max_states`` cap it keeps every honest set ``any`` would have drawn.
 
 Within one disk a cut is a plain prefix: reordering inside a disk's cache is the
-single-log generators' business (faults/crashstates.py); this module adds the
+single-log generators' business (harness/replay/crashstates.py); this module adds the
 dimension they cannot: disks disagreeing with each other.
 
 Ids are content addresses, as for single-log states: the hash of every log's hash and
@@ -161,7 +161,7 @@ def common_marks(logs: Sequence[Log]) -> list[tuple[str, tuple[int, ...]]]:
         if MKFS_MARK not in seen:
             raise InputError(
                 f"{lg.path}: the log has no {MKFS_MARK!r} mark",
-                hint="record every vdev with the same marks (harness/zfs/crash.py)",
+                hint="record every vdev with the same marks (harness/experiments/zfs/record.py)",
             )
         per_log.append(seen)
     first = per_log[0]

@@ -6,7 +6,7 @@ statistics, then every crash state with each check's outcome, time and output ex
 The store stays the source of truth; the file is rewritten whole (via a temporary file
 and a rename, so a reader never sees half of it) each time it is written.
 
-``scenario run`` (harness/cli_run.py) calls ``write_run_log(db, run_id)`` after its
+``scenario run`` (harness/cli/run.py) calls ``write_run_log(db, run_id)`` after its
 summary; ``scenario campaign run`` calls it after each element.
 """
 

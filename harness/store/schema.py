@@ -236,7 +236,7 @@ _MIGRATION_2 = [
     """,
 ]
 
-# 3: the ZFS lab's measurements (harness/zfs/): what a scan is compared by (the pool,
+# 3: the ZFS lab's measurements (harness/experiments/zfs/): what a scan is compared by (the pool,
 # the fill achieved, the fault) and what it measured, beside migration 1's columns.
 # ``seconds`` stays the headline duration: from the events when they are there, else
 # from ``zpool status``.

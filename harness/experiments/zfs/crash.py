@@ -20,7 +20,7 @@ required file missing or different -> ``data_loss``; else ``consistent``. A hang
 panic is the lab's ``timeout``/``panic`` and the guest is replaced for the rest.
 
 Torn sets that no power cut of honest disks leaves (``crash.torn_model = "any"``, see
-faults/multicrash.py) are checked like the others, but their verdicts are a disk losing
+harness/replay/multicrash.py) are checked like the others, but their verdicts are a disk losing
 acknowledged writes, not ZFS: stored as they came out (nothing hidden), labelled
 ``lying-disk`` in the state's description and the check's output, kept out of the
 summary's ``outcome_counts`` (they get ``lying_disk_outcome_counts``) and out of the

@@ -77,3 +77,19 @@ def test_fsync_eio_on_real_filesystems(guest_image: image.Image, tmp_path: Path)
         assert row["fsync-1"] == "EIO"  # both report the failed writeback at least once
         assert row["after remount"] in ("old", "new")
     assert "shutdown" in rows["xfs"]["kernel"]
+
+
+@pytest.mark.vm
+def test_dust_scrub_repairs_the_mirror_and_ext4_reports_eio(
+    guest_image: image.Image, tmp_path: Path
+) -> None:
+    sc = scenario.load("dust-scrub", ("data_mb=16", "bad_blocks=32"))
+    db = tmp_path / "lab.sqlite"
+    r = lifecycle.execute(sc, db=db)
+    assert r.status == 0
+    with Store.open(db, create=False) as st:
+        rows = {o["item"]: o["metrics"]["row"] for o in st.observations(r.run_id)}
+    zfs, ext4 = rows["zfs mirror"], rows["ext4"]
+    assert zfs["data intact"] is True and zfs["data errors"] == 0
+    assert zfs["read errors"] + zfs["cksum errors"] > 0 and zfs["repaired bytes"] > 0
+    assert ext4["read"] == "EIO"

@@ -1,6 +1,8 @@
 """Runtime-fault scenarios (``kind = "faults"``): a device-mapper fault under a live
 filesystem (``faults/dm.py``). ``experiment = "fsync-eio"``: what fsync reports when the
-disk fails writes, per filesystem (``harness/experiments/faults.py``)."""
+disk fails writes, per filesystem; ``"dust-scrub"``: dm-dust bad sectors under a ZFS
+mirror (scrub repairs) and under ext4 (the read fails with EIO)
+(``harness/experiments/faults.py``)."""
 
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ class FaultsScenario(Settings):
     path: Path
     description: str
     kind: Literal["faults"]
-    experiment: Literal["fsync-eio"] = "fsync-eio"
+    experiment: Literal["fsync-eio", "dust-scrub"] = "fsync-eio"
     seed: int = 1
     expect: Literal["findings", "clean"] | None = None
     filesystems: tuple[FsCell, ...] = Field(
@@ -68,12 +70,14 @@ class FaultsScenario(Settings):
     disk_size: Size = Field(512 << 20, description="the disk under dm-flakey")
     fault: FlakeySpec = Field(default_factory=FlakeySpec)
     timeout: float = Field(60.0, gt=0, description="seconds a blocked fsync is waited for")
+    data_mb: int = Field(48, ge=1, description="dust-scrub: MiB written before the fault")
+    bad_blocks: int = Field(64, ge=1, description="dust-scrub: 4 KiB bad blocks on one side")
     extends: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()
 
     @property
     def experiment_kind(self) -> str:
-        return "fsync-eio"
+        return self.experiment
 
     def resolved(self) -> dict[str, Any]:
         out = self.model_dump(mode="json", exclude={"path"})

@@ -175,3 +175,75 @@ def _kernel_events(lines: Sequence[str]) -> str:
         if needle in text
     ]
     return ",".join(events) or "-"
+
+
+@lifecycle.register("dust-scrub")
+class DustScrub(FsyncEio):
+    """dm-dust bad blocks: a ZFS mirror scrubs them away; ext4 reports EIO."""
+
+    def _probe(self, cell: Cell) -> dict[str, Any]:
+        sc = self.sc
+        disks = []
+        for n in ("d0", "d1"):
+            path = self.run.dir / f"{len(self.rows)}-{n}.raw"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as f:
+                f.truncate(sc.disk_size)
+            disks.append(Disk(path, n))
+        spec = GuestSpec(disks=tuple(disks), command_timeout=1800)
+        try:
+            with start_guest(spec) as g:
+                for m in ("dm-dust", *(["zfs"] if cell.fs.type == "zfs" else [])):
+                    if not g.run(["modprobe", m], timeout=120).ok:
+                        raise HarnessError(f"modprobe {m} failed in the guest")
+                record.install_scripts(g)
+                devs = [g.run(["readlink", "-f", g.disk(d.serial)], check=True).out.strip()
+                        for d in disks]  # fmt: skip
+                argv = [
+                    "python3", f"{record.GUEST_DIR}/dustprobe.py", "--fs", cell.fs.type,
+                    "--dev", devs[0], "--dev2", devs[1], "--data-mb", str(sc.data_mb),
+                    "--bad-blocks", str(sc.bad_blocks), "--timeout", str(sc.timeout),
+                ]  # fmt: skip
+                r = g.run(argv, timeout=1800)
+                if not r.ok:
+                    raise HarnessError("dustprobe.py failed", detail=(r.err or r.out)[-2000:])
+                facts = json.loads(r.out)
+                return {**facts, **judge_dust(facts)}
+        except (GuestTimeout, GuestPanic) as e:
+            kind = Outcome.TIMEOUT if isinstance(e, GuestTimeout) else Outcome.PANIC
+            return {"outcome": str(kind), "error": e.message, "console": e.console[-1500:]}
+        finally:
+            for d in disks:
+                d.path.unlink(missing_ok=True)
+
+    def summary(self) -> dict[str, Any]:
+        return {"filesystems": len(self.cells), "bad_blocks": self.sc.bad_blocks}
+
+
+def judge_dust(facts: dict[str, Any]) -> dict[str, Any]:
+    """ZFS: the mirror must repair every bad block it read and lose nothing. ext4: the
+    read of the bad block must fail with EIO (an error reaching the application)."""
+    if facts["fs"] == "ext4":
+        read = facts["read"]
+        row = {"read": read.get("error") or "ok", "file block": facts.get("file_block")}
+        ok = read.get("error") == "EIO"
+        return {"outcome": str(Outcome.CONSISTENT if ok else Outcome.DATA_LOSS), "row": row}
+    from harness.experiments.zfs.parse import parse_status
+
+    for step in ("create", "write", "export", "import", "scrub"):
+        if facts[step]["rc"] != 0:
+            return {"outcome": str(Outcome.HARNESS_ERROR), "row": {"failed": step}}
+    status = parse_status(facts["status"], "dustpool")
+    dusty = next((v for v in status.leaves() if v.path and "dust" in v.path), None)
+    same = facts["sha_before"] == facts["sha_after"]
+    row = {
+        "scrub s": facts["scrub_seconds"],
+        "read errors": dusty.read if dusty else None,
+        "cksum errors": dusty.checksum if dusty else None,
+        "repaired bytes": status.scan.processed if status.scan else None,
+        "data errors": status.error_count,
+        "bad blocks left": facts["badblocks_after"]["out"].split(":")[-1].strip(),
+        "data intact": same,
+    }
+    lost = status.error_count > 0 or not same
+    return {"outcome": str(Outcome.DATA_LOSS if lost else Outcome.CONSISTENT), "row": row}

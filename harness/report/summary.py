@@ -16,7 +16,7 @@ from harness import outcome
 from harness.errors import EXIT_FINDING, EXIT_HARNESS
 from harness.experiments import lifecycle
 from harness.experiments.crash import CrashReplay
-from harness.experiments.faults import FSYNC_STEPS, FsyncEio
+from harness.experiments.faults import FSYNC_STEPS, DustScrub, FsyncEio
 from harness.experiments.zfs.crash import ZfsCrash
 from harness.experiments.zfs.scan import ZfsScan
 from harness.report import zfs
@@ -103,8 +103,20 @@ def _eio_body(console: Console, r: lifecycle.Report) -> None:
     console.print(t)
 
 
+def _dust_body(console: Console, r: lifecycle.Report) -> None:
+    with Store.open(r.db, create=False) as st:
+        obs = st.observations(r.run_id)
+    t = Table("filesystem", "measured", "verdict")
+    for o in obs:
+        row = o["metrics"].get("row", {})
+        t.add_row(o["item"], ", ".join(f"{k} {v}" for k, v in row.items()), o["outcome"])
+    console.print(f"{r.scenario.bad_blocks} bad 4 KiB blocks (dm-dust) under the data")
+    console.print(t)
+
+
 BODIES: dict[type[lifecycle.Experiment], Body] = {
     FsyncEio: _eio_body,
+    DustScrub: _dust_body,
     CrashReplay: _crash_body,
     ZfsScan: zfs.print_scan_body,
     ZfsCrash: zfs.print_crash_body,

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Bad sectors under a live filesystem, inside the guest (stdlib only): dm-dust.
+
+``zfs``: a two-way mirror whose first side sits on dm-dust; data is written, the pool
+exported, bad blocks are added under part of the data and enabled, the pool imported and
+scrubbed. ZFS must count read errors on that side, rewrite the blocks from the other
+side (a write to a dm-dust bad block clears it, as a disk remaps a sector) and lose
+nothing. ``ext4``: one file's first block is made bad; reading the file (page cache
+dropped) must fail with EIO, not return other data.
+
+Prints one JSON object of raw facts; the host judges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from eioprobe import in_child, sh  # type: ignore[import-not-found]
+
+ENV = {**os.environ, "DM_DISABLE_UDEV": "1"}
+DM = "crashlab-dust"
+LIN = "crashlab-lin"
+BLOCK = 4096
+POOL = "dustpool"
+
+
+def dust(dev: str, sectors: int) -> str:
+    return f"0 {sectors} dust {dev} 0 {BLOCK}"
+
+
+def add_bad(blocks: range) -> dict[str, Any]:
+    for b in blocks:
+        sh(["dmsetup", "message", DM, "0", "addbadblock", str(b)])
+    sh(["dmsetup", "message", DM, "0", "enable"])
+    counted: dict[str, Any] = sh(["dmsetup", "message", DM, "0", "countbadblocks"])
+    return counted
+
+
+def zfs(a: argparse.Namespace) -> dict[str, Any]:
+    facts: dict[str, Any] = {"fs": "zfs"}
+    sectors = int(sh(["blockdev", "--getsz", a.dev])["out"].strip())
+    facts["dm"] = sh(["dmsetup", "create", DM, "--table", dust(a.dev, sectors)])
+    # The healthy side on dm-linear too: ZFS takes dm devices whole, with no partition
+    # table to wait for (the guest runs without udev).
+    sectors2 = int(sh(["blockdev", "--getsz", a.dev2])["out"].strip())
+    facts["dm2"] = sh(["dmsetup", "create", LIN, "--table", f"0 {sectors2} linear {a.dev2} 0"])
+    facts["create"] = sh(
+        ["zpool", "create", "-f", "-O", "compression=off", POOL, "mirror",
+         f"/dev/mapper/{DM}", f"/dev/mapper/{LIN}"], 300,
+    )  # fmt: skip
+    facts["write"] = sh(
+        ["sh", "-c", f"head -c {a.data_mb}M /dev/urandom > /{POOL}/data && zpool sync {POOL}"],
+        600,
+    )
+    facts["sha_before"] = sh(["sha256sum", f"/{POOL}/data"], 300)["out"].split()[:1]
+    facts["export"] = sh(["zpool", "export", POOL], 300)
+    # Bad blocks past the labels and metaslab headers, where the data went.
+    first = (4 << 20) // BLOCK
+    facts["badblocks"] = add_bad(range(first, first + a.bad_blocks))
+    facts["import"] = sh(["zpool", "import", "-d", "/dev/mapper", POOL], 300)
+    t = time.monotonic()
+    facts["scrub"] = sh(["sh", "-c", f"zpool scrub {POOL} && zpool wait -t scrub {POOL}"], 1800)
+    facts["scrub_seconds"] = round(time.monotonic() - t, 3)
+    facts["status"] = sh(["zpool", "status", "-j", "--json-int", POOL], keep=100_000)["out"]
+    facts["sha_after"] = sh(["sha256sum", f"/{POOL}/data"], 300)["out"].split()[:1]
+    facts["badblocks_after"] = sh(["dmsetup", "message", DM, "0", "countbadblocks"])
+    return facts
+
+
+def ext4(a: argparse.Namespace) -> dict[str, Any]:
+    facts: dict[str, Any] = {"fs": "ext4"}
+    sectors = int(sh(["blockdev", "--getsz", a.dev])["out"].strip())
+    facts["dm"] = sh(["dmsetup", "create", DM, "--table", dust(a.dev, sectors)])
+    dev = f"/dev/mapper/{DM}"
+    facts["mkfs"] = sh(["mkfs.ext4", "-q", "-F", "-b", str(BLOCK), dev], 300)
+    os.makedirs("/mnt/dust", exist_ok=True)
+    facts["mount"] = sh(["mount", dev, "/mnt/dust"])
+    with open("/mnt/dust/f", "wb") as f:
+        f.write(os.urandom(1 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+    facts["umount"] = sh(["umount", "/mnt/dust"])
+    blocks = sh(["debugfs", "-R", "blocks /f", dev])["out"].split()
+    facts["file_block"] = int(blocks[0])
+    facts["badblocks"] = add_bad(range(int(blocks[0]), int(blocks[0]) + 1))
+    facts["mount_again"] = sh(["mount", dev, "/mnt/dust"])
+
+    def read() -> int:
+        with open("/mnt/dust/f", "rb") as f:
+            return len(f.read())
+
+    facts["read"] = in_child(read, a.timeout)
+    return facts
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fs", choices=("zfs", "ext4"), required=True)
+    ap.add_argument("--dev", required=True)
+    ap.add_argument("--dev2", default="", help="zfs: the mirror's healthy side")
+    ap.add_argument("--data-mb", type=int, default=64)
+    ap.add_argument("--bad-blocks", type=int, default=256)
+    ap.add_argument("--timeout", type=float, default=60.0)
+    a = ap.parse_args()
+    subprocess.run(["dmesg", "-C"], check=False)
+    print(json.dumps(zfs(a) if a.fs == "zfs" else ext4(a)))
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

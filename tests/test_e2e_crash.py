@@ -84,7 +84,7 @@ def test_oracle_has_teeth(small_run: tuple[lifecycle.Report, Path], tmp_path: Pa
         "SELECT id FROM crash_states WHERE run_id = ? ORDER BY prefix LIMIT 1", (report.run_id,)
     ).fetchone()[0]
     img, _ = run.reproduce(sid, db=db, out=tmp_path / "state.img")
-    oracle = json.loads((run.run_dir(report.run_id) / "oracle.json").read_text())
+    oracle = json.loads((lifecycle.run_dir(report.run_id) / "oracle.json").read_text())
     final = oracle["final_mark"]
     required = next(m for m in oracle["marks"] if m["mark"] == final)
     assert required["files"], "seed 1 with 60 ops leaves files: the test needs some"

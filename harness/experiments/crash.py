@@ -51,10 +51,6 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
     )
 
 
-def run_dir(run_id: str) -> Path:
-    return paths.work_dir() / "runs" / run_id
-
-
 @lifecycle.register("crash")
 class CrashReplay(lifecycle.Experiment):
     """Record a workload on dm-log-writes, cut the log into crash states, check each."""
@@ -307,7 +303,7 @@ def reproduce(state_id: str, *, db: Path, out: Path) -> tuple[Path, dict[str, An
         )
     run_id, params = rows[0]
     state = crashstates.CrashState.from_dict(json.loads(params))
-    rdir = run_dir(run_id)
+    rdir = lifecycle.run_dir(run_id)
     meta = json.loads((rdir / "recording.json").read_text())
     with logwrites.open_log(rdir / "log.raw") as lg:
         replay.materialize(lg, state, out, int(meta["device_size"]))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from faults.dm import healthy_table_args
 from harness.config.faults import FaultsScenario, FsCell
@@ -65,21 +65,47 @@ class FsyncEio(lifecycle.Experiment):
             self.run.progress(f"fsync-eio: {cell.id}", n, len(todo))
             yield cell, self._probe(cell)
 
+    disks: ClassVar[tuple[str, ...]] = ("dut",)  # serials of the fresh disks per cell
+    module: ClassVar[str] = "dm-flakey"
+
     def _probe(self, cell: Cell) -> dict[str, Any]:
-        sc = self.sc
-        disk = self.run.dir / f"{len(self.rows)}.raw"
-        disk.parent.mkdir(parents=True, exist_ok=True)
-        with open(disk, "wb") as f:
-            f.truncate(sc.disk_size)
-        spec = GuestSpec(disks=(Disk(disk, "dut"),), command_timeout=sc.timeout * 12 + 300)
+        """Fresh disks and a fresh guest for one cell; a hang or a panic is that cell's
+        ``timeout``/``panic``, the disks are deleted however it ends."""
+        disks = []
+        for serial in self.disks:
+            path = self.run.dir / f"{len(self.rows)}-{serial}.raw"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as f:
+                f.truncate(self.sc.disk_size)
+            disks.append(Disk(path, serial))
+        spec = GuestSpec(disks=tuple(disks), command_timeout=self.guest_timeout())
         try:
             with start_guest(spec) as g:
-                return _run_probe(g, cell.fs, sc)
+                for m in (self.module, *(["zfs"] if cell.fs.type == "zfs" else [])):
+                    r = g.run(["modprobe", m], timeout=120)
+                    if not r.ok:
+                        raise HarnessError(f"modprobe {m} failed in the guest", detail=r.err)
+                record.install_scripts(g)
+                devs = [
+                    g.run(["readlink", "-f", g.disk(d.serial)], check=True).out.strip()
+                    for d in disks
+                ]
+                return self.probe(g, cell.fs, devs)
         except (GuestTimeout, GuestPanic) as e:
             kind = Outcome.TIMEOUT if isinstance(e, GuestTimeout) else Outcome.PANIC
             return {"outcome": str(kind), "error": e.message, "console": e.console[-1500:]}
         finally:
-            disk.unlink(missing_ok=True)
+            for d in disks:
+                d.path.unlink(missing_ok=True)
+
+    def guest_timeout(self) -> float:
+        return float(self.sc.timeout * 12 + 300)
+
+    def probe(self, g: Guest, fs: FsCell, devs: list[str]) -> dict[str, Any]:
+        """Run the guest program on the cell's devices: its facts and the verdict."""
+        args = _eio_args(fs, self.sc, devs[0])
+        facts = _guest_program(g, "eioprobe.py", args, self.sc.timeout * 12 + 120)
+        return {**facts, **judge(facts)}
 
     def commit(self, item: lifecycle.Item, result: Any) -> None:
         assert isinstance(item, Cell)
@@ -99,14 +125,7 @@ class FsyncEio(lifecycle.Experiment):
         return {"filesystems": len(self.cells), "fault": str(self.sc.fault.mode)}
 
 
-def _run_probe(g: Guest, fs: FsCell, sc: FaultsScenario) -> dict[str, Any]:
-    modules = ["dm-flakey", *(["zfs"] if fs.type == "zfs" else [])]
-    for m in modules:
-        r = g.run(["modprobe", m], timeout=120)
-        if not r.ok:
-            raise HarnessError(f"modprobe {m} failed in the guest", detail=r.err)
-    record.install_scripts(g)
-    dev = g.run(["readlink", "-f", g.disk("dut")], check=True).out.strip()
+def _eio_args(fs: FsCell, sc: FaultsScenario, dev: str) -> list[str]:
     sectors = sc.disk_size // 512
     healthy = " ".join(["0", str(sectors), "flakey", *healthy_table_args(dev)])
     faulty = " ".join(["0", str(sectors), "flakey", *sc.fault.fault().table_args(dev)])
@@ -114,17 +133,23 @@ def _run_probe(g: Guest, fs: FsCell, sc: FaultsScenario) -> dict[str, Any]:
     failmode = next(
         (o.split("=", 1)[1] for o in fs.mount_options if o.startswith("failmode=")), "continue"
     )
-    argv = [
-        "python3", f"{record.GUEST_DIR}/eioprobe.py", "--fs", fs.type,
-        "--mkfs", json.dumps(mkfs), "--mount-opts", ",".join(fs.mount_options),
+    return [
+        "--fs", fs.type, "--mkfs", json.dumps(mkfs), "--mount-opts", ",".join(fs.mount_options),
         "--healthy", healthy, "--faulty", faulty, "--failmode", failmode,
         "--timeout", str(sc.timeout),
     ]  # fmt: skip
-    r = g.run(argv, timeout=sc.timeout * 12 + 120)
+
+
+def _guest_program(g: Guest, name: str, args: list[str], timeout: float) -> dict[str, Any]:
+    """Run one of harness/guest/'s probes; its JSON facts.
+
+    :raise HarnessError: the probe itself failed (never a finding).
+    """
+    r = g.run(["python3", f"{record.GUEST_DIR}/{name}", *args], timeout=timeout)
     if not r.ok:
-        raise HarnessError("eioprobe.py failed in the guest", detail=(r.err or r.out)[-2000:])
-    facts = json.loads(r.out)
-    return {**facts, **judge(facts)}
+        raise HarnessError(f"{name} failed in the guest", detail=(r.err or r.out)[-2000:])
+    facts: dict[str, Any] = json.loads(r.out)
+    return facts
 
 
 def judge(facts: dict[str, Any]) -> dict[str, Any]:
@@ -181,40 +206,18 @@ def _kernel_events(lines: Sequence[str]) -> str:
 class DustScrub(FsyncEio):
     """dm-dust bad blocks: a ZFS mirror scrubs them away; ext4 reports EIO."""
 
-    def _probe(self, cell: Cell) -> dict[str, Any]:
+    disks = ("d0", "d1")
+    module = "dm-dust"
+
+    def guest_timeout(self) -> float:
+        return 1800.0
+
+    def probe(self, g: Guest, fs: FsCell, devs: list[str]) -> dict[str, Any]:
         sc = self.sc
-        disks = []
-        for n in ("d0", "d1"):
-            path = self.run.dir / f"{len(self.rows)}-{n}.raw"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "wb") as f:
-                f.truncate(sc.disk_size)
-            disks.append(Disk(path, n))
-        spec = GuestSpec(disks=tuple(disks), command_timeout=1800)
-        try:
-            with start_guest(spec) as g:
-                for m in ("dm-dust", *(["zfs"] if cell.fs.type == "zfs" else [])):
-                    if not g.run(["modprobe", m], timeout=120).ok:
-                        raise HarnessError(f"modprobe {m} failed in the guest")
-                record.install_scripts(g)
-                devs = [g.run(["readlink", "-f", g.disk(d.serial)], check=True).out.strip()
-                        for d in disks]  # fmt: skip
-                argv = [
-                    "python3", f"{record.GUEST_DIR}/dustprobe.py", "--fs", cell.fs.type,
-                    "--dev", devs[0], "--dev2", devs[1], "--data-mb", str(sc.data_mb),
-                    "--bad-blocks", str(sc.bad_blocks), "--timeout", str(sc.timeout),
-                ]  # fmt: skip
-                r = g.run(argv, timeout=1800)
-                if not r.ok:
-                    raise HarnessError("dustprobe.py failed", detail=(r.err or r.out)[-2000:])
-                facts = json.loads(r.out)
-                return {**facts, **judge_dust(facts)}
-        except (GuestTimeout, GuestPanic) as e:
-            kind = Outcome.TIMEOUT if isinstance(e, GuestTimeout) else Outcome.PANIC
-            return {"outcome": str(kind), "error": e.message, "console": e.console[-1500:]}
-        finally:
-            for d in disks:
-                d.path.unlink(missing_ok=True)
+        args = ["--fs", fs.type, "--dev", devs[0], "--dev2", devs[1]]
+        args += ["--data-mb", str(sc.data_mb), "--bad-blocks", str(sc.bad_blocks)]
+        facts = _guest_program(g, "dustprobe.py", [*args, "--timeout", str(sc.timeout)], 1800)
+        return {**facts, **judge_dust(facts)}
 
     def summary(self) -> dict[str, Any]:
         return {"filesystems": len(self.cells), "bad_blocks": self.sc.bad_blocks}

@@ -80,8 +80,12 @@ class Run:
 
     @property
     def dir(self) -> Path:
-        """The run's working directory (recorded logs, batches), kept for a resume."""
-        return paths.work_dir() / "runs" / self.run_id
+        return run_dir(self.run_id)
+
+
+def run_dir(run_id: str) -> Path:
+    """A run's working directory (recorded logs, batches), kept for a resume."""
+    return paths.work_dir() / "runs" / run_id
 
 
 class Experiment(ABC):

@@ -2,18 +2,22 @@
 filesystem (``faults/dm.py``). ``experiment = "fsync-eio"``: what fsync reports when the
 disk fails writes, per filesystem; ``"dust-scrub"``: dm-dust bad sectors under a ZFS
 mirror (scrub repairs) and under ext4 (the read fails with EIO)
-(``harness/experiments/faults.py``)."""
+(``harness/experiments/faults.py``); ``"flakey-drop-remount"``: fstests' drop-and-remount
+crash model at seeded sync points, cross-checked against crash replay
+(``harness/experiments/dropremount.py``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from faults.dm import FlakeyFault, FlakeyMode
 from harness import paths
 from harness.config import settings
+from harness.config.crash import OpsWorkload
+from harness.config.crash import Scenario as CrashScenario
 from harness.config.settings import Settings, Size, problem
 
 
@@ -59,7 +63,7 @@ class FaultsScenario(Settings):
     path: Path
     description: str
     kind: Literal["faults"]
-    experiment: Literal["fsync-eio", "dust-scrub"] = "fsync-eio"
+    experiment: Literal["fsync-eio", "dust-scrub", "flakey-drop-remount"] = "fsync-eio"
     seed: int = 1
     expect: Literal["findings", "clean"] | None = None
     filesystems: tuple[FsCell, ...] = Field(
@@ -72,8 +76,74 @@ class FaultsScenario(Settings):
     timeout: float = Field(60.0, gt=0, description="seconds a blocked fsync is waited for")
     data_mb: int = Field(48, ge=1, description="dust-scrub: MiB written before the fault")
     bad_blocks: int = Field(64, ge=1, description="dust-scrub: 4 KiB bad blocks on one side")
+    workload: OpsWorkload = Field(
+        default_factory=lambda: OpsWorkload(ops=60),
+        description="flakey-drop-remount: the seeded op workload (harness/guest/opgen.py)",
+    )
+    drops: int = Field(
+        3, ge=1, description="flakey-drop-remount: sync points per filesystem (seeded draw)"
+    )
+    drop_at: tuple[Annotated[int, Field(ge=1)], ...] = Field(
+        (), description="flakey-drop-remount: these sync points (1 = first fsync), not drawn"
+    )
+    cross_check: bool = Field(
+        True,
+        description="flakey-drop-remount: replay the dm-log-writes state at each drop point too",
+    )
     extends: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _drop_remount_cells(self) -> FaultsScenario:
+        if self.experiment != "flakey-drop-remount":
+            return self
+        for i, cell in enumerate(self.filesystems):
+            try:
+                self.replay_twin(cell, self.seed)
+            except ValidationError as e:
+                err = e.errors()[0]
+                loc = [str(p) for p in err["loc"] if p not in ("ops",)]
+                key = (err.get("ctx") or {}).get("key") or ".".join(loc)
+                if key.startswith("fs.") or key == "fs":
+                    key = f"filesystems[{i}]" + key.removeprefix("fs").replace(
+                        "data_mode", "mount_options"
+                    )
+                raise problem(
+                    f"flakey-drop-remount replays {cell.name()!r} as a crash scenario: "
+                    + str(err["msg"]).removeprefix("Value error, "),
+                    (err.get("ctx") or {}).get("hint")
+                    or "use ext2/ext3/ext4/xfs/btrfs (ZFS has its own crash states: zfs-crash-*)",
+                    key=key,
+                ) from None
+        return self
+
+    def replay_twin(self, cell: FsCell, seed: int) -> CrashScenario:
+        """The crash-replay scenario of one cell: the same filesystem, workload and seed,
+        cut at every mark (``harness/experiments/dropremount.py`` cross-checks with it).
+
+        :raise ValidationError: the cell or the workload is no valid crash scenario.
+        """
+        data = [o.removeprefix("data=") for o in cell.mount_options if o.startswith("data=")]
+        fs = {
+            "type": cell.type,
+            "mkfs_options": cell.mkfs_options,
+            "mount_options": [o for o in cell.mount_options if not o.startswith("data=")],
+            "disk_size": self.disk_size,
+            **({"data_mode": data[-1]} if data else {}),
+        }
+        return CrashScenario.model_validate(
+            {
+                "name": f"{self.name}/{cell.name()}",
+                "path": self.path,
+                "description": self.description,
+                "seed": seed,
+                "expect": self.expect,
+                "fs": fs,
+                "workload": self.workload.model_dump(),
+                "crash": {"states": [{"kind": "mark"}], "max_states": 1 << 20},
+                "check": {"timeout": max(self.timeout, 300.0)},
+            }
+        )
 
     @property
     def experiment_kind(self) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -146,6 +147,8 @@ def _dotted(loc: Sequence[int | str], tags: frozenset[str]) -> str:
 
 
 def _value_at(data: Any, loc: Sequence[int | str]) -> Any:
+    if loc and isinstance(data, Mapping) and loc[0] not in data:
+        return "(the default)"  # the file does not set it: the model's default is at fault
     node = data
     for part in loc:
         try:
@@ -205,7 +208,9 @@ def to_input_error(
         return InputError(f"{path}: missing required key {_dotted((*loc, tag), tags)!r}")
     ctx = err.get("ctx") or {}
     if "key" in ctx:
-        loc = (*loc, *str(ctx["key"]).split("."))
+        # "filesystems[2].type" -> ("filesystems", 2, "type"), as pydantic's own locations
+        parts = re.findall(r"[^.\[\]]+", str(ctx["key"]))
+        loc = (*loc, *(int(p) if p.isdigit() else p for p in parts))
         key = _dotted(loc, tags)
     msg = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
     if kind in _MESSAGES:

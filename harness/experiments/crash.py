@@ -62,7 +62,7 @@ class CrashReplay(lifecycle.Experiment):
         rdir = run.dir
         rdir.mkdir(parents=True, exist_ok=True)
         self.fsspec = sc.fs
-        self.meta, self.oracle = _recording(sc, rdir, run.seed, run.progress)
+        self.meta, self.oracle = recorded(sc, rdir, run.seed, run.progress)
         run.store.set_run_env(run.run_id, _env(run.image, self.meta))
         self.log = self._stack.enter_context(logwrites.open_log(rdir / "log.raw"))
         lg = self.log
@@ -104,7 +104,7 @@ class CrashReplay(lifecycle.Experiment):
     ) -> Iterator[tuple[crashstates.CrashState, list[check.CheckResult]]]:
         states = [s for s in todo if isinstance(s, crashstates.CrashState)]
         size = int(self.meta["device_size"])
-        yield from _check_states(
+        yield from check_states(
             self.sc,
             self.log,
             self.fsspec,
@@ -126,7 +126,7 @@ class CrashReplay(lifecycle.Experiment):
         return {"states": len(self.states), "recording": self.recording}
 
 
-def _recording(
+def recorded(
     sc: Scenario, rdir: Path, seed: int, progress: lifecycle.Progress
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The recorded log's metadata and oracle: kept from an earlier attempt of this run
@@ -167,7 +167,7 @@ def _env(img: image.Image, meta: dict[str, Any]) -> store.RunEnv:
     )
 
 
-def _check_states(
+def check_states(
     sc: Scenario,
     lg: logwrites.Log,
     fs: FsSpec,

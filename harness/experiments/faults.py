@@ -249,4 +249,5 @@ def judge_dust(facts: dict[str, Any]) -> dict[str, Any]:
         "data intact": same,
     }
     lost = status.error_count > 0 or not same
-    return {"outcome": str(Outcome.DATA_LOSS if lost else Outcome.CONSISTENT), "row": row}
+    verdict = Outcome.DATA_LOSS if lost else Outcome.CONSISTENT
+    return {"outcome": str(verdict), "row": row, "seconds": facts["scrub_seconds"]}

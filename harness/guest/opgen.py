@@ -24,7 +24,7 @@ import os
 import random
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -250,10 +250,13 @@ def execute(
     dm_name: str = "",
     fsync_names: bool = True,
     noop_sync: bool = False,
+    on_mark: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run ops (given, or ``count`` drawn from ``generator``) and return the oracle body.
 
-    The returned dict has ``marks``, ``final_mark``, ``ops``, ``complete`` and ``error``.
+    ``on_mark(text)`` runs after each mark, before the next op: where a runtime fault is
+    switched on at a sync point (``dropremount.py``). The returned dict has ``marks``,
+    ``final_mark``, ``ops``, ``complete`` and ``error``.
     """
     model = Model(fsync_names)
     rec = Recorder()
@@ -275,6 +278,8 @@ def execute(
             emit_mark(mark_cmd, dm_name, text)
             rec.mark(model, text, entry["i"])
             entry["mark"] = text
+            if on_mark is not None:
+                on_mark(text)
 
     def source() -> Iterable[Op]:
         if ops is not None:
@@ -312,6 +317,20 @@ def write_json(path: str, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def oracle_doc(args: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]:
+    """The oracle file of a run with ``run``'s arguments and ``execute``'s body."""
+    return {
+        "format": FORMAT,
+        "mark_prefix": MARK_PREFIX,
+        "seed": args.seed,
+        "ops_requested": args.ops,
+        "files": args.files,
+        "max_size": args.max_size,
+        "fsync_names": args.fsync_names == "yes",
+        **body,
+    }
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.root):
         raise UsageError(f"--root {args.root}: not a directory")
@@ -329,16 +348,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         fsync_names=args.fsync_names == "yes",
         noop_sync=args.noop_sync,
     )
-    oracle = {
-        "format": FORMAT,
-        "mark_prefix": MARK_PREFIX,
-        "seed": args.seed,
-        "ops_requested": args.ops,
-        "files": args.files,
-        "max_size": args.max_size,
-        "fsync_names": args.fsync_names == "yes",
-        **body,
-    }
+    oracle = oracle_doc(args, body)
     write_json(args.oracle, oracle)
     summary = {k: oracle[k] for k in ("complete", "error", "final_mark")}
     print(json.dumps({**summary, "marks": len(oracle["marks"]), "ops": len(oracle["ops"])}))

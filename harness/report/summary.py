@@ -16,6 +16,7 @@ from harness import outcome
 from harness.errors import EXIT_FINDING, EXIT_HARNESS
 from harness.experiments import lifecycle
 from harness.experiments.crash import CrashReplay
+from harness.experiments.dropremount import DropRemount
 from harness.experiments.faults import FSYNC_STEPS, DustScrub, FsyncEio
 from harness.experiments.zfs.crash import ZfsCrash
 from harness.experiments.zfs.scan import ZfsScan
@@ -114,7 +115,34 @@ def _dust_body(console: Console, r: lifecycle.Report) -> None:
     console.print(t)
 
 
+def _drop_body(console: Console, r: lifecycle.Report) -> None:
+    exp = r.experiment
+    assert isinstance(exp, DropRemount)
+    with Store.open(r.db, create=False) as st:
+        obs = st.observations(r.run_id)
+    t = Table("filesystem @ sync point", "drop + remount", "crash replay", "agree", "verdict")
+    for o in obs:
+        m = o["metrics"]
+        replay = (m.get("replay") or {}).get("outcome", "-")
+        same = {True: "yes", False: "[red]NO[/]", None: "-"}[m.get("agree")]
+        t.add_row(o["item"], m["drop"]["outcome"], replay, same, o["outcome"])
+    s = exp.summary()
+    console.print(
+        f"fault: {r.scenario.fault.mode} from the return of sync points {s['drop_points']}"
+    )
+    console.print(t)
+    console.print(
+        f"the two crash models agree on {s['agree']} of {s['cross_checked']} points"
+        + (
+            f"; [red]lab inconsistencies[/]: {', '.join(s['lab_inconsistencies'])}"
+            if s["lab_inconsistencies"]
+            else ""
+        )
+    )
+
+
 BODIES: dict[type[lifecycle.Experiment], Body] = {
+    DropRemount: _drop_body,
     FsyncEio: _eio_body,
     DustScrub: _dust_body,
     CrashReplay: _crash_body,

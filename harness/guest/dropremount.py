@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""fstests' drop-and-remount crash model, inside the guest (stdlib only).
+
+For each sync point K it is given: the disk under test sits on dm-flakey, loaded
+healthy; make the filesystem, mount it, run the seeded op workload (``opgen.py``, the
+same ops and oracle as a crash-replay recording with that seed) and, the moment the
+workload's K-th sync call has returned, reload the device with the fault
+(``drop_writes``: every later write is acknowledged and thrown away -- what a disk that
+lost power would have kept, minus its volatile cache). The workload goes on to the end,
+the filesystem is unmounted (its last writes dropped too), the healthy table is loaded
+back and ``checkstate.py`` mounts it (the kernel's own recovery), verifies the oracle
+as a state cut exactly at mark K, unmounts and runs the checker. This is fstests'
+``_flakey_drop_and_remount``.
+
+Prints one JSON list, one record of raw facts per sync point; the host judges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import opgen  # type: ignore[import-not-found]  # beside us in the guest
+
+ENV = {**os.environ, "DM_DISABLE_UDEV": "1"}
+DM = "crashlab-drop"
+MNT = "/mnt/drop"
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def sh(argv: list[str], timeout: float) -> dict[str, Any]:
+    start = time.monotonic()
+    try:
+        p = subprocess.run(argv, capture_output=True, timeout=timeout, env=ENV, check=False)
+        rc, out = p.returncode, (p.stdout + p.stderr).decode(errors="replace")
+    except subprocess.TimeoutExpired:
+        rc, out = -1, "[timed out]"
+    secs = round(time.monotonic() - start, 3)
+    return {"argv": argv, "rc": rc, "seconds": secs, "out": out[-1500:]}
+
+
+class Failed(Exception):
+    """A setup step failed: the lab's problem, reported as such."""
+
+
+def one(a: argparse.Namespace, at: int) -> dict[str, Any]:
+    steps: list[dict[str, Any]] = []
+    dev = f"/dev/mapper/{DM}"
+
+    def step(name: str, argv: list[str]) -> dict[str, Any]:
+        rec = {"step": name, **sh(argv, a.timeout)}
+        steps.append(rec)
+        if rec["rc"] != 0:
+            raise Failed(name)
+        return rec
+
+    def reload(name: str, table: str) -> None:
+        # --nolockfs: a freeze would flush exactly what the fault is about to drop.
+        step(f"{name}-suspend", ["dmsetup", "suspend", "--nolockfs", DM])
+        step(f"{name}-load", ["dmsetup", "load", DM, "--table", table])
+        step(f"{name}-resume", ["dmsetup", "resume", DM])
+
+    target = f"{opgen.MARK_PREFIX}{at}"
+    switched: dict[str, Any] = {}
+
+    def on_mark(text: str) -> None:
+        if text == target:
+            reload("fault-on", a.faulty)
+            switched["after_op"] = text
+
+    w = json.loads(a.workload)
+    args = argparse.Namespace(
+        seed=w["seed"],
+        ops=w["ops"],
+        files=w["files"],
+        max_size=w["max_size"],
+        fsync_names="yes" if w["fsync_names"] else "no",
+    )
+    oracle_path = f"/tmp/drop-{at}.json"
+    out: dict[str, Any] = {"at": at, "mark": target, "steps": steps}
+    try:
+        step("dm-create", ["dmsetup", "create", DM, "--table", a.healthy])
+        try:
+            step("mkfs", [*json.loads(a.mkfs), dev])
+            os.makedirs(MNT, exist_ok=True)
+            opts = ["-o", a.mount_opts] if a.mount_opts else []
+            step("mount", ["mount", "-t", a.fs, *opts, dev, MNT])
+            body = opgen.execute(
+                MNT,
+                generator=opgen.Generator(args.seed, args.files, args.max_size),
+                count=args.ops,
+                fsync_names=w["fsync_names"],
+                noop_sync=w["noop_sync"],
+                on_mark=on_mark,
+            )
+            out["workload"] = {k: body[k] for k in ("complete", "error", "final_mark")}
+            out["switched"] = bool(switched)
+            opgen.write_json(oracle_path, opgen.oracle_doc(args, body))
+            step("umount", ["umount", MNT])
+            reload("fault-off", a.healthy)
+            verify = [
+                "python3", f"{HERE}/checkstate.py", "--dev", dev, "--fs", a.fs,
+                "--mount-opts", a.mount_opts, "--mountpoint", MNT + "-check",
+                "--oracle", oracle_path, "--mark", target, "--exact",
+                "--timeout", str(a.timeout),
+            ]  # fmt: skip
+            check = sh(verify, a.timeout * 5 + 30)
+            if check["rc"] != 0:
+                raise Failed("checkstate")
+            out["check"] = json.loads(check["out"])
+        finally:
+            subprocess.run(["umount", MNT], capture_output=True, env=ENV, check=False)
+            subprocess.run(["dmsetup", "remove", DM], capture_output=True, env=ENV, check=False)
+    except Failed as e:
+        out["failed"] = str(e)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fs", required=True)
+    ap.add_argument("--mkfs", required=True, help="JSON argv of mkfs, without the device")
+    ap.add_argument("--mount-opts", default="")
+    ap.add_argument("--healthy", required=True, help="the dm-flakey table that never fails")
+    ap.add_argument("--faulty", required=True, help="the table switched on at the sync point")
+    ap.add_argument("--workload", required=True, help="JSON: seed, ops, files, max_size, ...")
+    ap.add_argument("--at", required=True, help="sync points, comma-separated (1 = first)")
+    ap.add_argument("--timeout", type=float, default=300)
+    a = ap.parse_args()
+    results = [one(a, int(k)) for k in a.at.split(",")]
+    json.dump(results, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,145 @@
+"""flakey-drop-remount: drop points, the two crash models' verdicts combined, the
+scenario's bad input, and (vm) the whole experiment on a real guest with dm-flakey."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.config import scenario
+from harness.errors import InputError
+from harness.experiments import lifecycle
+from harness.experiments.dropremount import (
+    DropRemount,
+    combine,
+    drop_points,
+    judge_drop,
+    sync_points,
+)
+from harness.image import build as image
+from harness.store.db import Store
+
+
+def load(*sets: str) -> Any:
+    return scenario.load("flakey-drop-remount", sets)
+
+
+def test_sync_points_follow_the_seeded_workload() -> None:
+    sc = load("workload.ops=40")
+    n = sync_points(sc.workload, 1)
+    assert n == sync_points(sc.workload, 1) and n >= 2  # the final sync is one
+    assert n != sync_points(load("workload.ops=120").workload, 1)
+
+
+def test_drop_points_are_seeded_and_within_the_workload() -> None:
+    sc = load("drops=3")
+    a, b = drop_points(sc, 7), drop_points(sc, 7)
+    total = sync_points(sc.workload, 7)
+    assert a == b and len(a) == 3 and all(1 <= k <= total for k in a)
+    assert a == sorted(a)
+    assert drop_points(load("drop_at=[2, 1, 2]"), 7) == [1, 2]
+
+
+def test_a_drop_point_outside_the_workload_is_bad_input() -> None:
+    sc = load("drop_at=[1, 9999]")
+    with pytest.raises(InputError, match=r"drop_at.*9999.*outside the workload"):
+        drop_points(sc, 1)
+
+
+def test_zfs_and_small_disks_are_refused_before_a_guest_boots() -> None:
+    with pytest.raises(
+        InputError, match=r"filesystems\[0\]\.type.*replays .zfs. as a crash scenario"
+    ):
+        load('filesystems=[{type="zfs"}]')
+    with pytest.raises(InputError, match=r"xfs needs a disk of at least 300M"):
+        load('filesystems=[{type="xfs"}]', "disk_size=128M")
+    with pytest.raises(InputError, match=r"fault\.mode"):
+        load("fault.mode=drop_write")
+
+
+def verdict(outcome: str) -> dict[str, Any]:
+    return {"outcome": outcome}
+
+
+def test_combined_verdict_keeps_findings_and_flags_disagreement() -> None:
+    same = combine(verdict("consistent"), verdict("consistent"))
+    assert same["agree"] is True and same["outcome"] == "consistent"
+    differ = combine(verdict("consistent"), verdict("data_loss"))
+    assert differ["agree"] is False and differ["outcome"] == "data_loss"
+    # A harness failure of one model is not compared, and never reads as clean.
+    broken = combine(verdict("consistent"), verdict("harness_error"))
+    assert broken["agree"] is None and broken["outcome"] == "harness_error"
+    kept = combine(verdict("data_loss"), verdict("timeout"))
+    assert kept["agree"] is None and kept["outcome"] == "data_loss"
+    alone = combine(verdict("repaired"), None)
+    assert alone["agree"] is None and alone["outcome"] == "repaired"
+
+
+def test_a_failed_setup_step_is_the_labs_not_a_finding() -> None:
+    facts = {
+        "at": 3,
+        "steps": [{"step": "mkfs", "rc": 1, "out": "mkfs.ext4: bad option"}],
+        "failed": "mkfs",
+    }
+    r = judge_drop(facts)
+    assert r["outcome"] == "harness_error" and "bad option" in r["error"]
+    never = {"at": 3, "steps": [], "switched": False, "check": {}}
+    assert judge_drop(never)["outcome"] == "harness_error"
+
+
+def test_drop_facts_are_judged_like_a_replayed_state() -> None:
+    ok = {"rc": 0, "seconds": 0.1, "output": ""}
+    facts = {
+        "at": 2,
+        "steps": [],
+        "switched": True,
+        "check": {
+            "mount": ok,
+            "verify": {"ok": False, "missing": ["d0/f1"], "mark": "crashlab:sync:2"},
+            "umount": ok,
+            "fsck": ok,
+        },
+    }
+    r = judge_drop(facts)
+    assert r["outcome"] == "data_loss" and "d0/f1" in r["note"] and r["seconds"] == 0.1
+    facts["check"]["verify"] = {"ok": True}
+    assert judge_drop(facts)["outcome"] == "consistent"
+
+
+@pytest.mark.vm
+def test_drop_remount_agrees_with_crash_replay(guest_image: image.Image, tmp_path: Path) -> None:
+    sc = load('filesystems=[{type="ext4"}]', "drops=2", "workload.ops=30", "disk_size=64M")
+    db = tmp_path / "lab.sqlite"
+    r = lifecycle.execute(sc, db=db)
+    assert isinstance(r.experiment, DropRemount)
+    with Store.open(db, create=False) as st:
+        obs = st.observations(r.run_id)
+    assert len(obs) == 2
+    for o in obs:
+        m = o["metrics"]
+        assert m["drop"]["outcome"] == "consistent", m
+        assert m["replay"]["outcome"] == "consistent", m
+        assert m["agree"] is True
+    assert r.status == 0
+
+
+@pytest.mark.vm
+def test_drop_remount_positive_control_loses_data(guest_image: image.Image, tmp_path: Path) -> None:
+    """A workload that never really fsyncs: both models must find the data gone."""
+    sc = load(
+        'filesystems=[{type="ext4"}]',
+        "drop_at=[3]",
+        "workload.ops=30",
+        "workload.noop_sync=true",
+        "expect=findings",
+        "disk_size=64M",
+    )
+    db = tmp_path / "lab.sqlite"
+    r = lifecycle.execute(sc, db=db)
+    with Store.open(db, create=False) as st:
+        (o,) = st.observations(r.run_id)
+    assert o["metrics"]["drop"]["outcome"] == "data_loss", o["metrics"]
+    assert o["metrics"]["replay"]["outcome"] == "data_loss", o["metrics"]
+    assert r.status == 0 and r.expect_failed is None

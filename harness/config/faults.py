@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from faults.dm import FlakeyFault, FlakeyMode
 from harness import paths
@@ -34,19 +34,29 @@ class FsCell(Settings):
 
 
 class FlakeySpec(Settings):
-    """``[fault]``: the dm-flakey mode switched on after the first fsync."""
+    """``[fault]``: the dm-flakey mode switched on at the experiment's point (fsync-eio:
+    after the first fsync; flakey-drop-remount: when the K-th sync returns)."""
 
     mode: FlakeyMode = FlakeyMode.ERROR_WRITES
-
-    @field_validator("mode")
-    @classmethod
-    def _switched(cls, mode: FlakeyMode) -> FlakeyMode:
-        if mode not in (FlakeyMode.ERROR_WRITES, FlakeyMode.DROP_WRITES):
-            raise problem("fsync-eio switches writes off: error_writes or drop_writes")
-        return mode
+    nth: int = Field(
+        1, ge=1, description="corrupt_bio_byte: the bio's byte to overwrite (1 = first)"
+    )
+    direction: Literal["r", "w"] = Field("w", description="corrupt_bio_byte: reads or writes")
+    value: int = Field(0, ge=0, le=255, description="corrupt_bio_byte: the byte written there")
+    flags: tuple[Literal["meta", "sync", "fua", "preflush"], ...] = Field(
+        (), description="corrupt_bio_byte: only bios with these flags (meta: REQ_META)"
+    )
 
     def fault(self) -> FlakeyFault:
-        return FlakeyFault(self.mode)
+        return FlakeyFault(self.mode, self.nth, self.direction, self.value, self.flags)
+
+
+# Which switched modes each experiment can judge.
+MODES: dict[str, tuple[FlakeyMode, ...]] = {
+    "fsync-eio": (FlakeyMode.ERROR_WRITES, FlakeyMode.DROP_WRITES),
+    "flakey-drop-remount": (FlakeyMode.DROP_WRITES, FlakeyMode.ERROR_WRITES, FlakeyMode.CORRUPT),
+    "dust-scrub": tuple(FlakeyMode),  # dm-dust, not dm-flakey: the key is not used
+}
 
 
 DEFAULT_CELLS: tuple[dict[str, Any], ...] = (
@@ -95,6 +105,13 @@ class FaultsScenario(Settings):
 
     @model_validator(mode="after")
     def _drop_remount_cells(self) -> FaultsScenario:
+        modes = MODES[self.experiment]
+        if self.fault.mode not in modes:
+            raise problem(
+                f"{self.experiment} cannot switch on {self.fault.mode}",
+                "use " + " or ".join(str(m) for m in modes),
+                key="fault.mode",
+            )
         if self.experiment != "flakey-drop-remount":
             return self
         for i, cell in enumerate(self.filesystems):

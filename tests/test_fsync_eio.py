@@ -93,3 +93,25 @@ def test_dust_scrub_repairs_the_mirror_and_ext4_reports_eio(
     assert zfs["data intact"] is True and zfs["data errors"] == 0
     assert zfs["read errors"] + zfs["cksum errors"] > 0 and zfs["repaired bytes"] > 0
     assert ext4["read"] == "EIO"
+
+
+def test_a_bad_disk_outside_the_pool_is_input_error() -> None:
+    with pytest.raises(InputError, match=r"bad_disk.*no disk 2") as e:
+        scenario.load("dust-scrub", ("bad_disk=2",))
+    assert e.value.hint == "set bad_disk to 0..1"
+    assert scenario.load("dust-scrub-raidz", ()).pool_disks == 3
+
+
+@pytest.mark.vm
+def test_dust_scrub_rebuilds_a_raidz_disk_from_parity(
+    guest_image: image.Image, tmp_path: Path
+) -> None:
+    sc = scenario.load("dust-scrub-raidz", ("data_mb=16", "bad_blocks=32"))
+    db = tmp_path / "lab.sqlite"
+    r = lifecycle.execute(sc, db=db)
+    with Store.open(db, create=False) as st:
+        (o,) = st.observations(r.run_id)
+    row = o["metrics"]["row"]
+    assert row["data intact"] is True and row["data errors"] == 0, row
+    assert row["read errors"] + row["cksum errors"] > 0 and row["repaired bytes"] > 0, row
+    assert o["metrics"]["seconds"] > 0 and r.status == 0

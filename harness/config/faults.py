@@ -86,6 +86,10 @@ class FaultsScenario(Settings):
     timeout: float = Field(60.0, gt=0, description="seconds a blocked fsync is waited for")
     data_mb: int = Field(48, ge=1, description="dust-scrub: MiB written before the fault")
     bad_blocks: int = Field(64, ge=1, description="dust-scrub: 4 KiB bad blocks on one side")
+    layout: Literal["mirror", "raidz1", "raidz2"] = Field(
+        "mirror", description="dust-scrub: the ZFS vdev (mirror: 2 disks, raidzN: N + 2)"
+    )
+    bad_disk: int = Field(0, ge=0, description="dust-scrub: the pool disk on dm-dust (0 = first)")
     workload: OpsWorkload = Field(
         default_factory=lambda: OpsWorkload(ops=60),
         description="flakey-drop-remount: the seeded op workload (harness/guest/opgen.py)",
@@ -111,6 +115,13 @@ class FaultsScenario(Settings):
                 f"{self.experiment} cannot switch on {self.fault.mode}",
                 "use " + " or ".join(str(m) for m in modes),
                 key="fault.mode",
+            )
+        if self.bad_disk >= self.pool_disks:
+            raise problem(
+                f"the {self.layout} pool has disks 0 to {self.pool_disks - 1}: there is no "
+                f"disk {self.bad_disk}",
+                f"set bad_disk to 0..{self.pool_disks - 1}",
+                key="bad_disk",
             )
         if self.experiment != "flakey-drop-remount":
             return self
@@ -161,6 +172,11 @@ class FaultsScenario(Settings):
                 "check": {"timeout": max(self.timeout, 300.0)},
             }
         )
+
+    @property
+    def pool_disks(self) -> int:
+        """dust-scrub: how many disks the ZFS vdev takes."""
+        return 2 if self.layout == "mirror" else int(self.layout[-1]) + 2
 
     @property
     def experiment_kind(self) -> str:

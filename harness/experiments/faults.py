@@ -65,14 +65,17 @@ class FsyncEio(lifecycle.Experiment):
             self.run.progress(f"fsync-eio: {cell.id}", n, len(todo))
             yield cell, self._probe(cell)
 
-    disks: ClassVar[tuple[str, ...]] = ("dut",)  # serials of the fresh disks per cell
     module: ClassVar[str] = "dm-flakey"
+
+    def disk_serials(self) -> tuple[str, ...]:
+        """Serials of the fresh disks each cell gets."""
+        return ("dut",)
 
     def _probe(self, cell: Cell) -> dict[str, Any]:
         """Fresh disks and a fresh guest for one cell; a hang or a panic is that cell's
         ``timeout``/``panic``, the disks are deleted however it ends."""
         disks = []
-        for serial in self.disks:
+        for serial in self.disk_serials():
             path = self.run.dir / f"{len(self.rows)}-{serial}.raw"
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "wb") as f:
@@ -204,27 +207,31 @@ def _kernel_events(lines: Sequence[str]) -> str:
 
 @lifecycle.register("dust-scrub")
 class DustScrub(FsyncEio):
-    """dm-dust bad blocks: a ZFS mirror scrubs them away; ext4 reports EIO."""
+    """dm-dust bad blocks: a ZFS mirror or raidz scrubs them away; ext4 reports EIO."""
 
-    disks = ("d0", "d1")
     module = "dm-dust"
+
+    def disk_serials(self) -> tuple[str, ...]:
+        return tuple(f"d{i}" for i in range(self.sc.pool_disks))
 
     def guest_timeout(self) -> float:
         return 1800.0
 
     def probe(self, g: Guest, fs: FsCell, devs: list[str]) -> dict[str, Any]:
         sc = self.sc
-        args = ["--fs", fs.type, "--dev", devs[0], "--dev2", devs[1]]
+        args = ["--fs", fs.type, "--devs", ",".join(devs), "--layout", sc.layout]
+        args += ["--bad-disk", str(sc.bad_disk)]
         args += ["--data-mb", str(sc.data_mb), "--bad-blocks", str(sc.bad_blocks)]
         facts = _guest_program(g, "dustprobe.py", [*args, "--timeout", str(sc.timeout)], 1800)
         return {**facts, **judge_dust(facts)}
 
     def summary(self) -> dict[str, Any]:
-        return {"filesystems": len(self.cells), "bad_blocks": self.sc.bad_blocks}
+        sc = self.sc
+        return {"filesystems": len(self.cells), "bad_blocks": sc.bad_blocks, "layout": sc.layout}
 
 
 def judge_dust(facts: dict[str, Any]) -> dict[str, Any]:
-    """ZFS: the mirror must repair every bad block it read and lose nothing. ext4: the
+    """ZFS: the mirror or raidz must repair every bad block it read and lose nothing. ext4: the
     read of the bad block must fail with EIO (an error reaching the application)."""
     if facts["fs"] == "ext4":
         read = facts["read"]

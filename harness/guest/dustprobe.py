@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Bad sectors under a live filesystem, inside the guest (stdlib only): dm-dust.
 
-``zfs``: a two-way mirror whose first side sits on dm-dust; data is written, the pool
+``zfs``: a mirror or raidz vdev one of whose disks sits on dm-dust; data is written, the pool
 exported, bad blocks are added under part of the data and enabled, the pool imported and
 scrubbed. ZFS must count read errors on that side, rewrite the blocks from the other
-side (a write to a dm-dust bad block clears it, as a disk remaps a sector) and lose
+side or parity (a write to a dm-dust bad block clears it, as a disk remaps a sector) and lose
 nothing. ``ext4``: one file's first block is made bad; reading the file (page cache
 dropped) must fail with EIO, not return other data.
 
@@ -45,17 +45,21 @@ def add_bad(blocks: range) -> dict[str, Any]:
 
 
 def zfs(a: argparse.Namespace) -> dict[str, Any]:
-    facts: dict[str, Any] = {"fs": "zfs"}
-    sectors = int(sh(["blockdev", "--getsz", a.dev])["out"].strip())
-    facts["dm"] = sh(["dmsetup", "create", DM, "--table", dust(a.dev, sectors)])
-    # The healthy side on dm-linear too: ZFS takes dm devices whole, with no partition
-    # table to wait for (the guest runs without udev).
-    sectors2 = int(sh(["blockdev", "--getsz", a.dev2])["out"].strip())
-    facts["dm2"] = sh(["dmsetup", "create", LIN, "--table", f"0 {sectors2} linear {a.dev2} 0"])
+    facts: dict[str, Any] = {"fs": "zfs", "layout": a.layout, "bad_disk": a.bad_disk}
+    vdevs = []
+    for i, dev in enumerate(a.devs.split(",")):
+        sectors = int(sh(["blockdev", "--getsz", dev])["out"].strip())
+        # The healthy sides on dm-linear: ZFS takes dm devices whole, with no partition
+        # table to wait for (the guest runs without udev).
+        name, table = (
+            (DM, dust(dev, sectors)) if i == a.bad_disk else
+            (f"{LIN}{i}", f"0 {sectors} linear {dev} 0")
+        )  # fmt: skip
+        facts[f"dm{i}"] = sh(["dmsetup", "create", name, "--table", table])
+        vdevs.append(f"/dev/mapper/{name}")
     facts["create"] = sh(
-        ["zpool", "create", "-f", "-O", "compression=off", POOL, "mirror",
-         f"/dev/mapper/{DM}", f"/dev/mapper/{LIN}"], 300,
-    )  # fmt: skip
+        ["zpool", "create", "-f", "-O", "compression=off", POOL, a.layout, *vdevs], 300
+    )
     facts["write"] = sh(
         ["sh", "-c", f"head -c {a.data_mb}M /dev/urandom > /{POOL}/data && zpool sync {POOL}"],
         600,
@@ -77,8 +81,9 @@ def zfs(a: argparse.Namespace) -> dict[str, Any]:
 
 def ext4(a: argparse.Namespace) -> dict[str, Any]:
     facts: dict[str, Any] = {"fs": "ext4"}
-    sectors = int(sh(["blockdev", "--getsz", a.dev])["out"].strip())
-    facts["dm"] = sh(["dmsetup", "create", DM, "--table", dust(a.dev, sectors)])
+    raw = a.devs.split(",")[0]
+    sectors = int(sh(["blockdev", "--getsz", raw])["out"].strip())
+    facts["dm"] = sh(["dmsetup", "create", DM, "--table", dust(raw, sectors)])
     dev = f"/dev/mapper/{DM}"
     facts["mkfs"] = sh(["mkfs.ext4", "-q", "-F", "-b", str(BLOCK), dev], 300)
     os.makedirs("/mnt/dust", exist_ok=True)
@@ -104,8 +109,9 @@ def ext4(a: argparse.Namespace) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fs", choices=("zfs", "ext4"), required=True)
-    ap.add_argument("--dev", required=True)
-    ap.add_argument("--dev2", default="", help="zfs: the mirror's healthy side")
+    ap.add_argument("--devs", required=True, help="comma-separated disks (zfs: the pool's)")
+    ap.add_argument("--layout", default="mirror", help="zfs: mirror, raidz1, raidz2")
+    ap.add_argument("--bad-disk", type=int, default=0, help="zfs: the disk on dm-dust")
     ap.add_argument("--data-mb", type=int, default=64)
     ap.add_argument("--bad-blocks", type=int, default=256)
     ap.add_argument("--timeout", type=float, default=60.0)

@@ -48,7 +48,8 @@ def error(tmp_path: Path, text: str = BASE, overrides: tuple[str, ...] = ()) -> 
 def test_shipped(name: str) -> None:
     s = scenario.load(paths.REPO / "scenarios" / f"{name}.toml")
     assert isinstance(s, ZfsScenario) and s.kind == scenario.Kind.ZFS
-    assert s.pool.disk_size <= 256 << 20 and s.pool.disks == 4
+    # The named scenarios are the sound ones: scans of seconds, not of a noisy instant.
+    assert s.pool.disk_size >= 1 << 30 and s.pool.disks == 4
 
 
 def test_defaults_and_overrides(tmp_path: Path) -> None:
@@ -179,3 +180,11 @@ def test_table_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     out = capsys.readouterr().out
     assert "raidz1" in out and "MB/s" in out
     assert cli.main(["results", "zfs", "resilver", "--by", "colour", "--db", str(db)]) == 2
+
+
+def test_the_named_sweep_is_the_sound_one_and_ci_is_small() -> None:
+    full = scenario.load("resilver-sweep", ())
+    ci = scenario.load("resilver-sweep-ci", ())
+    assert full.disk_size >= 1 << 30 and full.repeat >= 3 and full.fill_once
+    assert len(list(full.cells())) == 12
+    assert ci.disk_size <= 128 << 20 and len(list(ci.cells())) * ci.repeat <= 8

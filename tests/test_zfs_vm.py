@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,26 @@ def test_scrub_repairs_zeros_on_one_disk(guest_image: image.Image, tmp_path: Pat
         # where the seconds came from is a column, and the run resumes by item
         assert row["seconds_source"] == "events" and row["item"] == "c0-r0"
         assert row["expected_loss"] == 0 and len(row["scans"]) == 1
+
+
+def test_a_sweep_fills_each_cell_once(guest_image: image.Image, tmp_path: Path) -> None:
+    """Two repetitions of one cell start from copies of one fill: the same bytes, an
+    import instead of create + fill, and the kept fill is gone once both are stored."""
+    sc = scenario.load(
+        "resilver-sweep-ci", ('sweep.layout=["raidz1"]', "sweep.fill=[50]", "repeat=2")
+    )
+    db = tmp_path / "lab.sqlite"
+    r = lifecycle.execute(sc, db=db)
+    assert isinstance(r.experiment, run.ZfsScan) and r.status == 0
+    a, b = r.experiment.measurements
+    assert (a.written, a.pool_alloc, a.fill) == (b.written, b.pool_alloc, b.fill)
+    for m in (a, b):
+        assert m.outcome is Outcome.CONSISTENT and m.scan.function == "RESILVER"
+        assert {"restore", "import", "scan"} <= set(m.phases) and "fill" not in m.phases
+        assert 40 < m.fill < 60
+    [(label, cost)] = r.experiment.fills.items()
+    assert "fill" in cost and "raidz1" in label
+    assert not list(lifecycle.run_dir(r.run_id).glob("base-*"))
+    with store.Store.open(db, create=False) as st:
+        summary = json.loads(st.execute("SELECT summary FROM runs")[0][0])
+    assert summary["fill_once"] and "harness_per_scan_second" in summary

@@ -206,6 +206,10 @@ class ZfsScenario(Settings):
     disk_size: Size = 256 * MiB
     fill: Fill = 50.0
     repeat: int = Field(1, ge=1, description="repetitions, each in fresh guests")
+    fill_once: bool = Field(
+        True,
+        description="fill each cell once; every repetition starts from copies of its disks",
+    )
     ashift: int = Field(12, ge=9, le=16, description="9 (512 B) to 16 (64 KiB)")
     recordsize: Size = 128 * 1024
     cache: bool = Field(False, description="an extra disk as L2ARC")

@@ -5,16 +5,18 @@ Everything here is argv lists run through ``Guest.run``; parsing lives in ``pars
 
 from __future__ import annotations
 
+import contextlib
 import shlex
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from faults.disk import DiskFault
-from harness.config.zfs import Cell, Layout, PoolSpec
+from harness.config.zfs import Cell, Layout, PoolSpec, ZfsScenario
 from harness.errors import HarnessError
 from harness.experiments.zfs import parse
-from harness.vm.backend import Disk, Guest
+from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 POOL = "tank"
 MOUNT = "/tank"
@@ -38,8 +40,9 @@ class DiskSet:
         return self.data + self.spares + extra
 
 
-def make_disks(directory: Path, cell: Cell, fault: DiskFault) -> DiskSet:
-    """Sparse raw files for the data disks, one spare per lost disk, cache and log."""
+def make_disks(directory: Path, cell: Cell, fault: DiskFault, *, spares: bool = True) -> DiskSet:
+    """Sparse raw files for the data disks, one spare per lost disk (unless not
+    ``spares``), cache and log."""
     directory.mkdir(parents=True, exist_ok=True)
 
     def disk(serial: str) -> Disk:
@@ -50,10 +53,10 @@ def make_disks(directory: Path, cell: Cell, fault: DiskFault) -> DiskSet:
         return Disk(path, serial)
 
     p = cell.pool
-    spares = len(fault.disks) if fault.loses_disks else 0
+    lost = len(fault.disks) if fault.loses_disks and spares else 0
     return DiskSet(
         tuple(disk(f"zd{i}") for i in range(p.disks)),
-        tuple(disk(f"zs{i}") for i in range(spares)),
+        tuple(disk(f"zs{i}") for i in range(lost)),
         disk("zc0") if p.cache else None,
         disk("zl0") if p.log else None,
     )
@@ -102,6 +105,35 @@ def create_argv_for(g: Guest, cell: Cell, disks: DiskSet) -> list[str]:
         cache=g.disk(disks.cache.serial) if disks.cache is not None else None,
         log=g.disk(disks.log.serial) if disks.log is not None else None,
     )
+
+
+def import_argv(g: Guest, disks: DiskSet) -> list[str]:
+    """``zpool import`` of the pool on exactly its own disks: naming them (``-d`` per
+    device) spares the scan of every other block device's labels."""
+    argv = ["zpool", "import"]
+    for d in disks.all():
+        if d not in disks.spares:
+            argv += ["-d", g.disk(d.serial)]
+    return [*argv, POOL]
+
+
+@contextlib.contextmanager
+def guest(sc: ZfsScenario, disks: DiskSet, phases: dict[str, float]) -> Iterator[Guest]:
+    """A guest with ZFS loaded; boot, module load and teardown go into ``phases``."""
+    t = time.monotonic()
+    spec = GuestSpec(
+        disks=disks.all(), udev=True, memory_mb=sc.memory_mb, command_timeout=sc.timeout
+    )
+    with start_guest(spec) as g:
+        phases["boot"] = phases.get("boot", 0.0) + time.monotonic() - t
+        t = time.monotonic()
+        load_module(g)
+        phases["modprobe"] = phases.get("modprobe", 0.0) + time.monotonic() - t
+        try:
+            yield g
+        finally:
+            t_down = time.monotonic()
+    phases["teardown"] = phases.get("teardown", 0.0) + time.monotonic() - t_down
 
 
 def run(g: Guest, argv: list[str], *, timeout: float = 300) -> str:

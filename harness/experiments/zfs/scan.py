@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import platform
+import shutil
 import statistics
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,11 +36,12 @@ from harness.config.zfs import Cell, Experiment, ZfsScenario
 from harness.errors import HarnessError
 from harness.experiments import lifecycle
 from harness.experiments.crash import qemu_version
-from harness.experiments.zfs import parse, pool
+from harness.experiments.zfs import basefill, fits, parse, pool
+from harness.experiments.zfs.basefill import Filled
 from harness.image import build as image
 from harness.outcome import Outcome, exit_status
 from harness.store import db as store
-from harness.vm.backend import Guest, GuestSpec, start_guest
+from harness.vm.backend import Guest
 
 log = logging.getLogger("crashlab.zfs")
 
@@ -132,6 +134,7 @@ class ZfsScan(lifecycle.Experiment):
     def __init__(self, run: lifecycle.Run):
         super().__init__(run)
         self.measurements: list[Measurement] = []
+        self.fills: dict[str, dict[str, float]] = {}  # cell -> what filling it once cost
 
     def prepare(self) -> None:
         cells = list(self.sc.cells())
@@ -153,9 +156,21 @@ class ZfsScan(lifecycle.Experiment):
         run = self.run
         for n, rep in enumerate(r for r in todo if isinstance(r, Rep)):
             run.progress(f"{rep.cell.label()} #{rep.repetition + 1}", n, len(todo))
-            m = run_once(self.sc, rep.cell, rep.repetition, run.seed, run.dir / rep.id)
+            base = None
+            if self.sc.fill_once and self.sc.repeat > 1:  # one repetition: nothing to share
+                run.progress(f"{rep.cell.label()}: filling once", n, len(todo))
+                base = basefill.base(self.sc, rep.cell, self._base_dir(rep), run.seed * 1000)
+                self.fills[rep.cell.label()] = base.seconds
+            m = run_once(self.sc, rep.cell, rep.repetition, run.seed, run.dir / rep.id, base)
             m.expected_loss = expected_loss(self.sc, rep.cell)
             yield rep, m
+        # Every repetition has its result: the kept fills are no longer needed (an
+        # interrupted run keeps them for its resume).
+        for rep in self.reps:
+            shutil.rmtree(self._base_dir(rep), ignore_errors=True)
+
+    def _base_dir(self, rep: Rep) -> Path:
+        return self.run.dir / f"base-c{rep.index}"
 
     def commit(self, item: lifecycle.Item, result: Any) -> None:
         assert isinstance(item, Rep) and isinstance(result, Measurement)
@@ -187,30 +202,17 @@ class ZfsScan(lifecycle.Experiment):
         return {
             "scans": len(self.reps),
             "data_loss_expected": {k: v for k, v in cells.items() if v},
+            "fill_once": {k: {p: round(v, 2) for p, v in s.items()} for k, s in self.fills.items()},
+            **fits.sweep_summary(fits.rows(self.run.store, self.run.run_id)),
         }
 
 
-@contextlib.contextmanager
-def _guest(sc: ZfsScenario, disks: pool.DiskSet, phases: dict[str, float]) -> Iterator[Guest]:
-    """A guest with ZFS loaded; boot, module load and teardown go into ``phases``."""
-    t = time.monotonic()
-    spec = GuestSpec(
-        disks=disks.all(), udev=True, memory_mb=sc.memory_mb, command_timeout=sc.timeout
-    )
-    with start_guest(spec) as g:
-        phases["boot"] = phases.get("boot", 0.0) + time.monotonic() - t
-        t = time.monotonic()
-        pool.load_module(g)
-        phases["modprobe"] = phases.get("modprobe", 0.0) + time.monotonic() - t
-        try:
-            yield g
-        finally:
-            t_down = time.monotonic()
-    phases["teardown"] = phases.get("teardown", 0.0) + time.monotonic() - t_down
-
-
-def run_once(sc: ZfsScenario, cell: Cell, rep: int, seed: int, rdir: Path) -> Measurement:
-    """One repetition in fresh guests; the disk files are deleted afterwards."""
+def run_once(
+    sc: ZfsScenario, cell: Cell, rep: int, seed: int, rdir: Path, base: Filled | None = None
+) -> Measurement:
+    """One repetition in fresh guests; the disk files are deleted afterwards. With
+    ``base`` (the cell filled once, ``basefill``) the repetition starts from copies of the
+    filled disks: import instead of create + fill."""
     phases: dict[str, float] = {}
     disks = pool.make_disks(rdir, cell, sc.fault)
     paths_ = [d.path for d in disks.data]
@@ -221,34 +223,41 @@ def run_once(sc: ZfsScenario, cell: Cell, rep: int, seed: int, rdir: Path) -> Me
         phases[name] = phases.get(name, 0.0) + now - t
         return now
 
+    def damage_now() -> list[faults.Damage]:
+        t = time.monotonic()
+        done = faults.apply(fault, paths_)
+        lap("fault", t)
+        return done
+
     try:
         with contextlib.ExitStack() as stack:
-            g = stack.enter_context(_guest(sc, disks, phases))
-            zfs_version, kernel = pool.versions(g)
-            t = time.monotonic()
-            pool.run(g, pool.create_argv_for(g, cell, disks))
-            used0, avail0 = pool.used_available(g)
-            t = lap("create", t)
-            target = int((used0 + avail0) * cell.fill / 100) - used0
-            written = pool.fill(g, max(0, target), seed * 1000 + rep, timeout=sc.timeout)
-            used, avail = pool.used_available(g)
-            listed = pool.pool_list(g)
-            t = lap("fill", t)
-            if fault.when is When.OFFLINE:
-                pool.run(g, ["zpool", "export", pool.POOL])
-                stack.close()
+            if base is not None:
                 t = time.monotonic()
-                damage = faults.apply(fault, paths_)
-                t = lap("fault", t)
-                g = stack.enter_context(_guest(sc, disks, phases))
+                basefill.restore(base, disks)
+                lap("restore", t)
+                damage = damage_now() if fault.when is When.OFFLINE else []
+                g = stack.enter_context(pool.guest(sc, disks, phases))
                 t = time.monotonic()
-                pool.run(g, ["zpool", "import", "-d", "/dev/disk/by-id", pool.POOL])
-                t = lap("import", t)
+                pool.run(g, pool.import_argv(g, disks))
+                lap("import", t)
+                filled = base
             else:
+                g = stack.enter_context(pool.guest(sc, disks, phases))
+                filled = basefill.create_and_fill(g, cell, disks, seed * 1000 + rep, sc, phases)
+                damage = []
+                if fault.when is When.OFFLINE:
+                    pool.run(g, ["zpool", "export", pool.POOL])
+                    stack.close()
+                    damage = damage_now()
+                    g = stack.enter_context(pool.guest(sc, disks, phases))
+                    t = time.monotonic()
+                    pool.run(g, pool.import_argv(g, disks))
+                    lap("import", t)
+            zfs_version, kernel = pool.versions(g)
+            if fault.when is not When.OFFLINE:
                 pool.run(g, ["zpool", "events", "-c"])
-                t = time.monotonic()
-                damage = faults.apply(fault, paths_)
-                t = lap("fault", t)
+                damage = damage_now()
+            t = time.monotonic()
             wall = _scan(g, sc, disks)
             t = lap("scan", t)
             status = pool.status(g)
@@ -265,9 +274,9 @@ def run_once(sc: ZfsScenario, cell: Cell, rep: int, seed: int, rdir: Path) -> Me
                 cell=cell,
                 repetition=rep,
                 fill_target=cell.fill,
-                fill=100 * used / (used + avail),
-                pool_alloc=listed.alloc,
-                written=written,
+                fill=100 * filled.used / (filled.used + filled.available),
+                pool_alloc=filled.alloc,
+                written=filled.written,
                 status=status,
                 windows=windows,
                 tick_ns=parse.tick_ns(events),

@@ -3,11 +3,13 @@ harness's share; and the import that names its disks."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness.experiments.zfs.fits import MB, linear_fit, sweep_summary
+from harness.experiments.zfs.progress import eta_errors, eta_seconds, points
 
 
 def scan(layout: str, fill: int, moved_mb: float, seconds: float, **phases: float) -> Any:
@@ -48,3 +50,36 @@ def test_a_cell_whose_repetitions_spread_is_flagged() -> None:
 def test_the_harness_share_is_time_outside_the_scan_over_the_scan() -> None:
     s = scan("raidz1", 25, 100, 10.0, boot=8.0, import_=4.0, scan=10.5, collect=1.0)
     assert sweep_summary([s])["harness_per_scan_second"] == pytest.approx(1.3)
+
+
+DATA = Path(__file__).parent / "data" / "zfs"
+
+
+def test_eta_lines_as_zpool_prints_them() -> None:
+    assert eta_seconds("\t18.3M resilvered, 12.05% done, 00:00:30 to go") == 30
+    assert eta_seconds("1.2G repaired, 50% done, 1 days 02:03:04 to go") == 93784
+    assert eta_seconds("\t0B repaired, 0.00% done, no estimated completion time") is None
+
+
+def test_samples_become_points_from_the_first_scan_sample() -> None:
+    status = (DATA / "status-resilver-raidz1.json").read_text()
+    dump = (
+        "@@t 100.25\n@@eta\n{not json: the loop was stopped mid-write\n"
+        f"@@t 101.0\n@@eta 10M resilvered, 50% done, 00:00:04 to go\n{status}\n"
+        f"@@t 103.5\n@@eta\n{status}\n"
+    )
+    pts = points(dump)
+    assert [p["t"] for p in pts] == [0.0, 2.5]
+    assert pts[0]["eta"] == 4 and pts[1]["eta"] is None
+    assert pts[0]["state"] == "FINISHED" and pts[0]["repaired"] > 0
+
+
+def test_eta_errors_compare_each_estimate_with_the_finish() -> None:
+    curve = [
+        {"t": 0.0, "state": "SCANNING", "eta": None},
+        {"t": 1.0, "state": "SCANNING", "eta": 9},
+        {"t": 5.0, "state": "SCANNING", "eta": 2},
+        {"t": 8.0, "state": "FINISHED", "eta": None},
+    ]
+    assert eta_errors(curve) == [2.0, -1.0]
+    assert eta_errors(curve[:3]) == []  # never seen finished: nothing to compare

@@ -67,3 +67,12 @@ def test_a_sweep_fills_each_cell_once(guest_image: image.Image, tmp_path: Path) 
     with store.Store.open(db, create=False) as st:
         summary = json.loads(st.execute("SELECT summary FROM runs")[0][0])
     assert summary["fill_once"] and "harness_per_scan_second" in summary
+    # The scan as a curve: samples while it ran, ending finished, and a plot of them.
+    for m in (a, b):
+        assert m.progress and m.progress[-1]["state"] == "FINISHED"
+        assert [p["t"] for p in m.progress] == sorted(p["t"] for p in m.progress)
+    from harness.report import plots
+
+    with store.Store.open(db, create=False) as st:
+        png = plots.plot_progress(st, r.run_id, tmp_path / "progress.png")
+    assert png.stat().st_size > 10_000

@@ -123,8 +123,10 @@ def register(sub: Any) -> None:
         parents=[common],
         help="PNG charts: recovery --by F,..., crashmap RUN, resilver|scrub --by layout,fill",
     )
-    plot.add_argument("chart", choices=("recovery", "crashmap", "resilver", "scrub"))
-    plot.add_argument("run", nargs="?", metavar="RUN", help="the run (crashmap)")
+    plot.add_argument(
+        "chart", choices=("recovery", "crashmap", "resilver", "scrub", "resilver-progress")
+    )
+    plot.add_argument("run", nargs="?", metavar="RUN", help="the run (crashmap, resilver-progress)")
     plot.add_argument("--by", default=None, metavar="FIELD,...")
     plot.add_argument("-o", "--output", type=Path, default=None, metavar="PNG")
     plot.set_defaults(func=cmd_plot)
@@ -330,10 +332,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
     out = args.output or default_db().parent / f"{args.chart}.png"
     with _open(args) as store:
         try:
+            if args.chart in ("crashmap", "resilver-progress") and not args.run:
+                raise InputError(f"plot {args.chart} needs a RUN", hint="scenario results runs")
             if args.chart == "crashmap":
-                if not args.run:
-                    raise InputError("plot crashmap needs a RUN", hint="scenario results runs")
                 plots.plot_crashmap(store, args.run, out)
+            elif args.chart == "resilver-progress":
+                plots.plot_progress(store, args.run, out)
             elif args.chart == "recovery":
                 by = query.parse_by(args.by) if args.by is not None else ["fs", "data_mode"]
                 plots.plot_recovery(store, by, out)

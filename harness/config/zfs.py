@@ -206,6 +206,9 @@ class ZfsScenario(Settings):
     disk_size: Size = 256 * MiB
     fill: Fill = 50.0
     repeat: int = Field(1, ge=1, description="repetitions, each in fresh guests")
+    progress_interval: float = Field(
+        1.0, ge=0, description="seconds between zpool status samples during a scan (0: off)"
+    )
     fill_once: bool = Field(
         True,
         description="fill each cell once; every repetition starts from copies of its disks",

@@ -3,7 +3,8 @@
 * ``recovery``: the distribution (box plot) of each recovery phase's seconds per group;
 * ``crashmap``: the outcome of every crash state of one run along the write log, with the
   flush, FUA and mark positions underneath;
-* ``resilver``: resilver (or scrub) seconds against pool fill, one line per layout.
+* ``resilver``: resilver (or scrub) seconds against pool fill, one line per layout;
+* ``resilver-progress``: one run's scans as curves (% examined over time, ETA error).
 
 The log positions of flushes/FUAs/marks come from the ``log_events`` table; when a log
 has none there yet, they are read from the log file the run kept (if it is still there)
@@ -210,6 +211,49 @@ def plot_scans(store: Store, by: Sequence[str], out: Path, kind_name: str = "res
     ax.grid(alpha=0.3)
     ax.legend(title=line_field)
     ax.set_title(f"ZFS {kind_name} time against {x_field}, per {line_field} (mean, min-max)")
+    return _save(fig, out)
+
+
+def plot_progress(store: Store, run: str, out: Path) -> Path:
+    """One run's scans as curves: % examined against seconds (left), and how far each
+    ETA ``zpool status`` printed was from the real finish (right).
+
+    :raise NoData: the run's scans have no samples (progress_interval = 0, or an old run).
+    """
+    import json
+
+    from harness.experiments.zfs.progress import eta_errors
+
+    run_id = store.resolve_run_id(run)
+    rows = store.execute(
+        "SELECT item, layout, fill_target, repetition, progress FROM zfs_scans"
+        " WHERE run_id = ? ORDER BY id",
+        (run_id,),
+    )
+    curves = [(f"{lay} {fill:g}% #{rep + 1}", json.loads(p)) for _, lay, fill, rep, p in rows]
+    curves = [(label, c) for label, c in curves if c]
+    if not curves:
+        raise NoData(f"run {run_id} has no scan samples (progress_interval = 0, or no scans)")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
+    for label, c in curves:
+        pct = [100 * p["examined"] / p["to_examine"] if p["to_examine"] else 0 for p in c]
+        (line,) = left.plot([p["t"] for p in c], pct, marker=".", label=label)
+        with_eta = [p for p in c if p["eta"] is not None]
+        errors = eta_errors(c)
+        if errors:
+            right.plot(
+                [p["t"] for p in with_eta][: len(errors)], errors, "o-", color=line.get_color()
+            )
+    left.set_xlabel("seconds since the first sample")
+    left.set_ylabel("% examined")
+    left.set_ylim(0, 105)
+    left.grid(alpha=0.3)
+    left.legend(fontsize="small")
+    right.axhline(0, color="black", lw=0.8)
+    right.set_xlabel("seconds since the first sample")
+    right.set_ylabel("ETA error, s (predicted finish - real finish)")
+    right.grid(alpha=0.3)
+    fig.suptitle(f"ZFS scans of run {run_id}: progress and zpool status's ETA")
     return _save(fig, out)
 
 

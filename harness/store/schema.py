@@ -298,14 +298,28 @@ _MIGRATION_4 = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [_MIGRATION_1, _MIGRATION_2, _MIGRATION_3, _MIGRATION_4]
+# 5: the scan as a curve -- ``zpool status`` sampled while it ran (seconds since the
+# start, examined / issued / repaired bytes, and the ETA zpool printed), so a table can
+# say how wrong the ETA was and a plot can draw the progress.
+_MIGRATION_5 = [
+    "ALTER TABLE zfs_scans ADD COLUMN progress TEXT NOT NULL DEFAULT '[]'"
+    " CHECK (json_valid(progress))",
+]
+
+MIGRATIONS: list[list[str]] = [
+    _MIGRATION_1,
+    _MIGRATION_2,
+    _MIGRATION_3,
+    _MIGRATION_4,
+    _MIGRATION_5,
+]
 SCHEMA_VERSION = len(MIGRATIONS)
 ZFS_SCAN_EXTRA = frozenset(
     stmt.split("ADD COLUMN ")[1].split()[0]
-    for stmt in (*_MIGRATION_3, *_MIGRATION_4)
+    for stmt in (*_MIGRATION_3, *_MIGRATION_4, *_MIGRATION_5)
     if "ADD COLUMN" in stmt
 )
-_ZFS_JSON_COLUMNS = ("cell", "fault", "phases", "scans")
+_ZFS_JSON_COLUMNS = ("cell", "fault", "phases", "scans", "progress")
 _TABLES = frozenset(
     {
         "runs",

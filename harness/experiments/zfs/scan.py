@@ -36,7 +36,7 @@ from harness.config.zfs import Cell, Experiment, ZfsScenario
 from harness.errors import HarnessError
 from harness.experiments import lifecycle
 from harness.experiments.crash import qemu_version
-from harness.experiments.zfs import basefill, fits, parse, pool
+from harness.experiments.zfs import basefill, fits, parse, pool, progress
 from harness.experiments.zfs.basefill import Filled
 from harness.image import build as image
 from harness.outcome import Outcome, exit_status
@@ -67,6 +67,7 @@ class Measurement:
     cell_kind: Experiment = Experiment.SCRUB
     phases: dict[str, float] = field(default_factory=dict)
     expected_loss: bool = False  # more damaged disks than this cell's redundancy
+    progress: list[dict[str, Any]] = field(default_factory=list)  # zpool status samples
 
     @property
     def window(self) -> parse.Window:
@@ -257,9 +258,12 @@ def run_once(
             if fault.when is not When.OFFLINE:
                 pool.run(g, ["zpool", "events", "-c"])
                 damage = damage_now()
+            if sc.progress_interval:
+                progress.start(g, sc.progress_interval)
             t = time.monotonic()
             wall = _scan(g, sc, disks)
             t = lap("scan", t)
+            curve = progress.collect(g) if sc.progress_interval else []
             status = pool.status(g)
             _, events = pool.events(g)
             lap("collect", t)
@@ -289,6 +293,7 @@ def run_once(
                 checksum_ereports=len(events.of("ereport.fs.zfs.checksum")),
                 phases=phases,
                 cell_kind=sc.experiment,
+                progress=curve,
             )
         return m
     finally:
@@ -369,6 +374,7 @@ def _store(st: store.Store, run_id: str, sc: ZfsScenario, rep: Rep, m: Measureme
                 "checksum_ereports": m.checksum_ereports,
             },
             "phases": {k: round(v, 3) for k, v in m.phases.items()},
+            "progress": m.progress,
         },
     )
 

@@ -1,0 +1,92 @@
+"""The scan as a curve: ``zpool status`` sampled in the guest while a scrub or resilver runs.
+
+A sampler loop runs in the guest beside the scan (``start``), writing one sample a
+period: the guest's clock, ``zpool status -j`` (examined, issued, repaired bytes) and the
+"... to go" estimate of the text output, the ETA an operator reads. ``collect`` stops it
+and turns the samples into points relative to the first one; ``eta_errors`` says how far
+each ETA was from the finish the scan actually had. Sampling costs the guest a
+``zpool status`` per period (~0.1 s under TCG): ``progress_interval = 0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from harness.experiments.zfs import parse
+from harness.experiments.zfs.pool import POOL, run
+from harness.vm.backend import Guest
+
+DIR = "/tmp/crashlab-progress"
+# "00:00:30 to go", "1 days 02:03:04 to go" (OpenZFS's secs_to_dhms)
+_TO_GO = re.compile(r"(?:(\d+) days? )?(\d+):(\d\d):(\d\d) to go")
+
+
+def start(g: Guest, interval: float) -> None:
+    """Start the sampler in the background of the guest (it outlives this command)."""
+    loop = (
+        f"i=0; while [ ! -e {DIR}/stop ]; do"
+        f" t=$(date +%s.%N);"
+        f" zpool status -j --json-int -p {POOL} > {DIR}/$i.json 2>/dev/null;"
+        f" zpool status -p {POOL} 2>/dev/null | grep -E 'to go|no estimated' > {DIR}/$i.eta;"
+        f" echo $t > {DIR}/$i.t; i=$((i+1)); sleep {interval:g}; done"
+    )
+    script = f"rm -rf {DIR}; mkdir -p {DIR}; nohup sh -c {shlex.quote(loop)} >/dev/null 2>&1 &"
+    run(g, ["sh", "-c", script])
+
+
+def collect(g: Guest) -> list[dict[str, Any]]:
+    """Stop the sampler; its samples as points (``t`` seconds from the first sample)."""
+    dump = (
+        f"touch {DIR}/stop; sleep 0.2; cd {DIR} && for f in $(ls *.t | sort -n); do"
+        ' n=${f%.t}; echo "@@t $(cat $f)"; echo "@@eta $(cat $n.eta 2>/dev/null)";'
+        " cat $n.json 2>/dev/null; done"
+    )
+    return points(run(g, ["sh", "-c", dump], timeout=120))
+
+
+def points(text: str) -> list[dict[str, Any]]:
+    """Parse ``collect``'s dump; samples taken before the scan showed up are dropped."""
+    out: list[dict[str, Any]] = []
+    t0: float | None = None
+    for chunk in text.split("@@t ")[1:]:
+        head, _, rest = chunk.partition("\n")
+        eta_line, _, body = rest.partition("\n")
+        try:
+            t = float(head.strip())
+            scan = parse.parse_status(body, POOL).scan
+        except ValueError:
+            continue  # a sample cut short when the loop was stopped
+        if scan is None:
+            continue
+        t0 = t if t0 is None else t0
+        out.append(
+            {
+                "t": round(t - t0, 3),
+                "state": scan.state,
+                "to_examine": scan.to_examine,
+                "examined": scan.examined,
+                "issued": scan.issued,
+                "repaired": scan.processed,
+                "eta": eta_seconds(eta_line),
+            }
+        )
+    return out
+
+
+def eta_seconds(line: str) -> int | None:
+    m = _TO_GO.search(line)
+    if m is None:
+        return None
+    days, h, mi, s = (int(x) if x else 0 for x in m.groups())
+    return ((days * 24 + h) * 60 + mi) * 60 + s
+
+
+def eta_errors(samples: list[dict[str, Any]]) -> list[float]:
+    """For each sample with an ETA, predicted finish minus the finish the curve shows
+    (the first sample in state FINISHED): positive = zpool was pessimistic."""
+    end = next((p["t"] for p in samples if p["state"] == "FINISHED"), None)
+    if end is None:
+        return []
+    return [p["t"] + p["eta"] - end for p in samples if p["eta"] is not None and p["t"] < end]

@@ -143,3 +143,12 @@ def test_drop_remount_positive_control_loses_data(guest_image: image.Image, tmp_
     assert o["metrics"]["drop"]["outcome"] == "data_loss", o["metrics"]
     assert o["metrics"]["replay"]["outcome"] == "data_loss", o["metrics"]
     assert r.status == 0 and r.expect_failed is None
+
+
+def test_the_guest_program_reads_a_long_json_report_whole() -> None:
+    """checkstate.py's JSON can run past the output tail kept for the record."""
+    from harness.guest import dropremount as guest
+
+    r = guest.sh(["python3", "-c", "import json; print(json.dumps({'x': 'y' * 5000}))"], 30)
+    assert len(r["out"]) == 1500 and r["stdout"].startswith('{"x"')
+    assert len(r["stdout"]) > 5000

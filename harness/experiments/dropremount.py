@@ -129,7 +129,11 @@ class DropRemount(FsyncEio):
     ) -> dict[int, dict[str, Any]]:
         """The drop-and-remount model for ``points`` of one cell, in one fresh guest."""
         self._points, self._rsc = points, rsc
-        facts = self._probe(Cell(cell))
+        try:
+            facts = self._probe(Cell(cell))
+        except HarnessError as e:  # this cell's points only: the other cells go on
+            text = f"{e.message}\n{e.detail or ''}"[-1500:]
+            facts = {"outcome": str(Outcome.HARNESS_ERROR), "error": text}
         if "outcome" in facts:  # the guest hung or panicked: every point shares its fate
             return {p.at: facts for p in points}
         return {f["at"]: judge_drop(f) for f in facts["points"]}

@@ -36,14 +36,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def sh(argv: list[str], timeout: float) -> dict[str, Any]:
+    """Run a command: its exit status, seconds, the tail of its output (for the record)
+    and, whole, its standard output (what a program's JSON is read from)."""
     start = time.monotonic()
     try:
         p = subprocess.run(argv, capture_output=True, timeout=timeout, env=ENV, check=False)
-        rc, out = p.returncode, (p.stdout + p.stderr).decode(errors="replace")
+        rc, stdout, err = p.returncode, p.stdout.decode(errors="replace"), p.stderr
     except subprocess.TimeoutExpired:
-        rc, out = -1, "[timed out]"
+        rc, stdout, err = -1, "", b"[timed out]"
     secs = round(time.monotonic() - start, 3)
-    return {"argv": argv, "rc": rc, "seconds": secs, "out": out[-1500:]}
+    tail = (stdout + err.decode(errors="replace"))[-1500:]
+    return {"argv": argv, "rc": rc, "seconds": secs, "out": tail, "stdout": stdout}
 
 
 class Failed(Exception):
@@ -56,6 +59,7 @@ def one(a: argparse.Namespace, at: int) -> dict[str, Any]:
 
     def step(name: str, argv: list[str]) -> dict[str, Any]:
         rec = {"step": name, **sh(argv, a.timeout)}
+        del rec["stdout"]  # the tail in "out" is the record
         steps.append(rec)
         if rec["rc"] != 0:
             raise Failed(name)
@@ -113,8 +117,9 @@ def one(a: argparse.Namespace, at: int) -> dict[str, Any]:
             ]  # fmt: skip
             check = sh(verify, a.timeout * 5 + 30)
             if check["rc"] != 0:
+                steps.append({"step": "checkstate", "rc": check["rc"], "out": check["out"]})
                 raise Failed("checkstate")
-            out["check"] = json.loads(check["out"])
+            out["check"] = json.loads(check["stdout"])
         finally:
             subprocess.run(["umount", MNT], capture_output=True, env=ENV, check=False)
             subprocess.run(["dmsetup", "remove", DM], capture_output=True, env=ENV, check=False)

@@ -188,3 +188,28 @@ def test_the_named_sweep_is_the_sound_one_and_ci_is_small() -> None:
     assert full.disk_size >= 1 << 30 and full.repeat >= 3 and full.fill_once
     assert len(list(full.cells())) == 12
     assert ci.disk_size <= 128 << 20 and len(list(ci.cells())) * ci.repeat <= 8
+
+
+def test_seed_003s_other_factors_are_sweep_axes() -> None:
+    sc = scenario.load(
+        "resilver-sweep-ci",
+        ('sweep.layout=["raidz1"]', "sweep.fill=[50]", "sweep.disks=[3, 5]", "sweep.cache=[false, true]",
+         "sweep.load=[false, true]", 'sweep.recordsize=["128K", "16K"]'),
+    )  # fmt: skip
+    cells = list(sc.cells())
+    assert len(cells) == 16 and len({c.label() for c in cells}) == 16
+    widths = {c.pool.disks for c in cells}
+    assert widths == {3, 5} and {c.load for c in cells} == {False, True}
+    odd = next(c for c in cells if c.pool.cache and c.load and c.pool.recordsize == 16384)
+    assert "+cache" in odd.label() and "+load" in odd.label() and "rs 16K" in odd.label()
+
+
+def test_sequential_rebuild_and_stripe_width_are_checked_before_a_guest_boots() -> None:
+    with pytest.raises(InputError, match=r"sequential.*refuses raidz1") as e:
+        scenario.load("resilver-75pct", ("sequential=true",))
+    assert "mirror" in (e.value.hint or "")
+    assert scenario.load("resilver-75pct", ("sequential=true", "layout=mirror")).sequential
+    with pytest.raises(InputError, match=r"sweep\.disks.*raidz3 needs at least 4 disks, not 3"):
+        scenario.load("resilver-sweep", ("sweep.disks=[3, 6]",))
+    with pytest.raises(InputError, match=r"load_job.*\[section\]"):
+        scenario.load("resilver-75pct", ('load_job="rw=randrw"',))

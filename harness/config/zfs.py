@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -56,7 +56,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator, mo
 from faults.disk import LABEL_BYTES, DiskFault, FaultKind, When
 from harness import paths
 from harness.config import settings
-from harness.config.settings import Settings, Size, parse_size, problem
+from harness.config.settings import Settings, Size, parse_size, problem, size_text
 
 MiB = 1 << 20
 # ZFS refuses vdevs under 64 MiB; the labels and metaslabs want some room besides.
@@ -91,6 +91,23 @@ class Layout(StrEnum):
 
     def redundancy(self, disks: int) -> int:
         return disks - 1 if self is Layout.MIRROR else self.parity
+
+
+DEFAULT_RECORDSIZE = 128 * 1024
+DEFAULT_ASHIFT = 12
+SEQUENTIAL_LAYOUTS = (Layout.MIRROR, Layout.DRAID1, Layout.DRAID2, Layout.DRAID3)
+# Field resilvers run under load: 4 KiB random reads and writes on the pool, rate-limited
+# so the scan still finishes; the harness stops it when the scan ends.
+DEFAULT_LOAD_JOB = """[load]
+directory=/tank
+filename=load
+size=64M
+rw=randrw
+bs=4k
+rate_iops=200
+time_based=1
+runtime=86400
+"""
 
 
 def _fill(v: float) -> float:
@@ -174,10 +191,17 @@ class CrashSpec(Settings):
 
 
 class SweepSpec(Settings):
-    """``[sweep]``: the cross product of these, each cell ``repeat`` times."""
+    """``[sweep]``: the cross product of these, each cell ``repeat`` times (seed 003's
+    factors: RAID level, fill, stripe width, an SSD cache; and the pool's own knobs)."""
 
     fill: tuple[Fill, ...] = ()
     layout: tuple[Layout, ...] = ()
+    disks: tuple[Annotated[int, Field(ge=1)], ...] = Field((), description="stripe width")
+    recordsize: tuple[Size, ...] = ()
+    ashift: tuple[Annotated[int, Field(ge=9, le=16)], ...] = ()
+    cache: tuple[bool, ...] = Field((), description="with / without an L2ARC disk")
+    log: tuple[bool, ...] = Field((), description="with / without a SLOG disk")
+    load: tuple[bool, ...] = Field((), description="with / without the fio load during the scan")
 
 
 @dataclass(frozen=True)
@@ -186,9 +210,18 @@ class Cell:
 
     pool: PoolSpec
     fill: float
+    load: bool = False  # a fio job runs on the pool during the scan
 
     def label(self) -> str:
-        return f"{self.pool.layout} x{self.pool.disks} fill {self.fill:g}%"
+        p = self.pool
+        extra = [
+            *([f"rs {size_text(p.recordsize)}"] if p.recordsize != DEFAULT_RECORDSIZE else []),
+            *([f"ashift {p.ashift}"] if p.ashift != DEFAULT_ASHIFT else []),
+            *(["+cache"] if p.cache else []),
+            *(["+log"] if p.log else []),
+            *(["+load"] if self.load else []),
+        ]
+        return " ".join([f"{p.layout} x{p.disks} fill {self.fill:g}%", *extra])
 
 
 class ZfsScenario(Settings):
@@ -209,12 +242,17 @@ class ZfsScenario(Settings):
     progress_interval: float = Field(
         1.0, ge=0, description="seconds between zpool status samples during a scan (0: off)"
     )
+    sequential: bool = Field(
+        False, description="resilver by sequential rebuild (zpool replace -s; mirror, dRAID)"
+    )
+    load: bool = Field(False, description="run load_job (fio) on the pool during the scan")
+    load_job: str = Field(DEFAULT_LOAD_JOB, description="the fio job of the background load")
     fill_once: bool = Field(
         True,
         description="fill each cell once; every repetition starts from copies of its disks",
     )
-    ashift: int = Field(12, ge=9, le=16, description="9 (512 B) to 16 (64 KiB)")
-    recordsize: Size = 128 * 1024
+    ashift: int = Field(DEFAULT_ASHIFT, ge=9, le=16, description="9 (512 B) to 16 (64 KiB)")
+    recordsize: Size = DEFAULT_RECORDSIZE
     cache: bool = Field(False, description="an extra disk as L2ARC")
     log: bool = Field(False, description="an extra disk as SLOG")
     timeout: float = Field(DEFAULT_TIMEOUT, gt=0)
@@ -240,12 +278,24 @@ class ZfsScenario(Settings):
         if rs & (rs - 1) or not 512 <= rs <= 16 * MiB:
             raise problem("must be a power of 2, 512B..16M", key="recordsize")
         for lay in self.sweep.layout or (self.layout,):
-            if self.disks < lay.min_disks():
+            for n in self.sweep.disks or (self.disks,):
+                if n < lay.min_disks():
+                    raise problem(
+                        f"{lay} needs at least {lay.min_disks()} disks, not {n}",
+                        f"set disks = {lay.min_disks()} or more",
+                        key="sweep.disks" if self.sweep.disks else "disks",
+                    )
+            if self.sequential and lay not in SEQUENTIAL_LAYOUTS:
                 raise problem(
-                    f"{lay} needs at least {lay.min_disks()} disks",
-                    f"set disks = {lay.min_disks()} or more",
-                    key="disks",
+                    f"zpool replace -s (sequential rebuild) refuses {lay}: only mirrors and"
+                    " dRAID rebuild sequentially",
+                    "use layout mirror or draidN, or sequential = false",
+                    key="sequential",
                 )
+        if self.sequential and self.experiment is not Experiment.RESILVER:
+            raise problem("a sequential rebuild is a resilver", key="sequential")
+        if not any(line.strip().startswith("[") for line in self.load_job.splitlines()):
+            raise problem("a fio job needs at least one [section]", key="load_job")
         given = self.model_fields_set
         if self.experiment is Experiment.CRASH:
             for key in ("fault_spec", "sweep", "fill", "cache", "log"):
@@ -292,10 +342,20 @@ class ZfsScenario(Settings):
 
     def cells(self) -> Iterator[Cell]:
         """The sweep's cross product (one cell without a sweep), fill varying fastest."""
-        layouts = self.sweep.layout or (self.layout,)
-        fills = self.sweep.fill or (self.fill,)
-        for layout, fill in itertools.product(layouts, fills):
-            yield Cell(replace(self.pool, layout=Layout(layout)), float(fill))
+        sw = self.sweep
+        axes = itertools.product(
+            sw.layout or (self.layout,),
+            sw.disks or (self.disks,),
+            sw.recordsize or (self.recordsize,),
+            sw.ashift or (self.ashift,),
+            sw.cache or (self.cache,),
+            sw.log or (self.log,),
+            sw.load or (self.load,),
+            sw.fill or (self.fill,),
+        )
+        for layout, disks, rs, ashift, cache, log, load, fill in axes:
+            p = PoolSpec(Layout(layout), disks, self.disk_size, ashift, rs, cache, log)
+            yield Cell(p, float(fill), load)
 
     @property
     def experiment_kind(self) -> str:

@@ -247,6 +247,11 @@ def _table_kind(scan: ScanKind) -> query.TableKind:
                 ("repetition", "repetition"),
                 ("pool_state", "pool_state"),
                 ("outcome", "outcome"),
+                # seed 003's other factors, from the stored cell
+                *(
+                    (k, f"json_extract(cell, '$.{k}')")
+                    for k in ("recordsize", "ashift", "cache", "log", "load", "sequential")
+                ),
             )
         },
         value="value",

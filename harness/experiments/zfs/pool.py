@@ -184,6 +184,19 @@ def fill(g: Guest, nbytes: int, seed: int, *, timeout: float) -> int:
     return written
 
 
+LOAD_JOB = "/tmp/crashlab-load.fio"
+
+
+def start_load(g: Guest, job: str) -> None:
+    """Start the background fio job on the pool (it outlives this command)."""
+    g.write_file(LOAD_JOB, job.encode())
+    run(g, ["sh", "-c", f"nohup fio {LOAD_JOB} >/tmp/crashlab-load.out 2>&1 &"])
+
+
+def stop_load(g: Guest) -> None:
+    run(g, ["sh", "-c", "pkill -INT -x fio; while pgrep -x fio >/dev/null; do sleep 0.2; done"])
+
+
 def status(g: Guest) -> parse.PoolStatus:
     return parse.parse_status(run(g, ["zpool", "status", "-j", "--json-int", "-p", POOL]), POOL)
 

@@ -260,9 +260,13 @@ def run_once(
                 damage = damage_now()
             if sc.progress_interval:
                 progress.start(g, sc.progress_interval)
+            if cell.load:
+                pool.start_load(g, sc.load_job)
             t = time.monotonic()
             wall = _scan(g, sc, disks)
             t = lap("scan", t)
+            if cell.load:
+                pool.stop_load(g)
             curve = progress.collect(g) if sc.progress_interval else []
             status = pool.status(g)
             _, events = pool.events(g)
@@ -311,7 +315,8 @@ def _scan(g: Guest, sc: ZfsScenario, disks: pool.DiskSet) -> float:
         old = g.disk(disks.data[i].serial)
         if sc.fault.kind is faults.FaultKind.DETACH:
             cmds.append(["zpool", "offline", "-f", pool.POOL, old])
-        cmds.append(["zpool", "replace", pool.POOL, old, g.disk(spare.serial)])
+        seq = ["-s"] if sc.sequential else []  # sequential rebuild (mirror, dRAID)
+        cmds.append(["zpool", "replace", *seq, pool.POOL, old, g.disk(spare.serial)])
     # Not only `resilver`: the old disk lingers under "replacing" until the swap is done.
     cmds.append(["zpool", "wait", "-t", "resilver,replace", pool.POOL])
     return pool.timed(g, cmds, timeout=sc.timeout)
@@ -348,6 +353,8 @@ def _store(st: store.Store, run_id: str, sc: ZfsScenario, rep: Rep, m: Measureme
                 "recordsize": p.recordsize,
                 "cache": p.cache,
                 "log": p.log,
+                "load": m.cell.load,
+                "sequential": sc.sequential,
             },
             "disks": p.disks,
             "disk_size": p.disk_size,

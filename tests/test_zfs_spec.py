@@ -191,11 +191,15 @@ def test_the_named_sweep_is_the_sound_one_and_ci_is_small() -> None:
 
 
 def test_seed_003s_other_factors_are_sweep_axes() -> None:
-    sc = scenario.load(
-        "resilver-sweep-ci",
-        ('sweep.layout=["raidz1"]', "sweep.fill=[50]", "sweep.disks=[3, 5]", "sweep.cache=[false, true]",
-         "sweep.load=[false, true]", 'sweep.recordsize=["128K", "16K"]'),
-    )  # fmt: skip
+    axes = (
+        'sweep.layout=["raidz1"]',
+        "sweep.fill=[50]",
+        "sweep.disks=[3, 5]",
+        "sweep.cache=[false, true]",
+        "sweep.load=[false, true]",
+        'sweep.recordsize=["128K", "16K"]',
+    )
+    sc = scenario.load("resilver-sweep-ci", axes)
     cells = list(sc.cells())
     assert len(cells) == 16 and len({c.label() for c in cells}) == 16
     widths = {c.pool.disks for c in cells}

@@ -83,3 +83,14 @@ def test_eta_errors_compare_each_estimate_with_the_finish() -> None:
     ]
     assert eta_errors(curve) == [2.0, -1.0]
     assert eta_errors(curve[:3]) == []  # never seen finished: nothing to compare
+
+
+def test_the_summary_says_how_wrong_the_eta_was() -> None:
+    s = scan("raidz1", 25, 100, 8.0)
+    s["progress"] = [
+        {"t": 1.0, "state": "SCANNING", "eta": 9},
+        {"t": 5.0, "state": "SCANNING", "eta": 2},
+        {"t": 8.0, "state": "FINISHED", "eta": None},
+    ]
+    eta = sweep_summary([s])["eta_abs_error_seconds"]
+    assert eta == {"median": 1.5, "max": 2.0, "n": 2}

@@ -79,7 +79,7 @@ def print_scan_body(console: Console, r: lifecycle.Report) -> None:
         if m.outcome is Outcome.DATA_LOSS and m.expected_loss:
             style, verdict = "yellow", "data errors (expected)"
         t.add_row(
-            f"{m.cell.pool.layout} x{m.cell.pool.disks}",
+            m.cell.label().replace(f" fill {m.cell.fill:g}%", ""),
             str(m.repetition + 1),
             f"{m.fill:.1f}",
             f"{m.seconds:.3f}" + ("" if m.seconds_source == "events" else " (status)"),
@@ -99,6 +99,31 @@ def print_scan_body(console: Console, r: lifecycle.Report) -> None:
         oh = overhead(exp.measurements)
         console.print(
             "mean seconds per repetition: " + ", ".join(f"{k} {v:.1f}" for k, v in oh.items())
+        )
+    print_sweep_fits(console, exp.summary())
+
+
+def print_sweep_fits(console: Console, summary: dict[str, Any]) -> None:
+    """The sweep as a whole: scan time against bytes per layout, spread, harness share."""
+    for layout, f in summary.get("fits", {}).items():
+        console.print(
+            f"{layout}: {f['MB/s']} MB/s + {f['fixed_seconds']:.2f} s fixed "
+            f"(R² {f['r2']:.3f}, n {f['n']})"
+        )
+    for cell, spread in summary.get("spread_flagged", {}).items():
+        console.print(
+            f"[yellow]spread[/] {cell}: {spread['min']:.2f}..{spread['max']:.2f} s "
+            f"around {spread['median']:.2f} s: repeat it on a quieter host"
+        )
+    if eta := summary.get("eta_abs_error_seconds"):
+        console.print(
+            f"zpool status's ETA was off by {eta['median']} s (median; max {eta['max']} s,"
+            f" {eta['n']} estimates)"
+        )
+    if "harness_per_scan_second" in summary:
+        console.print(
+            f"harness time per second of scan: {summary['harness_per_scan_second']} s"
+            " (boot, import, copies, collection)"
         )
 
 

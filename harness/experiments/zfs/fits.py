@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.experiments.zfs.progress import eta_errors
 from harness.store.db import Store
 
 # A cell whose repetitions span more than this fraction of their median is flagged.
@@ -39,8 +40,8 @@ def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float] | N
 def rows(st: Store, run_id: str) -> list[dict[str, Any]]:
     """The run's scans: cell, layout, seconds, bytes moved and the harness phases."""
     out = []
-    for item, kind, layout, fill, seconds, issued, processed, phases in st.execute(
-        "SELECT item, kind, layout, fill_target, seconds, issued, processed, phases"
+    for item, kind, layout, fill, seconds, issued, processed, phases, curve in st.execute(
+        "SELECT item, kind, layout, fill_target, seconds, issued, processed, phases, progress"
         " FROM zfs_scans WHERE run_id = ? ORDER BY id",
         (run_id,),
     ):
@@ -53,6 +54,7 @@ def rows(st: Store, run_id: str) -> list[dict[str, Any]]:
                 "seconds": float(seconds),
                 "moved": float(moved or 0),
                 "phases": json.loads(phases or "{}"),
+                "progress": json.loads(curve or "[]"),
             }
         )
     return out
@@ -87,6 +89,14 @@ def sweep_summary(scans: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if s["seconds"] > 0 and s["phases"]
     ]
     out: dict[str, Any] = {"fits": fits, "spread_flagged": spread}
+    errors = [abs(e) for s in scans for e in eta_errors(s.get("progress", []))]
+    if errors:
+        # how wrong "... to go" was, over every estimate zpool status printed
+        out["eta_abs_error_seconds"] = {
+            "median": round(statistics.median(errors), 2),
+            "max": round(max(errors), 2),
+            "n": len(errors),
+        }
     if shares:
         out["harness_per_scan_second"] = round(statistics.median(shares), 2)
     return out

@@ -7,8 +7,8 @@ so no wait for udev partition nodes): the guest runs without udev, which boots i
 third of the time. After ``zpool create`` every log gets ``crashlab:mkfs``; the workload
 (``harness/guest/zfsload.py``) runs in rounds, each ended by ``zpool sync`` and then the
 mark ``crashlab:zsync:<n>`` in every log. ``zpool sync`` returns after the txg is on
-every vdev, and nothing writes between the sync and the marks, so the marks of one round
-are one quiescent moment of the whole pool.
+every vdev, and the marks go in while every log-writes device is suspended, so the marks
+of one round are one moment of the whole pool.
 """
 
 from __future__ import annotations
@@ -104,8 +104,18 @@ def record_pool(rdir: Path, sc: ZfsScenario, seed: int) -> Recording:
             return out
 
         def mark(text: str) -> None:
-            for k in range(p.disks):
-                step("mark", ["dmsetup", "message", f"lw{k}", "0", "mark", text])
+            # Every log-writes device suspended while the marks go in, one after the
+            # other: no write can reach one vdev between its mark and another's, so a
+            # round's marks are one moment of the whole pool by construction, not only
+            # because ZFS happens to be idle after `zpool sync`. --nolockfs: there is no
+            # filesystem of the kernel's on these devices to freeze.
+            names = [f"lw{k}" for k in range(p.disks)]
+            for name in names:
+                step("mark", ["dmsetup", "suspend", "--nolockfs", name])
+            for name in names:
+                step("mark", ["dmsetup", "message", name, "0", "mark", text])
+            for name in names:
+                step("mark", ["dmsetup", "resume", name])
 
         step("modprobe", ["modprobe", "zfs"], timeout=120)
         zfs_version, kernel = pool.versions(g)

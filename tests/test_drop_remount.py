@@ -152,3 +152,28 @@ def test_the_guest_program_reads_a_long_json_report_whole() -> None:
     r = guest.sh(["python3", "-c", "import json; print(json.dumps({'x': 'y' * 5000}))"], 30)
     assert len(r["out"]) == 1500 and r["stdout"].startswith('{"x"')
     assert len(r["stdout"]) > 5000
+
+
+def test_the_faults_table_counts_verdicts_per_filesystem_and_fault(tmp_path: Path) -> None:
+    from harness.outcome import Outcome
+    from harness.report import faults as _registers  # noqa: F401
+    from harness.report import query
+    from harness.store.model import RunKind
+
+    params = {"experiment": "flakey-drop-remount", "fault": {"mode": "drop_writes"}}
+    with Store.open(tmp_path / "lab.sqlite") as st:
+        run = st.begin_run("flakey-drop-remount", RunKind.FAULTS, params, 1)
+        for fs, at, outcome, secs in (
+            ("ext4", 2, Outcome.CONSISTENT, 0.1),
+            ("ext4", 5, Outcome.DATA_LOSS, 0.3),
+            ("xfs", 2, Outcome.CONSISTENT, 0.2),
+        ):
+            cell = {"type": fs, "name": fs, "at": at}
+            metrics = {"seconds": secs, "agree": outcome is Outcome.CONSISTENT}
+            st.record_observation(run, f"{fs} @sync:{at}", cell, metrics, outcome)
+        table = query.grouped(st, "faults", ["fs", "fault"])
+    groups = {g.key: g for g in table.groups}
+    ext4 = groups[("ext4", "flakey-drop-remount drop_writes")]
+    assert ext4.counted == 2 and dict(ext4.counts) == {"consistent": 1, "data_loss": 1}
+    assert ext4.stats["seconds"].n == 2 and ext4.stats["seconds"].max == 0.3
+    assert groups[("xfs", "flakey-drop-remount drop_writes")].counted == 1

@@ -207,7 +207,7 @@ class DropRemount(FsyncEio):
 
     def commit(self, item: lifecycle.Item, result: Any) -> None:
         assert isinstance(item, DropPoint)
-        cell = {**item.cell.model_dump(mode="json"), "at": item.at}
+        cell = {**item.cell.model_dump(mode="json"), "name": item.cell.name(), "at": item.at}
         self.run.store.record_observation(
             self.run.run_id, item.id, cell, result, Outcome(result["outcome"])
         )
@@ -250,4 +250,5 @@ def combine(drop: dict[str, Any], replay: dict[str, Any] | None) -> dict[str, An
         "replay": replay,
         "agree": findings[0] == findings[1] if len(findings) == 2 else None,
         "outcome": str(reduce(judged)),
+        "seconds": drop.get("seconds"),  # the recovery mount after the drop
     }

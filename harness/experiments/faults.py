@@ -114,9 +114,8 @@ class FsyncEio(lifecycle.Experiment):
         assert isinstance(item, Cell)
         outcome = Outcome(result["outcome"])
         self.rows[item.id] = result
-        self.run.store.record_observation(
-            self.run.run_id, item.id, item.fs.model_dump(mode="json"), result, outcome
-        )
+        cell = {**item.fs.model_dump(mode="json"), "name": item.fs.name()}
+        self.run.store.record_observation(self.run.run_id, item.id, cell, result, outcome)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}

@@ -27,7 +27,7 @@ query.register_table(
         source=SOURCE,
         fields={
             "fs": "json_extract(o.cell, '$.type')",
-            "cell": "COALESCE(NULLIF(json_extract(o.cell, '$.label'), ''), o.item)",
+            "cell": "COALESCE(json_extract(o.cell, '$.name'), o.item)",
             "mount_options": "json_extract(o.cell, '$.mount_options')",
             "fault": "o.fault",
             "experiment": "o.experiment",

@@ -7,6 +7,7 @@ table, registered here by experiment class.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from rich.console import Console
@@ -120,6 +121,7 @@ def _drop_body(console: Console, r: lifecycle.Report) -> None:
     assert isinstance(exp, DropRemount)
     with Store.open(r.db, create=False) as st:
         obs = st.observations(r.run_id)
+        s = json.loads(st.execute("SELECT summary FROM runs WHERE id = ?", (r.run_id,))[0][0])
     t = Table("filesystem @ sync point", "drop + remount", "crash replay", "agree", "verdict")
     for o in obs:
         m = o["metrics"]

@@ -177,3 +177,23 @@ def test_the_faults_table_counts_verdicts_per_filesystem_and_fault(tmp_path: Pat
     assert ext4.counted == 2 and dict(ext4.counts) == {"consistent": 1, "data_loss": 1}
     assert ext4.stats["seconds"].n == 2 and ext4.stats["seconds"].max == 0.3
     assert groups[("xfs", "flakey-drop-remount drop_writes")].counted == 1
+
+
+def test_results_show_lists_the_items_of_an_observation_kind(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from harness.outcome import Outcome
+    from harness.report import render
+    from harness.store.model import RunKind
+
+    with Store.open(tmp_path / "lab.sqlite") as st:
+        run = st.begin_run("fsync-eio", RunKind.FAULTS, {}, 1)
+        row = {"fsync-1": "EIO", "after remount": "old"}
+        st.record_observation(run, "xfs", {"type": "xfs"}, {"row": row}, Outcome.CONSISTENT)
+        detail = st.run_detail(run)
+    assert dict(detail.run.outcome_counts) == {"consistent": 1}
+    console = Console(record=True, width=200)
+    render.print_detail(console, detail)
+    text = console.export_text()
+    assert "fsync-1 EIO, after remount old" in text and "consistent 1" in text
+    assert detail.to_json()["items"][0]["item"] == "xfs"

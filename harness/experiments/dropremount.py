@@ -251,4 +251,9 @@ def combine(drop: dict[str, Any], replay: dict[str, Any] | None) -> dict[str, An
         "agree": findings[0] == findings[1] if len(findings) == 2 else None,
         "outcome": str(reduce(judged)),
         "seconds": drop.get("seconds"),  # the recovery mount after the drop
+        "row": {
+            "drop+remount": drop["outcome"],
+            "crash replay": replay["outcome"] if replay else "-",
+            "mount s": round(drop["seconds"], 3) if drop.get("seconds") else "-",
+        },
     }

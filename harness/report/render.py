@@ -4,7 +4,7 @@ diffs and baseline checks. The CLI parses and loads; this module only draws."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -95,6 +95,26 @@ def print_detail(console: Console, d: RunDetail) -> None:
         console.print("every checked state was consistent")
     if unchecked:
         console.print(f"{unchecked} state(s) recorded but not checked (resume the run)")
+    if d.items:
+        print_items(console, d.items)
+
+
+def print_items(console: Console, items: Sequence[Mapping[str, Any]]) -> None:
+    """The items of a kind that stores observations: each one's outcome and its row (the
+    kind's own summary of the item, or its scalar measurements)."""
+    t = Table(title="items", title_justify="left")
+    for col in ("item", "outcome", "measured"):
+        t.add_column(col, overflow="fold")
+    for it in items:
+        m = it["metrics"]
+        shown = m.get("row") or {
+            k: v for k, v in flatten(m).items() if isinstance(v, str | int | float | bool)
+        }
+        text = ", ".join(
+            f"{k} {round(v, 3) if isinstance(v, float) else v}" for k, v in shown.items()
+        )
+        t.add_row(it["item"], outcome_markup(it["outcome"] or "-"), text[:300])
+    console.print(t)
 
 
 def flatten(d: Any, prefix: str = "") -> dict[str, Any]:

@@ -348,16 +348,6 @@ class Store(StoreReads):
                 ),
             )
 
-    def observations(self, run_id: str) -> list[dict[str, Any]]:
-        rows = self._conn.execute(
-            "SELECT item, cell, metrics, outcome FROM observations WHERE run_id = ? ORDER BY rowid",
-            (run_id,),
-        )
-        return [
-            {"item": i, "cell": json.loads(c), "metrics": json.loads(m), "outcome": o}
-            for i, c, m, o in rows
-        ]
-
     # -- resuming
 
     def done_state_ids(self, run_id: str) -> set[str]:

@@ -213,6 +213,7 @@ class RunDetail:
     run: RunRow
     states: Sequence[StateRow]
     recovery: Sequence[PhaseStats]
+    items: Sequence[Mapping[str, Any]] = ()  # observations (kinds without a table)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -220,6 +221,7 @@ class RunDetail:
             "outcome_counts": dict(self.run.outcome_counts),
             "recovery": [s.__dict__.copy() for s in self.recovery],
             "states": [s.to_json() for s in self.states],
+            "items": [dict(i) for i in self.items],
         }
 
 

@@ -136,13 +136,27 @@ class StoreReads:
             _stats(phase, sorted(values))
             for phase, values in sorted(times.items(), key=lambda kv: order.get(kv[0], 99))
         ]
-        return RunDetail(run, states, recovery)
+        return RunDetail(run, states, recovery, self.observations(run.id))
+
+    def observations(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self._conn.execute(
+            "SELECT item, cell, metrics, outcome FROM observations WHERE run_id = ? ORDER BY rowid",
+            (run_id,),
+        )
+        return [
+            {"item": i, "cell": json.loads(c), "metrics": json.loads(m), "outcome": o}
+            for i, c, m, o in rows
+        ]
 
     def outcome_counts(self, run_id: str) -> dict[str, int]:
-        """Verdict counts of a run's crash states, most severe last."""
+        """Verdict counts of a run's items, most severe last: its crash states, or the
+        observations of a kind without a table of its own (a run has one or the other)."""
         rows = self._conn.execute(
-            "SELECT outcome, count(*) FROM verdicts WHERE run_id = ? GROUP BY outcome",
-            (run_id,),
+            "SELECT outcome, count(*) FROM ("
+            " SELECT outcome FROM verdicts WHERE run_id = ?"
+            " UNION ALL SELECT outcome FROM observations WHERE run_id = ? AND outcome IS NOT NULL"
+            ") GROUP BY outcome",
+            (run_id, run_id),
         )
         return _ordered_counts((str(o), int(n)) for o, n in rows)
 

@@ -195,5 +195,5 @@ def test_results_show_lists_the_items_of_an_observation_kind(tmp_path: Path) -> 
     console = Console(record=True, width=200)
     render.print_detail(console, detail)
     text = console.export_text()
-    assert "fsync-1 EIO, after remount old" in text and "consistent 1" in text
+    assert "fsync-1 EIO" in text and "after remount old" in text and "consistent 1" in text
     assert detail.to_json()["items"][0]["item"] == "xfs"

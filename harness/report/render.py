@@ -105,7 +105,7 @@ def print_items(console: Console, items: Sequence[Mapping[str, Any]]) -> None:
     t = Table(title="items", title_justify="left")
     for col in ("item", "outcome", "measured"):
         t.add_column(col, overflow="fold")
-    for it in items:
+    for it in items[:SHOWN_STATES]:
         m = it["metrics"]
         shown = m.get("row") or {
             k: v for k, v in flatten(m).items() if isinstance(v, str | int | float | bool)
@@ -115,6 +115,8 @@ def print_items(console: Console, items: Sequence[Mapping[str, Any]]) -> None:
         )
         t.add_row(it["item"], outcome_markup(it["outcome"] or "-"), text[:300])
     console.print(t)
+    if len(items) > SHOWN_STATES:
+        console.print(f"… and {len(items) - SHOWN_STATES} more: use --json for all")
 
 
 def flatten(d: Any, prefix: str = "") -> dict[str, Any]:

@@ -72,6 +72,8 @@ def test_fsync_eio_on_real_filesystems(guest_image: image.Image, tmp_path: Path)
     assert isinstance(r.experiment, FsyncEio) and r.status == 0
     with Store.open(db, create=False) as st:
         rows = {o["item"]: o["metrics"]["row"] for o in st.observations(r.run_id)}
+        run = st.run(r.run_id)
+    assert run.accelerator in ("kvm", "tcg") and run.guest_kernel  # what measured it
     assert set(rows) == {"ext4 errors=continue", "xfs"}
     for row in rows.values():
         assert row["fsync-1"] == "EIO"  # both report the failed writeback at least once

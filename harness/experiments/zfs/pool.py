@@ -107,14 +107,10 @@ def create_argv_for(g: Guest, cell: Cell, disks: DiskSet) -> list[str]:
     )
 
 
-def import_argv(g: Guest, disks: DiskSet) -> list[str]:
-    """``zpool import`` of the pool on exactly its own disks: naming them (``-d`` per
-    device) spares the scan of every other block device's labels."""
-    argv = ["zpool", "import"]
-    for d in disks.all():
-        if d not in disks.spares:
-            argv += ["-d", g.disk(d.serial)]
-    return [*argv, POOL]
+def import_argv() -> list[str]:
+    """``zpool import`` of the scan pool. A directory, not the disks' own nodes: ZFS
+    labels a whole disk with a partition table and the vdev is its first partition."""
+    return ["zpool", "import", "-d", "/dev/disk/by-id", POOL]
 
 
 @contextlib.contextmanager

@@ -239,7 +239,7 @@ def run_once(
                 damage = damage_now() if fault.when is When.OFFLINE else []
                 g = stack.enter_context(pool.guest(sc, disks, phases))
                 t = time.monotonic()
-                pool.run(g, pool.import_argv(g, disks))
+                pool.run(g, pool.import_argv())
                 lap("import", t)
                 filled = base
             else:
@@ -252,7 +252,7 @@ def run_once(
                     damage = damage_now()
                     g = stack.enter_context(pool.guest(sc, disks, phases))
                     t = time.monotonic()
-                    pool.run(g, pool.import_argv(g, disks))
+                    pool.run(g, pool.import_argv())
                     lap("import", t)
             zfs_version, kernel = pool.versions(g)
             if fault.when is not When.OFFLINE:

@@ -31,6 +31,12 @@ def register(sub: Any, add_set_option: Any) -> None:
         action="store_true",
         help="start a new run even if an unfinished one of this scenario could be resumed",
     )
+    p.add_argument(
+        "--dask",
+        metavar="CLUSTER",
+        help="host checks (check.guest=false) on Dask: local:N, or tcp://HOST:PORT of a"
+        " running `dask scheduler`",
+    )
     p.set_defaults(func=cmd_run)
 
     rec = sub.add_parser("record", help="only record a scenario's workload: the dm-log-writes log")
@@ -59,7 +65,8 @@ def register(sub: Any, add_set_option: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    sc = scenario.load(args.name, args.set)
+    sets = [*(args.set or []), *([f"check.dask={args.dask}"] if args.dask else [])]
+    sc = scenario.load(args.name, tuple(sets))
     db = args.db or paths.default_db()
     db.parent.mkdir(parents=True, exist_ok=True)
     with ui.progress(sc.name) as progress:

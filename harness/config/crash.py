@@ -14,6 +14,7 @@ from harness import paths
 from harness.config import settings
 from harness.config.settings import Settings, Size, problem, size_text
 from harness.config.states import StateSpec
+from harness.errors import InputError
 
 if TYPE_CHECKING:
     pass
@@ -191,11 +192,30 @@ class CrashSpec(Settings):
     )
 
 
+def parse_dask_target(text: str) -> tuple[str, Any]:
+    """``local:N`` -> ("local", N); ``tcp://host:port`` -> ("tcp", the address).
+
+    :raise InputError: anything else, naming the value and the two forms.
+    """
+    if text.startswith("local:") and text[6:].isdigit() and int(text[6:]) > 0:
+        return "local", int(text[6:])
+    if text.startswith(("tcp://", "tls://")) and ":" in text.split("://", 1)[1]:
+        return "tcp", text
+    raise InputError(
+        f"--dask {text!r}: not a Dask cluster",
+        hint="local:N starts N local workers; tcp://HOST:PORT uses a running `dask scheduler`",
+    )
+
+
 class CheckSpec(Settings):
     host: bool = True
     guest: bool = True
     guest_batch: int = Field(DEFAULT_GUEST_BATCH, ge=1)
     timeout: float = Field(DEFAULT_TIMEOUT, gt=0, description="seconds per check command")
+    dask: str = Field(
+        "",
+        description="host checks on a Dask cluster: local:N or tcp://HOST:PORT (guest = false)",
+    )
 
     @model_validator(mode="after")
     def _something(self) -> CheckSpec:
@@ -203,6 +223,17 @@ class CheckSpec(Settings):
             raise problem(
                 "with host = false too, nothing would check the crash states", key="guest"
             )
+        if self.dask:
+            try:
+                parse_dask_target(self.dask)
+            except InputError as e:
+                raise problem(e.message, e.hint, key="dask") from None
+            if self.guest:
+                raise problem(
+                    "Dask runs the host checks; the guest checks stay on this host",
+                    "add --set check.guest=false",
+                    key="dask",
+                )
         return self
 
 
@@ -284,7 +315,12 @@ class Scenario(Settings):
 
     def resolved(self) -> dict[str, Any]:
         """Every setting with defaults filled in; JSON-able, stored with each run."""
-        out = self.model_dump(mode="json", exclude={"path", "expect"}, exclude_none=False)
+        # Where the checks ran is not what was checked: a run resumes on another cluster.
+        out = self.model_dump(
+            mode="json",
+            exclude={"path": True, "expect": True, "check": {"dask"}},
+            exclude_none=False,
+        )
         out["path"] = paths.portable(self.path)
         if self.expect is not None:
             out["expect"] = self.expect

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import paths, proc
+from harness.check import distributed, parallel
 from harness.check import guest as guestcheck
 from harness.check import host as check
-from harness.check import parallel
 from harness.config.crash import FioWorkload, FsSpec, Scenario
 from harness.errors import HarnessError
 from harness.experiments import lifecycle
@@ -183,7 +183,14 @@ def check_states(
         batch_dir = rdir / "batch"
         ordered = replay.replay_order(todo)
         if not sc.check.guest:
-            # Host checks only: spread them over every core.
+            # Host checks only: spread them over every core, or over a Dask cluster.
+            if sc.check.dask:
+                with distributed.client(sc.check.dask) as c:
+                    for state, result in distributed.host_checks(
+                        c, lg.path, ordered, fs.type, size, timeout=sc.check.timeout
+                    ):
+                        yield state, [result]
+                return
             for state, result in parallel.host_checks(
                 lg.path, ordered, fs.type, size, fast / "host", timeout=sc.check.timeout
             ):

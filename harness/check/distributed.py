@@ -1,0 +1,146 @@
+"""Host checks on a Dask cluster: the same contiguous runs of the replay order as
+``parallel.py``, each a Dask task, on a LocalCluster (``local:N``) or an existing
+scheduler (``tcp://host:8786``).
+
+Why Dask (``distributed``) and not more of ``parallel.py``: it already has what spreading
+checks over hosts needs -- a scheduler, workers that join and leave, tasks rescheduled
+when a worker dies, data moved to where it is needed -- and a researcher's lab may run
+one already. What the lab adds is only what makes it correct:
+
+* **No shared filesystem.** The log is scattered to the workers once (as bytes, keyed by
+  its hash); a task writes it to its worker's scratch directory the first time it runs
+  there and replays from that copy. Each task replays and checks its own run of states
+  in a directory of its own, so two tasks on one worker never share an image.
+* **One writer.** Tasks return results; only the caller (the run's process) commits them,
+  one state at a time as today, so SQLite has one writer however many workers there are.
+* **Nothing lost, nothing twice.** A worker that dies mid-task loses that task's results,
+  never a committed one; the scheduler runs the task again elsewhere, and since only a
+  finished task's results are yielded, no state is yielded twice. A task that kills
+  workers every time ends as Dask's KilledWorker, a harness error (exit 3).
+* **Small tasks.** Runs are cut finer than the workers (``TASKS_PER_WORKER``) so a lost
+  worker costs little and a slow one does not hold the end of the run back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.check import host as check
+from harness.check import parallel
+from harness.config.crash import parse_dask_target as parse_target
+from harness.errors import HarnessError
+from harness.replay.crashstates import CrashState
+
+TASKS_PER_WORKER = 4
+CONNECT_TIMEOUT = "15s"
+
+
+@contextlib.contextmanager
+def client(target: str) -> Iterator[Any]:
+    """A Dask client for ``target`` (see ``parse_target``), closed on the way out.
+
+    :raise HarnessError: the scheduler cannot be reached (exit 3, never a finding).
+    """
+    kind, arg = parse_target(target)
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError as e:
+        raise HarnessError(
+            "--dask needs the 'distributed' package",
+            detail=f"{e}; install it with: pip install -e '.[dask]'",
+        ) from None
+    with contextlib.ExitStack() as stack:
+        if kind == "local":
+            cluster = stack.enter_context(
+                LocalCluster(
+                    n_workers=arg,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                )
+            )
+            c = stack.enter_context(Client(cluster))
+        else:
+            try:
+                c = stack.enter_context(Client(arg, timeout=CONNECT_TIMEOUT))
+            except OSError as e:
+                raise HarnessError(
+                    f"cannot reach the Dask scheduler at {arg}",
+                    detail=f"{e}\nstart one with `dask scheduler` and workers with "
+                    f"`dask worker {arg}`, or use --dask local:N",
+                ) from None
+        yield c
+
+
+def host_checks(
+    c: Any,
+    log_path: Path,
+    states: Sequence[CrashState],
+    fs: str,
+    size: int,
+    timeout: float | None = None,
+) -> Iterator[tuple[CrashState, check.CheckResult]]:
+    """Yield (state, host check) for ``states``, one finished task at a time."""
+    from distributed import as_completed
+
+    workers = max(1, len(c.scheduler_info().get("workers", {})))
+    runs = parallel.split(states, workers * TASKS_PER_WORKER)
+    data = log_path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    [log] = c.scatter([data], broadcast=True, hash=False)
+    by_id = {s.id: s for run in runs for s in run}
+    futures = [
+        c.submit(
+            _task,
+            log,
+            digest,
+            [s.to_dict() for s in run],
+            fs,
+            size,
+            timeout,
+            key=f"crashlab-check-{digest}-{i}-{run[0].id}",
+            pure=False,
+        )
+        for i, run in enumerate(runs)
+    ]
+    try:
+        for fut in as_completed(futures):
+            try:
+                results = fut.result()
+            except Exception as e:  # KilledWorker, a lost scheduler, a bug in a task
+                raise HarnessError(
+                    f"a Dask host-check task failed: {type(e).__name__}", detail=str(e)[-3000:]
+                ) from None
+            for sid, result in results:
+                yield by_id[sid], result
+    finally:
+        c.cancel(futures)
+
+
+def _task(
+    data: bytes,
+    digest: str,
+    states: list[dict[str, Any]],
+    fs: str,
+    size: int,
+    timeout: float | None,
+) -> list[tuple[str, check.CheckResult]]:
+    """What a worker runs: the log written locally once, then one run of states."""
+    root = Path(tempfile.gettempdir()) / f"crashlab-dask-{os.getpid()}"
+    root.mkdir(parents=True, exist_ok=True)
+    log_path = root / f"{digest}.log"
+    if not log_path.exists():
+        tmp = log_path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(log_path)
+    run = [CrashState.from_dict(d) for d in states]
+    with tempfile.TemporaryDirectory(dir=root) as work:
+        return [
+            (s.id, r) for s, r in parallel.check_run(log_path, run, fs, size, Path(work), timeout)
+        ]

@@ -1,0 +1,133 @@
+"""Host checks on Dask give exactly what one core gives: on a LocalCluster, and on a real
+`dask scheduler` with two `dask worker` processes, one of them killed mid-run (its tasks
+run again elsewhere; no state is lost or yielded twice)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_parallel import _ext4_log
+
+from harness.check import distributed, parallel
+from harness.config import scenario
+from harness.errors import HarnessError, InputError
+from harness.record import logwrites
+from harness.replay import crashstates
+
+BIN = Path(sys.executable).parent
+
+
+def states_of(log: Path) -> list[crashstates.CrashState]:
+    with logwrites.open_log(log) as lg:
+        return crashstates.generate(lg, [{"kind": "fua"}, {"kind": "every", "n": 3}])
+
+
+def test_bad_targets_are_input_errors() -> None:
+    for bad in ("local:0", "local:x", "tcp://nohost", "8786"):
+        with pytest.raises(InputError, match="not a Dask cluster"):
+            distributed.parse_target(bad)
+    with pytest.raises(InputError, match=r"check\.dask.*guest checks stay") as e:
+        scenario.load("ext2-fsync", ("check.dask=local:2",))
+    assert "check.guest=false" in (e.value.hint or "")
+    sc = scenario.load("ext2-fsync", ("check.dask=local:2", "check.guest=false"))
+    assert "dask" not in sc.resolved()["check"]  # where checks ran is not what was checked
+
+
+def test_a_local_cluster_equals_one_core(tmp_path: Path) -> None:
+    log, size = _ext4_log(tmp_path)
+    states = states_of(log)
+    one = {
+        s.id: (r.outcome, r.exit_status)
+        for s, r in parallel.check_run(log, states, "ext4", size, tmp_path / "seq")
+    }
+    with distributed.client("local:2") as c:
+        got = [(s.id, r) for s, r in distributed.host_checks(c, log, states, "ext4", size)]
+    assert len(got) == len(states) == len({sid for sid, _ in got})
+    assert {sid: (r.outcome, r.exit_status) for sid, r in got} == one
+    assert len({o for o, _ in one.values()}) > 1  # the states really differ
+
+
+@pytest.fixture
+def scheduler(tmp_path: Path) -> Iterator[str]:
+    """A real `dask scheduler` on loopback; its address."""
+    sfile = tmp_path / "scheduler.json"
+    p = subprocess.Popen(
+        [BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
+         "--no-dashboard", "--scheduler-file", sfile],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not sfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        yield str(json.loads(sfile.read_text())["address"])
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+
+
+def worker(address: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [BIN / "dask", "worker", address, "--nworkers", "1", "--nthreads", "1",
+         "--no-dashboard", "--host", "127.0.0.1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+
+
+def test_a_worker_killed_mid_run_loses_nothing(tmp_path: Path, scheduler: str) -> None:
+    log, size = _ext4_log(tmp_path)
+    states = states_of(log)
+    workers = [worker(scheduler), worker(scheduler)]
+    try:
+        with distributed.client(scheduler) as c:
+            c.wait_for_workers(2, timeout=60)
+            got, at_kill = [], 0
+            for s, r in distributed.host_checks(c, log, states, "ext4", size):
+                got.append((s.id, r.outcome))
+                if not at_kill:  # one task done: kill a worker while the rest run
+                    os.killpg(workers[0].pid, signal.SIGKILL)
+                    at_kill = len(got)
+        assert workers[0].wait(timeout=30) == -signal.SIGKILL and len(got) > at_kill
+        assert len(got) == len(states) == len({sid for sid, _ in got})
+        one = {
+            s.id: r.outcome
+            for s, r in parallel.check_run(log, states, "ext4", size, tmp_path / "seq")
+        }
+        assert dict(got) == one
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                os.killpg(w.pid, signal.SIGKILL)
+            w.wait(timeout=30)
+
+
+def test_an_unreachable_scheduler_is_a_harness_error() -> None:
+    with pytest.raises(HarnessError, match="cannot reach the Dask scheduler"):  # noqa: SIM117
+        with distributed.client("tcp://127.0.0.1:9"):
+            pass
+
+
+@pytest.mark.vm
+def test_scenario_run_with_dask(guest_image: object, tmp_path: Path) -> None:
+    """`scenario run NAME --set check.guest=false --dask local:2`, as a user types it."""
+    db = tmp_path / "lab.sqlite"
+    sets = ["workload.ops=30", "crash.max_states=8", "check.guest=false"]
+    argv = [BIN / "scenario", "run", "ext4-ordered-fsync", "--dask", "local:2", "--db", db]
+    for s in sets:
+        argv += ["--set", s]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    from harness.store.db import Store
+
+    with Store.open(db, create=False) as st:
+        [(n,)] = st.execute("SELECT count(*) FROM verdicts")
+        [(checks,)] = st.execute("SELECT count(*) FROM checks WHERE stage = 'host'")
+    assert n == 8 and checks == 8

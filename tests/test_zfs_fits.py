@@ -63,10 +63,10 @@ def test_eta_lines_as_zpool_prints_them() -> None:
 
 def test_samples_become_points_from_the_first_scan_sample() -> None:
     status = (DATA / "status-resilver-raidz1.json").read_text()
-    dump = (
+    dump = (  # the final sample is listed first: points are ordered by time
+        f"@@t 103.5\n@@eta\n{status}\n"
         "@@t 100.25\n@@eta\n{not json: the loop was stopped mid-write\n"
         f"@@t 101.0\n@@eta 10M resilvered, 50% done, 00:00:04 to go\n{status}\n"
-        f"@@t 103.5\n@@eta\n{status}\n"
     )
     pts = points(dump)
     assert [p["t"] for p in pts] == [0.0, 2.5]

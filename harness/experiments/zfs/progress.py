@@ -26,30 +26,36 @@ _TO_GO = re.compile(r"(?:(\d+) days? )?(\d+):(\d\d):(\d\d) to go")
 def start(g: Guest, interval: float) -> None:
     """Start the sampler in the background of the guest (it outlives this command)."""
     loop = (
-        f"i=0; while [ ! -e {DIR}/stop ]; do"
-        f" t=$(date +%s.%N);"
-        f" zpool status -j --json-int -p {POOL} > {DIR}/$i.json 2>/dev/null;"
-        f" zpool status -p {POOL} 2>/dev/null | grep -E 'to go|no estimated' > {DIR}/$i.eta;"
-        f" echo $t > {DIR}/$i.t; i=$((i+1)); sleep {interval:g}; done"
+        f"i=0; while [ ! -e {DIR}/stop ]; do {_sample('$i')}; i=$((i+1)); sleep {interval:g}; done"
     )
     script = f"rm -rf {DIR}; mkdir -p {DIR}; nohup sh -c {shlex.quote(loop)} >/dev/null 2>&1 &"
     run(g, ["sh", "-c", script])
 
 
 def collect(g: Guest) -> list[dict[str, Any]]:
-    """Stop the sampler; its samples as points (``t`` seconds from the first sample)."""
+    """Stop the sampler and take one last sample (the scan may have ended between two);
+    the samples as points (``t`` seconds from the first sample)."""
     dump = (
-        f"touch {DIR}/stop; sleep 0.2; cd {DIR} && for f in $(ls *.t | sort -n); do"
+        f"touch {DIR}/stop; {_sample('final')}; cd {DIR} && for f in *.t; do"
         ' n=${f%.t}; echo "@@t $(cat $f)"; echo "@@eta $(cat $n.eta 2>/dev/null)";'
         " cat $n.json 2>/dev/null; done"
     )
     return points(run(g, ["sh", "-c", dump], timeout=120))
 
 
+def _sample(name: str) -> str:
+    """Shell: one sample into ``DIR/name.{t,json,eta}``."""
+    return (
+        f"t=$(date +%s.%N);"
+        f" zpool status -j --json-int -p {POOL} > {DIR}/{name}.json 2>/dev/null;"
+        f" zpool status -p {POOL} 2>/dev/null | grep -E 'to go|no estimated' > {DIR}/{name}.eta;"
+        f" echo $t > {DIR}/{name}.t"
+    )
+
+
 def points(text: str) -> list[dict[str, Any]]:
     """Parse ``collect``'s dump; samples taken before the scan showed up are dropped."""
-    out: list[dict[str, Any]] = []
-    t0: float | None = None
+    samples = []
     for chunk in text.split("@@t ")[1:]:
         head, _, rest = chunk.partition("\n")
         eta_line, _, body = rest.partition("\n")
@@ -58,8 +64,11 @@ def points(text: str) -> list[dict[str, Any]]:
             scan = parse.parse_status(body, POOL).scan
         except ValueError:
             continue  # a sample cut short when the loop was stopped
-        if scan is None:
-            continue
+        if scan is not None:
+            samples.append((t, eta_line, scan))
+    out: list[dict[str, Any]] = []
+    t0: float | None = None
+    for t, eta_line, scan in sorted(samples, key=lambda s: s[0]):
         t0 = t if t0 is None else t0
         out.append(
             {

@@ -123,6 +123,14 @@ def test_drop_remount_agrees_with_crash_replay(guest_image: image.Image, tmp_pat
         assert m["replay"]["outcome"] == "consistent", m
         assert m["agree"] is True
     assert r.status == 0
+    # The end-of-run report, printed after the store is closed, as `scenario run` does.
+    from rich.console import Console
+
+    from harness.report.summary import print_summary
+
+    console = Console(record=True, width=200)
+    print_summary(console, r)
+    assert "the two crash models agree on 2 of 2 points" in console.export_text()
 
 
 @pytest.mark.vm

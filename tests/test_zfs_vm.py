@@ -76,3 +76,14 @@ def test_a_sweep_fills_each_cell_once(guest_image: image.Image, tmp_path: Path) 
     with store.Store.open(db, create=False) as st:
         png = plots.plot_progress(st, r.run_id, tmp_path / "progress.png")
     assert png.stat().st_size > 10_000
+    # The end-of-run report, printed after the store is closed, as `scenario run` does.
+    from rich.console import Console
+
+    from harness.report.summary import print_summary
+
+    console = Console(record=True, width=200)
+    print_summary(console, r)
+    assert (
+        "raidz1" in console.export_text()
+        and "harness time per second of scan" in console.export_text()
+    )

@@ -171,6 +171,9 @@ class Report:
     status: int = EXIT_OK
     expect_failed: str | None = None  # a control's wrong answer, said in words
     not_resumed: str | None = None  # why an unfinished run was not taken up
+    # What was stored as the run's summary (the kind's own part included), for the
+    # end-of-run report: the store is closed by the time it is printed.
+    summary: dict[str, Any] = field(default_factory=dict)
 
 
 def execute(
@@ -214,18 +217,15 @@ def execute(
             report.status = EXIT_FINDING
         elif getattr(sc, "expect", None) is not None and report.status == EXIT_FINDING:
             report.status = EXIT_OK  # a positive control that found what it must
-        st.finish_run(
-            run_id,
-            RunStatus.DONE,
-            {
-                "outcome_counts": report.counts,
-                "items": report.items,
-                "seconds": round(report.seconds, 2),
-                **({"expect": sc.expect} if getattr(sc, "expect", None) else {}),
-                **({"control_failed": report.expect_failed} if report.expect_failed else {}),
-                **exp.summary(),
-            },
-        )
+        report.summary = {
+            "outcome_counts": report.counts,
+            "items": report.items,
+            "seconds": round(report.seconds, 2),
+            **({"expect": sc.expect} if getattr(sc, "expect", None) else {}),
+            **({"control_failed": report.expect_failed} if report.expect_failed else {}),
+            **exp.summary(),
+        }
+        st.finish_run(run_id, RunStatus.DONE, report.summary)
     return report
 
 

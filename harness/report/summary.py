@@ -7,7 +7,6 @@ table, registered here by experiment class.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from rich.console import Console
@@ -121,14 +120,13 @@ def _drop_body(console: Console, r: lifecycle.Report) -> None:
     assert isinstance(exp, DropRemount)
     with Store.open(r.db, create=False) as st:
         obs = st.observations(r.run_id)
-        s = json.loads(st.execute("SELECT summary FROM runs WHERE id = ?", (r.run_id,))[0][0])
+    s = r.summary
     t = Table("filesystem @ sync point", "drop + remount", "crash replay", "agree", "verdict")
     for o in obs:
         m = o["metrics"]
         replay = (m.get("replay") or {}).get("outcome", "-")
         same = {True: "yes", False: "[red]NO[/]", None: "-"}[m.get("agree")]
         t.add_row(o["item"], m["drop"]["outcome"], replay, same, o["outcome"])
-    s = exp.summary()
     console.print(
         f"fault: {r.scenario.fault.mode} from the return of sync points {s['drop_points']}"
     )

@@ -100,7 +100,7 @@ def print_scan_body(console: Console, r: lifecycle.Report) -> None:
         console.print(
             "mean seconds per repetition: " + ", ".join(f"{k} {v:.1f}" for k, v in oh.items())
         )
-    print_sweep_fits(console, exp.summary())
+    print_sweep_fits(console, r.summary)
 
 
 def print_sweep_fits(console: Console, summary: dict[str, Any]) -> None:

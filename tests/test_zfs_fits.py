@@ -94,3 +94,9 @@ def test_the_summary_says_how_wrong_the_eta_was() -> None:
     ]
     eta = sweep_summary([s])["eta_abs_error_seconds"]
     assert eta == {"median": 1.5, "max": 2.0, "n": 2}
+
+
+def test_repetitions_of_one_cell_are_not_fitted() -> None:
+    # Two repetitions of one cell differ by a few bytes: a "line" through them is noise.
+    same = [scan("raidz1", 50, 100.0, 3.17), scan("raidz1", 50, 100.01, 3.15)]
+    assert sweep_summary(same)["fits"] == {}

@@ -69,6 +69,8 @@ def sweep_summary(scans: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         by_cell[s["cell"]].append(s["seconds"])
     fits = {}
     for layout, ss in sorted(by_layout.items()):
+        if len({s["cell"] for s in ss}) < 2 or len(ss) < 3:
+            continue  # repetitions of one cell are no line: nothing to fit
         fit = linear_fit([s["moved"] / MB for s in ss], [s["seconds"] for s in ss])
         if fit is not None:
             fits[layout] = {

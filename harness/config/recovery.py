@@ -200,7 +200,7 @@ def preflight(sc: RecoveryScenario) -> None:
     # a size above the free space cannot be promised at all.
     if big > free:
         raise InputError(
-            f"{sc.path}: key 'sizes' = {size_text(big)!r}: larger than the"
+            f"{sc.path}: key 'sizes' = {_human(big)!r}: larger than the"
             f" {free / (1 << 30):.1f} GiB free in the work directory {work}",
             hint="set CRASHLAB_WORK to a larger filesystem, or use smaller sizes",
         )
@@ -213,11 +213,18 @@ def preflight(sc: RecoveryScenario) -> None:
                 continue
             r = proc.run([*cell.mkfs_argv(), "-n", img], check=False)
             if r.returncode != 0:
-                key = "features" if cell.features else "journal_size"
-                value = list(cell.features) if cell.features else cell.journal_size
                 why = (r.stderr or r.stdout).strip().splitlines()
+                journal = cell.journal_size is not None and (
+                    not cell.features or "journal" in (r.stderr + r.stdout).lower()
+                )
+                key = "journal_size" if journal else "features"
+                value = size_text(cell.journal_size or 0) if journal else list(cell.features)
                 raise InputError(
                     f"{sc.path}: key 'filesystems[{i}].{key}' = {value!r}:"
                     f" mkfs.{cell.fs} refuses it: {why[0] if why else r.returncode}",
                     hint="see man ext4(5) for the features this e2fsprogs knows",
                 )
+
+
+def _human(n: int) -> str:
+    return f"{n >> 40}T" if n >= 1 << 40 and n % (1 << 40) == 0 else size_text(n)

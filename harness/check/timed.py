@@ -18,7 +18,7 @@ EXT = ("ext2", "ext3", "ext4")
 EXCERPT = 1500
 
 # "Pass 1: Memory used: 216k/0k (81k/136k), time:  0.00/ 0.00/ 0.00" (real/user/sys)
-_PASS = re.compile(r"^Pass (\d[A-Z]?): Memory used: .*time:\s*([\d.]+)/", re.M)
+_PASS = re.compile(r"^Pass (\d[A-Za-z]?): Memory used: .*time:\s*([\d.]+)/", re.M)
 _TOTAL = re.compile(r"^Memory used: .*time:\s*([\d.]+)/", re.M)
 # "img: 11/65536 files (0.0% non-contiguous), 12955/262144 blocks"
 _COUNTS = re.compile(r": (\d+)/(\d+) files \([\d.]+% non-contiguous\), (\d+)/(\d+) blocks")

@@ -188,16 +188,20 @@ class Recovery(lifecycle.Experiment):
             m["populate_seconds"] = round(facts["populate_seconds"], 3)
             m["population"] = facts["usage"]
             churn = ["--mnt", "/mnt/recovery", "--fsync-every", str(sc.crash.fsync_every)]
-            _program(g, "churn", [*churn, "--seed", str(self.run.seed)], 60)
+            pid = _program(g, "churn", [*churn, "--seed", str(self.run.seed)], 60)["pid"]
             time.sleep(sc.crash.after)
-            # Still answering? Then the churn ran into the kill, not into a dead guest.
-            g.run(["true"], timeout=60)
+            # The churn must still be running when the plug is pulled: a crash of an idle
+            # filesystem would leave nothing to recover.
+            running = g.run(["kill", "-0", str(pid)], timeout=60).ok
             g.kill()
-        m["crash"] = {"after_seconds": sc.crash.after, "killed": "SIGKILL"}
+        if not running:
+            raise HarnessError(f"the churn of {it.id} had stopped before the kill")
+        m["crash"] = {"after_seconds": sc.crash.after, "killed": "SIGKILL", "churn_running": True}
 
     def _replay(self, it: Item, image: Path, m: dict[str, Any]) -> None:
         """The kernel's recovery: mount the crash state in a fresh guest."""
         with start_guest(self._spec(image)) as g:
+            m["replay_boot_seconds"] = round(g.boot_seconds(), 2)
             record.install_scripts(g)
             args = ["--dev", g.disk(SERIAL), "--fs", it.cell.fs]
             args += ["--mount-opts", ",".join(it.cell.mount_options)]

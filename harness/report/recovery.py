@@ -90,6 +90,9 @@ def plot_vs_size(store: Store, out: Path, runs: Sequence[str] = ()) -> Path:
     for ax, phase in zip(axes.flat, phases, strict=True):
         for cell, by_size in sorted(points[phase].items()):
             _line(ax, cell, by_size)
+        sizes = {x for by_size in points[phase].values() for x in by_size}
+        if max(sizes) >= 8 * min(sizes):
+            ax.set_xscale("log", base=2)  # 1, 4, 16, 64 GiB: evenly spaced
         ax.set_title(PHASE_WORDS[phase])
         ax.set_xlabel("filesystem size (GiB)")
         ax.set_ylabel("seconds")

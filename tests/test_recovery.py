@@ -212,7 +212,7 @@ def test_a_real_crash_of_tiny_ext4_and_ext2(guest_image: image.Image, tmp_path: 
         assert m["population"]["files"] == 300 and m["population"]["inodes_used"] >= 310
         assert {"mount", "fsck", "repair"} <= set(m["phases"])
         assert {"1", "2", "3", "4", "5"} <= set(m["repair"]["passes"])  # -fy may add 3A
-        assert m["fsck"]["inodes_total"] == 65536
+        assert m["repair"]["inodes_total"] == 65536  # -fn on ext2 may abort before its counts
     ext4 = rows["ext4 defaults @256M #0"]["metrics"]
     # the crash left a journal to replay: the kernel said so when mounting
     assert any("recovery" in line for line in ext4["replay"]["kernel_log"]), ext4["replay"]

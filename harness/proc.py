@@ -127,6 +127,13 @@ class Child:
             return ""
         return self.output.read_text(errors="replace")
 
+    def kill(self) -> Result:
+        """SIGKILL now, no grace: the process gets no chance to flush anything (a guest's
+        power cut). Idempotent, like ``stop``."""
+        if self.popen.poll() is None:
+            self.popen.kill()
+        return self.stop(0, terminate=False)
+
     def stop(self, grace: float = 10.0, *, terminate: bool = True) -> Result:
         """SIGTERM (unless the caller already asked it to quit), wait ``grace`` seconds,
         then SIGKILL. Idempotent; returns what the child left."""

@@ -17,6 +17,8 @@ from harness import errors, paths
 from harness.config import scenario
 from harness.config.crash import OpsWorkload, Scenario
 from harness.config.faults import FaultsScenario
+from harness.config.recovery import RecoveryScenario
+from harness.config.settings import size_text
 
 console = Console(highlight=False)
 
@@ -106,6 +108,13 @@ def cmd_list(args: argparse.Namespace) -> int:
                 str(s.fault.mode),
                 s.experiment,
                 f"{len(s.filesystems)} filesystems",
+            )
+        elif isinstance(s, RecoveryScenario):  # recovery time against size and features
+            cols = (
+                ",".join(dict.fromkeys(c.fs for c in s.filesystems)),
+                f"{len(s.filesystems)} cells",
+                f"{s.population.files} files",
+                " ".join(size_text(z) for z in s.sizes),
             )
         else:  # a ZFS scrub/resilver experiment: layout, fill and fault instead
             p = s.pool

@@ -121,12 +121,26 @@ def register(sub: Any) -> None:
     plot = rsub.add_parser(
         "plot",
         parents=[common],
-        help="PNG charts: recovery --by F,..., crashmap RUN, resilver|scrub --by layout,fill",
+        help="PNG charts: recovery --by F,..., crashmap RUN, resilver|scrub --by layout,fill,"
+        " recovery-vs-size [RUN]",
     )
     plot.add_argument(
-        "chart", choices=("recovery", "crashmap", "resilver", "scrub", "resilver-progress")
+        "chart",
+        choices=(
+            "recovery",
+            "crashmap",
+            "resilver",
+            "scrub",
+            "resilver-progress",
+            "recovery-vs-size",
+        ),
     )
-    plot.add_argument("run", nargs="?", metavar="RUN", help="the run (crashmap, resilver-progress)")
+    plot.add_argument(
+        "run",
+        nargs="?",
+        metavar="RUN",
+        help="the run (crashmap, resilver-progress; recovery-vs-size: default all)",
+    )
     plot.add_argument("--by", default=None, metavar="FIELD,...")
     plot.add_argument("-o", "--output", type=Path, default=None, metavar="PNG")
     plot.set_defaults(func=cmd_plot)
@@ -338,6 +352,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
                 plots.plot_crashmap(store, args.run, out)
             elif args.chart == "resilver-progress":
                 plots.plot_progress(store, args.run, out)
+            elif args.chart == "recovery-vs-size":
+                from harness.report import recovery
+
+                recovery.plot_vs_size(store, out, [args.run] if args.run else [])
             elif args.chart == "recovery":
                 by = query.parse_by(args.by) if args.by is not None else ["fs", "data_mode"]
                 plots.plot_recovery(store, by, out)

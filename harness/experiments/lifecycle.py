@@ -97,6 +97,14 @@ class Experiment(ABC):
         self.run = run
         self.sc = run.scenario
 
+    @classmethod  # noqa: B027 -- optional, not abstract
+    def preflight(cls, sc: Any) -> None:
+        """Bad input only the host can tell (free space, what its tools accept), checked
+        before the run begins, so before any guest boots.
+
+        :raise InputError: naming the file, the key and the value.
+        """
+
     def close(self) -> None:  # noqa: B027 -- optional, not abstract
         """Release what ``prepare`` opened; called however the run ends."""
 
@@ -193,6 +201,7 @@ def execute(
         stays); ``Stalled`` past ``budget`` seconds.
     """
     cls = kind_of(sc)
+    cls.preflight(sc)
     started = time.monotonic()
     seed = sc.seed if seed is None else seed
     img = require_image()

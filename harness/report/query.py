@@ -84,24 +84,46 @@ def register_table(kind: TableKind) -> None:
     TABLE_KINDS[kind.name] = kind
 
 
+# Recovery phases come from two places: crash-replay states (``recovery_times``, one row
+# per state and phase) and recovery-time runs (``observations`` of kind ``recovery``, one
+# row per item with its phases and its cell as JSON). Both read as (run, item, phase,
+# seconds) plus the item's cell and metrics, NULL for crash states.
+_RECOVERY_OBS = (
+    " FROM observations b JOIN runs rr ON rr.id = b.run_id AND rr.kind = 'recovery'"
+)
 register_table(
     TableKind(
         name="recovery",
         help="recovery time of crash states (journal replay, fsck, mount, ...) and verdicts",
-        source="SELECT run_id, state_id, phase, seconds FROM recovery_times",
+        source="SELECT run_id, state_id, phase, seconds, NULL AS cell, NULL AS facts"
+        " FROM recovery_times UNION ALL"
+        " SELECT b.run_id, b.item, p.key, p.value, b.cell, b.metrics"
+        + _RECOVERY_OBS
+        + ", json_each(b.metrics, '$.phases') p",
         fields={
             "generator": "(SELECT s.generator FROM crash_states s"
             " WHERE s.run_id = o.run_id AND s.id = o.state_id)",
             "outcome": "(SELECT v.outcome FROM verdicts v"
             " WHERE v.run_id = o.run_id AND v.state_id = o.state_id)",
             "phase": "o.phase",
+            # recovery runs: the item's cell; crash states: their run's filesystem
+            "fs": "COALESCE(json_extract(o.cell, '$.fs'),"
+            " (SELECT r.fs FROM runs r WHERE r.id = o.run_id))",
+            "features": "json_extract(o.cell, '$.features')",
+            "size": "json_extract(o.cell, '$.size')",
+            "cell": "json_extract(o.cell, '$.cell')",
+            "files": "json_extract(o.facts, '$.population.files')",
+            "inodes": "json_extract(o.facts, '$.population.inodes_used')",
         },
         value="seconds",
         split="phase",
         split_order=tuple(str(p) for p in Phase),
-        counts_source="SELECT run_id, state_id, outcome, NULL AS phase FROM verdicts",
+        counts_source="SELECT run_id, state_id, outcome, NULL AS phase, NULL AS cell,"
+        " NULL AS facts FROM verdicts UNION ALL"
+        " SELECT b.run_id, b.item, b.outcome, NULL, b.cell, b.metrics" + _RECOVERY_OBS,
         default_by=("fs", "data_mode"),
-        empty_hint="no recovery times stored yet: run a crash scenario (`scenario run NAME`)",
+        empty_hint="no recovery times stored yet: run a crash or recovery scenario"
+        " (`scenario run NAME`)",
     )
 )
 

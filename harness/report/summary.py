@@ -18,9 +18,10 @@ from harness.experiments import lifecycle
 from harness.experiments.crash import CrashReplay
 from harness.experiments.dropremount import DropRemount
 from harness.experiments.faults import FSYNC_STEPS, DustScrub, FsyncEio
+from harness.experiments.recovery import Recovery
 from harness.experiments.zfs.crash import ZfsCrash
 from harness.experiments.zfs.scan import ZfsScan
-from harness.report import zfs
+from harness.report import recovery, zfs
 from harness.store.db import Store
 
 Body = Callable[[Console, lifecycle.Report], None]
@@ -148,4 +149,5 @@ BODIES: dict[type[lifecycle.Experiment], Body] = {
     CrashReplay: _crash_body,
     ZfsScan: zfs.print_scan_body,
     ZfsCrash: zfs.print_crash_body,
+    Recovery: recovery.print_body,
 }

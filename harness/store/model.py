@@ -27,6 +27,7 @@ class RunKind(StrEnum):
     CRASH = "crash"
     ZFS = "zfs"
     FAULTS = "faults"
+    RECOVERY = "recovery"
 
 
 class RunStatus(StrEnum):

@@ -65,6 +65,9 @@ class Guest(Protocol):
 
     def boot_seconds(self) -> float: ...
 
+    def kill(self) -> None:
+        """A real crash: stop the VM at once, nothing flushed (the disks are the state)."""
+
 
 class Backend(Protocol):
     name: str

@@ -247,6 +247,14 @@ class QemuGuest:
         self.proc.stop(10, terminate=False)
         self._children.close()
 
+    def kill(self) -> None:
+        """Pull the plug: SIGKILL QEMU while the guest runs. Nothing is synced or flushed by
+        the guest; what QEMU had written to the disk images (``cache.direct=on`` for raw
+        disks, so every completed guest write) is the crash state."""
+        self.agent.close()
+        if self.proc is not None:
+            self.proc.kill()
+
     # -- the Guest protocol ---------------------------------------------------------------
     def run(
         self,

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""The guest's side of a recovery-time cell (stdlib only; copied in by the host).
+
+``populate``: mkfs, mount, a seeded tree of small files and directories and a fill by
+fallocate (never writing gigabytes under TCG), sync; prints what the filesystem reports
+(inodes and blocks used) and leaves it mounted.
+``churn``: starts a metadata-heavy loop (create, write, rename, unlink, mkdir, utime on
+the population, an fsync every N operations) detached from the agent, and returns; the
+host kills the guest while it runs.
+``replay``: in a fresh guest, mount the crash image (the kernel's own journal/log
+replay, timed), count what is there, umount (timed).
+Each prints one JSON object of raw facts; the host judges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from typing import Any
+
+ENV = {**os.environ, "DM_DISABLE_UDEV": "1"}
+
+
+def run(argv: list[str], timeout: float) -> dict[str, Any]:
+    start = time.monotonic()
+    try:
+        p = subprocess.run(argv, capture_output=True, timeout=timeout, env=ENV, check=False)
+        rc, out = p.returncode, p.stdout + p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, out = -1, (e.stdout or b"") + b"\n[timed out]"
+    return {
+        "argv": argv,
+        "rc": rc,
+        "seconds": time.monotonic() - start,
+        "output": out.decode(errors="replace")[-1500:],
+    }
+
+
+def usage(mnt: str) -> dict[str, Any]:
+    """What the filesystem says it holds (btrfs reports no inode counts: 0)."""
+    st = os.statvfs(mnt)
+    files = dirs = 0
+    for _, ds, fs in os.walk(mnt):
+        dirs += len(ds)
+        files += len(fs)
+    return {
+        "files": files,
+        "dirs": dirs,
+        "inodes_used": st.f_files - st.f_ffree,
+        "inodes_total": st.f_files,
+        "blocks_used": st.f_blocks - st.f_bfree,
+        "block_size": st.f_frsize,
+    }
+
+
+def populate(a: argparse.Namespace) -> dict[str, Any]:
+    facts: dict[str, Any] = {}
+    facts["mkfs"] = mk = run([*json.loads(a.mkfs), a.dev], a.timeout)
+    if mk["rc"] != 0:
+        return facts
+    os.makedirs(a.mnt, exist_ok=True)
+    opts = ["-o", a.mount_opts] if a.mount_opts else []
+    facts["mount"] = m = run(["mount", "-t", a.fs, *opts, a.dev, a.mnt], a.timeout)
+    if m["rc"] != 0:
+        return facts
+    rng = random.Random(a.seed)
+    start = time.monotonic()
+    top = max(1, int(a.dirs**0.5))
+    dirs = [os.path.join(a.mnt, "pop", f"t{i % top:03d}", f"d{i:05d}") for i in range(a.dirs)]
+    for d in dirs:
+        os.makedirs(d, exist_ok=True)
+    for i in range(a.files):
+        size = rng.randint(1, a.file_size)
+        with open(os.path.join(dirs[i % len(dirs)], f"f{i:07d}"), "wb") as f:
+            f.write(rng.randbytes(min(size, 64)) * (size // 64 + 1))
+            f.truncate(size)
+    fill = int(a.fill / 100 * a.size)
+    chunk = 1 << 30
+    n = 0
+    while fill > 0:
+        part = min(chunk, fill)
+        r = run(
+            ["fallocate", "-l", str(part), os.path.join(a.mnt, "pop", f"fill{n:04d}")], a.timeout
+        )
+        if r["rc"] != 0:
+            facts["fallocate"] = r
+            break
+        fill -= part
+        n += 1
+    os.sync()
+    facts["populate_seconds"] = time.monotonic() - start
+    facts["usage"] = usage(a.mnt)
+    return facts
+
+
+def churn_loop(mnt: str, every: int, seed: int) -> None:
+    rng = random.Random(seed)
+    work = os.path.join(mnt, "churn")
+    os.makedirs(work, exist_ok=True)
+    pop = [os.path.join(r, f) for r, _, fs in os.walk(os.path.join(mnt, "pop")) for f in fs]
+    dfd = os.open(work, os.O_RDONLY)
+    i = 0
+    while True:
+        path = os.path.join(work, f"c{i:08d}")
+        with open(path, "wb") as f:
+            f.write(rng.randbytes(rng.randint(1, 4096)))
+            if i % every == 0:
+                f.flush()
+                os.fsync(f.fileno())
+                os.fsync(dfd)
+        if i >= 64:
+            old = os.path.join(work, f"c{i - 64:08d}")
+            if i % 3:
+                os.unlink(old)
+            else:
+                os.rename(old, os.path.join(work, f"r{i:08d}"))
+        if i % 10 == 0:
+            os.mkdir(os.path.join(work, f"d{i:08d}"))
+        if i % 10 == 5 and i > 20:
+            os.rmdir(os.path.join(work, f"d{i - 25:08d}"))
+        if pop:
+            os.utime(rng.choice(pop))
+        i += 1
+
+
+def churn(a: argparse.Namespace) -> dict[str, Any]:
+    """Fork the loop into its own session with no pipe to the agent, so the agent's
+    guest-exec returns while it runs (qemu-ga waits for the output pipes to close)."""
+    pid = os.fork()
+    if pid:
+        return {"pid": pid}
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    try:
+        churn_loop(a.mnt, a.fsync_every, a.seed)
+    finally:
+        os._exit(0)
+
+
+def replay(a: argparse.Namespace) -> dict[str, Any]:
+    os.makedirs(a.mnt, exist_ok=True)
+    opts = ["-o", a.mount_opts] if a.mount_opts else []
+    facts: dict[str, Any] = {}
+    facts["mount"] = m = run(["mount", "-t", a.fs, *opts, a.dev, a.mnt], a.timeout)
+    if m["rc"] == 0:
+        facts["usage"] = usage(a.mnt)
+        facts["umount"] = run(["umount", a.mnt], a.timeout)
+    k = run(["dmesg"], 60)
+    facts["kernel_log"] = [
+        line for line in k["output"].splitlines() if any(w in line for w in ("EXT", "XFS", "BTRFS"))
+    ][-20:]
+    return facts
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("action", choices=("populate", "churn", "replay"))
+    ap.add_argument("--dev", default="")
+    ap.add_argument("--fs", default="")
+    ap.add_argument("--mkfs", default="[]", help="mkfs argv as JSON, without the device")
+    ap.add_argument("--mount-opts", default="")
+    ap.add_argument("--mnt", default="/mnt/recovery")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--files", type=int, default=0)
+    ap.add_argument("--dirs", type=int, default=1)
+    ap.add_argument("--file-size", type=int, default=4096)
+    ap.add_argument("--fill", type=float, default=0.0)
+    ap.add_argument("--size", type=int, default=0, help="the device's size in bytes")
+    ap.add_argument("--fsync-every", type=int, default=25)
+    ap.add_argument("--timeout", type=float, default=1800)
+    a = ap.parse_args()
+    if a.dev:
+        a.dev = os.path.realpath(a.dev)
+    facts = {"populate": populate, "churn": churn, "replay": replay}[a.action](a)
+    json.dump(facts, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

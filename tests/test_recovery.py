@@ -1,0 +1,219 @@
+"""Recovery-time runs: bad input before any guest boots, e2fsck -tt parsing (fixtures in
+tests/data/recovery/, see README there), the fits and claims, the recovery table over
+stored observations, and (vm) one real crash of a tiny ext4 and ext2 end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.check.timed import parse_e2fsck_tt
+from harness.config import scenario
+from harness.config.recovery import RecoveryScenario, preflight
+from harness.errors import InputError
+from harness.experiments import lifecycle
+from harness.experiments.recovery import Recovery
+from harness.experiments.recovery_fit import claims, fits
+from harness.image import build as image
+from harness.outcome import Outcome
+from harness.report import query
+from harness.report.recovery import recovery_points
+from harness.store.db import RunKind, Store
+from tests.synth import run_results_cli
+
+DATA = Path(__file__).parent / "data" / "recovery"
+TINY = (
+    'filesystems=[{fs="ext2"}, {fs="ext4"}]',
+    'sizes=["64M"]',
+    "population.files=100",
+    "population.dirs=5",
+)
+
+
+def load(*sets: str) -> RecoveryScenario:
+    sc = scenario.load("recovery-vs-size", (*TINY, *sets))
+    assert isinstance(sc, RecoveryScenario)
+    return sc
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path))
+    return tmp_path
+
+
+def test_the_catalogue_scenarios_load() -> None:
+    for name in ("recovery-vs-size", "fsck-features", "journal-size"):
+        assert isinstance(scenario.load(name), RecoveryScenario)
+    sc = scenario.load("fsck-features")
+    assert isinstance(sc, RecoveryScenario)
+    assert [c.name() for c in sc.filesystems][:3] == [
+        "ext4 defaults",
+        "ext4 ^flex_bg",
+        "ext4 ^metadata_csum,^uninit_bg",
+    ]
+    assert sc.filesystems[1].mkfs_argv() == ["mkfs.ext4", "-F", "-q", "-O", "^flex_bg"]
+
+
+def test_an_unknown_feature_is_refused_by_mke2fs_before_any_guest(work: Path) -> None:
+    sc = load('filesystems=[{fs="ext4", features=["^flex_bg", "bogus_feature"]}]')
+    with pytest.raises(InputError) as e:
+        preflight(sc)
+    msg = e.value.message
+    assert "recovery-vs-size.toml" in msg and "filesystems[0].features" in msg
+    assert "bogus_feature" in msg
+    # and the lifecycle runs it before it opens the store or looks for a guest image
+    db = work / "lab.sqlite"
+    with pytest.raises(InputError):
+        lifecycle.execute(sc, db=db)
+    assert not db.exists()
+
+
+def test_a_journal_too_big_for_the_size_is_refused(work: Path) -> None:
+    sc = load('filesystems=[{fs="ext4", journal_size="1G"}]')
+    with pytest.raises(InputError, match=r"filesystems\[0\]\.journal_size.*too big"):
+        preflight(sc)
+
+
+def test_a_size_above_the_free_space_is_refused(work: Path) -> None:
+    sc = load('sizes=["64M", "1000T"]')
+    with pytest.raises(InputError, match=r"key 'sizes' = '1000T'.*free") as e:
+        preflight(sc)
+    assert e.value.hint and "CRASHLAB_WORK" in e.value.hint
+
+
+def test_a_population_that_does_not_fit_is_refused() -> None:
+    with pytest.raises(InputError, match=r"--set population\.files=3000: .*4096 inodes"):
+        load("population.files=3000", "population.file_size=100")
+    with pytest.raises(InputError, match=r"population.*more than 85%"):
+        load('population.file_size="1M"', "population.files=60")
+    with pytest.raises(InputError, match=r"population\.fill.*ext2 has no fallocate"):
+        load("population.fill=10")
+    with pytest.raises(InputError, match=r"filesystems\[0\]\.features.*xfs"):
+        load('filesystems=[{fs="xfs", features=["^flex_bg"]}]')
+    with pytest.raises(InputError, match=r"sizes.*below what mkfs.xfs accepts"):
+        load('filesystems=[{fs="xfs"}]')
+
+
+def test_e2fsck_tt_pass_times_and_counts() -> None:
+    # tests/data/recovery/README.md says how each file was made
+    clean = parse_e2fsck_tt((DATA / "e2fsck-tt-ext2-1G.txt").read_text())
+    assert set(clean["passes"]) == {"1", "2", "3", "4", "5"}
+    assert clean["inodes_checked"] == 11 and clean["inodes_total"] == 65536
+    assert clean["blocks_total"] == 262144
+    assert parse_e2fsck_tt("e2fsck: Bad magic number in super-block") == {}
+    fixed = parse_e2fsck_tt((DATA / "e2fsck-fy-tt-ext4-crash-tail.txt").read_text())
+    assert list(fixed["passes"]) == ["1", "2", "3A", "3", "4", "5"]
+    assert fixed["e2fsck_seconds"] == pytest.approx(0.08)
+    assert (fixed["inodes_checked"], fixed["blocks_used"]) == (2649, 9387)
+    aborted = parse_e2fsck_tt((DATA / "e2fsck-fn-tt-ext2-crash-tail.txt").read_text())
+    assert "1d" in aborted["passes"] and "e2fsck_seconds" not in aborted
+
+
+def obs(cell: str, fs: str, size: float, phases: dict[str, float], inodes: int = 0,
+        features: str = "defaults") -> dict[str, Any]:  # fmt: skip
+    return {
+        "item": f"{cell} @{size}",
+        "cell": {"cell": cell, "fs": fs, "size": size, "features": features},
+        "metrics": {"phases": phases, "population": {"inodes_total": inodes, "files": 100}},
+        "outcome": "consistent",
+    }
+
+
+def test_fits_and_claims_are_computed_from_the_data() -> None:
+    rows = [
+        obs("ext2 defaults", "ext2", 1, {"repair": 1.5, "mount": 0.1}, 65536),
+        obs("ext2 defaults", "ext2", 4, {"repair": 4.5, "mount": 0.1}, 262144),
+        obs("ext4 defaults", "ext4", 1, {"mount": 0.2, "fsck": 0.4}, 65536),
+        obs("ext4 defaults", "ext4", 4, {"mount": 0.3, "fsck": 0.8}, 262144),
+        obs("ext4 ^flex_bg", "ext4", 4, {"fsck": 2.0}, 262144, "^flex_bg"),
+    ]
+    f = {(r["cell"], r["phase"]): r for r in fits(rows)}
+    ext2 = f[("ext2 defaults", "repair")]
+    assert ext2["s_per_gib"] == pytest.approx(1.0) and ext2["r2_size"] == pytest.approx(1.0)
+    assert ext2["s_per_minodes"] == pytest.approx(3.0 / (196608 / 1e6), rel=1e-4)
+    assert ("ext4 ^flex_bg", "fsck") not in f  # one size: no line to fit
+    said = claims(rows)
+    assert any("ext2 defaults: e2fsck -fy 1.500 s at 1G, 4.500 s at 4G (3.0x for 4x" in c
+               for c in said)  # fmt: skip
+    assert any("ext4 defaults: mount (kernel replay) 0.200 s at 1G, 0.300 s at 4G" in c
+               for c in said)  # fmt: skip
+    assert any("ext4 ^flex_bg took 2.000 s, 2.50x ext4 defaults (0.800 s)" in c for c in said)
+
+
+def store_with_recovery_runs(db: Path) -> None:
+    with Store.open(db) as st:
+        run = st.begin_run("fsck-features", RunKind.RECOVERY, {"kind": "recovery"}, 1)
+        for i, (cell, fs, size, fsck) in enumerate([
+            ("ext4 defaults", "ext4", 1.0, 0.5), ("ext4 defaults", "ext4", 1.0, 0.7),
+            ("ext4 ^flex_bg", "ext4", 1.0, 0.9), ("xfs defaults", "xfs", 4.0, 0.3),
+            ("xfs defaults", "xfs", 1.0, 0.2),
+        ]):  # fmt: skip
+            o = obs(cell, fs, size, {"fsck": fsck, "mount": 0.1})
+            o["cell"]["features"] = cell.split(" ", 1)[1]
+            st.record_observation(run, f"{cell}#{i}", o["cell"], o["metrics"], Outcome.CONSISTENT)
+
+
+def test_the_recovery_table_groups_observations_by_fs_features_size(tmp_path: Path) -> None:
+    db = tmp_path / "lab.sqlite"
+    store_with_recovery_runs(db)
+    with Store.open(db) as st:
+        t = query.grouped(st, "recovery", ["fs", "features", "size"])
+        by_files = query.grouped(st, "recovery", ["files"])
+    keys = [g.key for g in t.groups]
+    assert keys == [
+        ("ext4", "^flex_bg", 1.0),
+        ("ext4", "defaults", 1.0),
+        ("xfs", "defaults", 1.0),
+        ("xfs", "defaults", 4.0),
+    ]
+    defaults = t.groups[1]
+    assert defaults.stats["fsck"].n == 2 and defaults.stats["fsck"].mean == pytest.approx(0.6)
+    assert defaults.counts == {"consistent": 2}
+    assert [g.key for g in by_files.groups] == [(100,)]
+
+
+def test_the_plot_against_size_through_the_cli(tmp_path: Path) -> None:
+    db = tmp_path / "lab.sqlite"
+    out = tmp_path / "recovery.png"
+    argv = ["results", "plot", "recovery-vs-size", "--db", str(db), "-o", str(out)]
+    with Store.open(db):
+        pass
+    assert run_results_cli(argv) == 0 and not out.exists()  # nothing stored: no chart
+    store_with_recovery_runs(db)
+    assert run_results_cli(argv) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
+    with Store.open(db) as st:
+        points = recovery_points(st)
+    assert points["fsck"]["xfs defaults"] == {1.0: [0.2], 4.0: [0.3]}
+    assert points["fsck"]["ext4 defaults"] == {1.0: [0.5, 0.7]}
+
+
+@pytest.mark.vm
+def test_a_real_crash_of_tiny_ext4_and_ext2(guest_image: image.Image, tmp_path: Path) -> None:
+    sc = scenario.load(
+        "recovery-vs-size",
+        ('filesystems=[{fs="ext4"}, {fs="ext2"}]', 'sizes=["256M"]', "population.files=300",
+         "population.dirs=10", "crash.after=2"),
+    )  # fmt: skip
+    db = tmp_path / "lab.sqlite"
+    r = lifecycle.execute(sc, db=db)
+    assert isinstance(r.experiment, Recovery)
+    with Store.open(db, create=False) as st:
+        rows = {o["item"]: o for o in st.observations(r.run_id)}
+        t = query.grouped(st, "recovery", ["fs", "features", "size"])
+    assert set(rows) == {"ext4 defaults @256M #0", "ext2 defaults @256M #0"}
+    for o in rows.values():
+        m = o["metrics"]
+        assert o["outcome"] not in ("harness_error", "timeout", "panic"), m.get("error")
+        assert m["crash"]["killed"] == "SIGKILL"
+        assert m["population"]["files"] == 300 and m["population"]["inodes_used"] >= 310
+        assert {"mount", "fsck", "repair"} <= set(m["phases"])
+        assert {"1", "2", "3", "4", "5"} <= set(m["repair"]["passes"])  # -fy may add 3A
+        assert m["repair"]["inodes_total"] == 65536  # -fn on ext2 may abort before its counts
+    ext4 = rows["ext4 defaults @256M #0"]["metrics"]
+    # the crash left a journal to replay: the kernel said so when mounting
+    assert any("recovery" in line for line in ext4["replay"]["kernel_log"]), ext4["replay"]
+    assert [g.key for g in t.groups] == [("ext2", "defaults", 0.25), ("ext4", "defaults", 0.25)]

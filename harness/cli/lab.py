@@ -89,7 +89,9 @@ def _states_label(s: Scenario) -> str:
 def cmd_list(args: argparse.Namespace) -> int:
     good, bad = scenario.survey()
     table = Table(box=None, pad_edge=False)
-    for col in ("name", "fs", "mode", "workload", "states"):
+    # The name is what a user types next: never cut; the other columns give way first.
+    table.add_column("name", no_wrap=True, min_width=max(len(s.name) for s in good) if good else 4)
+    for col in ("fs", "mode", "workload", "states"):
         table.add_column(col, no_wrap=True)
     table.add_column("description", overflow="fold", min_width=30)
     for s in good:

@@ -56,6 +56,7 @@ def register(sub: Any) -> None:
     show.add_argument("run", metavar="RUN", help="run id, or a unique prefix of one")
     show.set_defaults(func=cmd_show)
 
+    from harness.report import patterns  # noqa: F401 -- registers the patterns table
     from harness.report import zfs as report
 
     report.register(rsub, common)
@@ -120,9 +121,10 @@ def register(sub: Any) -> None:
     plot = rsub.add_parser(
         "plot",
         parents=[common],
-        help="PNG charts: recovery --by F,..., crashmap RUN, resilver|scrub --by layout,fill",
+        help="PNG charts: recovery --by F,..., crashmap RUN, resilver|scrub --by layout,fill,"
+        " patterns --by fs,mount_options,pattern",
     )
-    plot.add_argument("chart", choices=("recovery", "crashmap", "resilver", "scrub"))
+    plot.add_argument("chart", choices=("recovery", "crashmap", "resilver", "scrub", "patterns"))
     plot.add_argument("run", nargs="?", metavar="RUN", help="the run (crashmap)")
     plot.add_argument("--by", default=None, metavar="FIELD,...")
     plot.add_argument("-o", "--output", type=Path, default=None, metavar="PNG")
@@ -333,6 +335,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
                 if not args.run:
                     raise InputError("plot crashmap needs a RUN", hint="scenario results runs")
                 plots.plot_crashmap(store, args.run, out)
+            elif args.chart == "patterns":
+                from harness.report import patterns
+
+                by = query.parse_by(args.by) if args.by is not None else None
+                patterns.plot_patterns(store, by or list(patterns.DEFAULT_BY), out)
             elif args.chart == "recovery":
                 by = query.parse_by(args.by) if args.by is not None else ["fs", "data_mode"]
                 plots.plot_recovery(store, by, out)

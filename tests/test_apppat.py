@@ -167,8 +167,8 @@ def test_patterns_table_and_summary_count_states_per_class(tmp_path: Path) -> No
 
     st = Store.open(tmp_path / "lab.sqlite")
     run_id = st.begin_run("replace-rename", RunKind.CRASH, {}, 1, fs="ext4")
-    cell = {"fs": "ext4", "mount_options": "data=ordered,noauto_da_alloc",
-            "workload": "replace-rename", "pattern": "rename without fsync", "target": "r-0"}  # fmt: skip
+    cell = {"fs": "ext4", "mount_options": "data=ordered,noauto_da_alloc", "target": "r-0"}
+    cell |= {"workload": "replace-rename", "pattern": "rename without fsync"}
     for i, cls in enumerate(["new"] * 5 + ["empty"] * 2 + ["old"]):
         st.record_observation(run_id, f"s{i}:r-0", cell, {"class": cls, "size": 0}, None)
     st.record_observation(run_id, "other", {}, {"row": 1}, None)  # another kind's row

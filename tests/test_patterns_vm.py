@@ -137,7 +137,7 @@ def test_sqlite_commits_are_checked_in_the_guest(guest_image: image.Image, tmp_p
 def test_an_unknown_mount_option_is_bad_input_before_any_state(
     guest_image: image.Image, tmp_path: Path
 ) -> None:
-    sc = scenario.load("replace-rename", [*SMALL, "fs.mount_options=[no_such_option]"])
+    sc = scenario.load("replace-rename", [*SMALL, "fs.mount_options=no_such_option"])
     with pytest.raises(InputError) as e:
         lifecycle.execute(sc, db=tmp_path / "lab.sqlite")
     assert "fs.mount_options" in e.value.message and "no_such_option" in e.value.message

@@ -179,8 +179,8 @@ def test_patterns_table_and_summary_count_states_per_class(tmp_path: Path) -> No
     assert table.outcomes[:3] == ["new", "old", "empty"]  # best first, not alphabetical
     (line,) = patterns.summary_lines(st, run_id)
     assert line.startswith(
-        "ext4 data=ordered,noauto_da_alloc, rename without fsync: 2 of 8 states left the "
-        "target empty"
+        "ext4 data=ordered,noauto_da_alloc, rename without fsync: 2 of 8 (state, file) pairs "
+        "left the file empty"
     )
     out = patterns.plot_patterns(st, ["mount_options", "pattern"], tmp_path / "p.png")
     assert out.stat().st_size > 1000

@@ -9,7 +9,7 @@ committed, rolled-back, corrupt, missing). This module makes them
   (per cell, how many crash states left each class; the size found, in bytes);
 * a stacked-bar chart: ``scenario results plot patterns --by ...``;
 * one line per cell in the run summary ("ext4 data=ordered,noauto_da_alloc, rename
-  without fsync: 7 of 40 states left the target empty").
+  without fsync: 37 of 60 (state, file) pairs left the target empty").
 
 Which classes are findings is not decided here: the oracle and the SQLite promise did
 that per state (``data_loss``); these counts are the measurement.
@@ -35,9 +35,9 @@ SAID = {
     "old": "held the old content",
     "rolled-back": "lost committed transactions",
     "partial": "held a partial write",
-    "empty": "left the target empty",
-    "missing": "lost the target's name",
-    "garbage": "left garbage in the target",
+    "empty": "left the file empty",
+    "missing": "lost the file's name",
+    "garbage": "left garbage in the file",
     "corrupt": "left the database corrupt",
 }
 
@@ -85,7 +85,8 @@ def summary_lines(store: Store, run_id: str) -> list[str]:
         n = sum(counts.values())
         ranked = sorted(counts, key=_rank)
         worst = ranked[-1]
-        said = f"{counts[worst]} of {n} states {SAID.get(worst, 'were ' + worst)}"
+        # One count per (crash state, target file): a case has workload.files targets.
+        said = f"{counts[worst]} of {n} (state, file) pairs {SAID.get(worst, 'were ' + worst)}"
         if worst != ranked[0]:
             said += f" ({', '.join(f'{c} {counts[c]}' for c in ranked)})"
         lines.append(f"{fs} {opts}, {pattern}: {said}")
@@ -111,14 +112,12 @@ def plot_patterns(store: Store, by: Sequence[str], out: Path, runs: Sequence[str
     labels = [plots._label(table.by, g.key) for g in table.groups]
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(labels) + 2), 5.5))
     bottom = [0] * len(labels)
-    colours = plt.get_cmap("RdYlGn_r")
-    order = sorted(table.outcomes, key=_rank)
-    for i, cls in enumerate(order):
+    colours = plt.get_cmap("RdYlGn_r")  # one colour per class, whichever are present
+    for cls in sorted(table.outcomes, key=_rank):
         heights = [g.counts.get(cls, 0) for g in table.groups]
-        ax.bar(labels, heights, bottom=bottom, label=cls,
-               color=colours(i / max(1, len(order) - 1)))  # fmt: skip
+        ax.bar(labels, heights, bottom=bottom, label=cls, color=colours(_rank(cls) / len(CLASSES)))
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    ax.set_ylabel("crash states")
+    ax.set_ylabel("(crash state, file) pairs")
     ax.set_title("what crash states left of each target, by " + ", ".join(table.by))
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.tick_params(axis="x", labelsize=7, rotation=90)

@@ -114,24 +114,25 @@ def test_unknown_pattern_lists_the_valid_ones(
 
 def test_sqlite_every_database_committed_after_the_final_sync(tmp_path: Path) -> None:
     o = run(tmp_path, "sqlite-commit", transactions="3", size="2048")
-    assert len(o["databases"]) == 9
+    assert len(o["databases"]) == 12
     got = apppat.classify(str(tmp_path / "root"), o, o["final_mark"], True)
     assert {c["class"] for c in got} == {"committed"} and not any(c["violated"] for c in got)
     assert {c["last"] for c in got} == {3}
     # Each mark knows which COMMITs had returned: one more per mark, round-robin.
     assert [sum(m["committed"].values()) for m in o["marks"][:4]] == [0, 1, 2, 3]
+    assert sum(o["marks"][-1]["committed"].values()) == 3 * 12
 
 
-def test_sqlite_a_lost_commit_breaks_only_the_full_promise(tmp_path: Path) -> None:
+def test_sqlite_a_lost_commit_breaks_only_a_durability_promise(tmp_path: Path) -> None:
     o = run(tmp_path, "sqlite-commit", transactions="2", size="1024")
     root = tmp_path / "root"
-    for name in ("delete-full.db", "delete-off.db"):
+    for name in ("wal-full.db", "delete-off.db"):
         con = sqlite3.connect(root / name, isolation_level=None)
         con.execute("DELETE FROM t WHERE id = 2")
         con.execute("UPDATE meta SET last = 1")
         con.close()
     got = {c["target"]: c for c in apppat.classify(str(root), o, o["final_mark"], True)}
-    assert got["delete-full.db"]["class"] == "rolled-back" and got["delete-full.db"]["violated"]
+    assert got["wal-full.db"]["class"] == "rolled-back" and got["wal-full.db"]["violated"]
     assert got["delete-off.db"]["class"] == "rolled-back"
     assert not got["delete-off.db"]["violated"]
 
@@ -153,7 +154,10 @@ def test_sqlite_half_a_transaction_or_a_damaged_file_is_corrupt(tmp_path: Path) 
 
 
 def test_sqlite_promises() -> None:
-    assert sqlitepat.promise("DELETE", "FULL") == (True, True)
+    assert sqlitepat.promise("DELETE", "EXTRA") == (True, True)
+    assert sqlitepat.promise("WAL", "FULL") == (True, True)
+    assert sqlitepat.promise("TRUNCATE", "FULL") == (True, True)
+    assert sqlitepat.promise("DELETE", "FULL") == (False, True)  # the journal's unlink
     assert sqlitepat.promise("WAL", "NORMAL") == (False, True)
     assert sqlitepat.promise("DELETE", "NORMAL") == (False, False)
     assert sqlitepat.promise("WAL", "OFF") == (False, False)

@@ -126,11 +126,11 @@ def test_sqlite_commits_are_checked_in_the_guest(guest_image: image.Image, tmp_p
     assert not outcomes & HARNESS
     assert {o["cell"]["target"] for o in obs} == {
         f"{m.lower()}-{s.lower()}.db" for m in ("DELETE", "TRUNCATE", "WAL")
-        for s in ("OFF", "NORMAL", "FULL")
+        for s in ("OFF", "NORMAL", "FULL", "EXTRA")
     }  # fmt: skip
     # The last state (after umount) holds both transactions of every database, intact.
     final = [o["metrics"] for o in obs if o["metrics"]["state"] == last]
-    assert len(final) == 9
+    assert len(final) == 12
     assert all(m["class"] == "committed" and m["integrity"] == ["ok"] for m in final), final
 
 

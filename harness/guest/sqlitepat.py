@@ -3,7 +3,7 @@
 state left of each database (runs inside the guest; stdlib only; driven by apppat.py).
 
 One database per (journal_mode, synchronous) case: DELETE / TRUNCATE / WAL x OFF / NORMAL
-/ FULL. After the schema is made durable (sync, mark 1), transactions run round-robin over
+/ FULL / EXTRA. After the schema is made durable (sync, mark 1), transactions run round-robin over
 the databases; each inserts row i and sets ``meta.last = i``. When COMMIT returns, a mark
 is placed and the oracle notes, per database, the last transaction whose COMMIT returned.
 
@@ -13,8 +13,10 @@ from COMMIT by the state's last mark is there), ``rolled-back`` (consistent, but
 transaction is the last), ``corrupt`` (``PRAGMA integrity_check`` fails, the database
 cannot be read, or a transaction is half there: ``meta.last`` disagrees with the rows) or
 ``missing``. What SQLite promises (https://www.sqlite.org/pragma.html#pragma_synchronous):
-FULL -- durable commits and no corruption; WAL + NORMAL -- no corruption, the last commits
-may roll back; the rest promise nothing across a power loss. ``violated`` marks a state
+FULL and EXTRA -- no corruption; durable commits with EXTRA, and with FULL in TRUNCATE and
+WAL mode (DELETE + FULL may roll back the last commit: EXTRA exists for that); WAL +
+NORMAL -- no corruption, the last commits may roll back; the rest promise nothing across
+a power loss. ``violated`` marks a state
 that broke its database's promise: that is a finding.
 """
 
@@ -32,7 +34,7 @@ from opgen import MARK_PREFIX, emit_mark  # type: ignore[import-not-found]
 from oracle import AFTER_FINAL  # type: ignore[import-not-found]
 
 JOURNAL_MODES = ("DELETE", "TRUNCATE", "WAL")
-SYNCS = ("OFF", "NORMAL", "FULL")
+SYNCS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
 def db_name(mode: str, sync: str) -> str:
@@ -101,10 +103,12 @@ def run_dbs(
 
 
 def promise(journal_mode: str, synchronous: str) -> tuple[bool, bool]:
-    """(commits durable, no corruption) as SQLite documents them."""
-    if synchronous == "FULL":
+    """(commits durable, no corruption) as SQLite documents them. In DELETE mode a commit
+    is the unlink of the journal, and only EXTRA syncs the directory after it: under
+    FULL a crash may leave the journal, which the next open rolls back."""
+    if synchronous == "EXTRA" or (synchronous == "FULL" and journal_mode != "DELETE"):
         return True, True
-    return False, synchronous == "NORMAL" and journal_mode == "WAL"
+    return False, synchronous == "FULL" or (synchronous == "NORMAL" and journal_mode == "WAL")
 
 
 def inspect(path: str) -> dict[str, Any]:

@@ -288,5 +288,6 @@ def _refused_options(guest: Guest, fs: FsSpec, e: HarnessError) -> Exception:
     opts = ",".join(fs.all_mount_options())
     return InputError(
         f"key 'fs.mount_options': the guest's mount -t {fs.type} -o {opts} failed: {said[-1]}",
-        hint=(e.detail or "").strip().splitlines()[-1][:300] if e.detail else None,
+        hint="fix or remove it in fs.mount_options (or --set fs.mount_options=...)",
+        detail=e.detail,
     )

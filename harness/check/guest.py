@@ -182,6 +182,13 @@ def judge(facts: dict[str, Any]) -> CheckResult:
         keys = ("mark", "missing", "mismatched", "present", "sizes", "nlink", "error")
         note = json.dumps({k: verify[k] for k in keys if verify.get(k)})[:1500]
         out.insert(0, "oracle: " + note)
+    classes = facts.get("classes", [])
+    broken = [c["target"] for c in classes if c.get("violated")]
+    if broken:
+        # A database that broke what its journal mode and synchronous level promise.
+        outcomes.append(Outcome.DATA_LOSS)
+        note = (note + " " + json.dumps({"promise_broken": broken})).strip()[:1500]
+        out.insert(0, "pattern: promise broken by " + ", ".join(broken))
     if "verify_error" in facts:
         outcomes.append(Outcome.HARNESS_ERROR)
         out.append("verifier failed (a lab bug, not a finding):\n" + facts["verify_error"])
@@ -210,4 +217,5 @@ def judge(facts: dict[str, Any]) -> CheckResult:
         "\n".join(o for o in out if o)[-1500:],
         phases,
         note=note,
+        classes=classes,
     )

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness import proc
 from harness.errors import CommandTimeout, HarnessError
@@ -40,6 +41,8 @@ class CheckResult:
     # Recovery phases, seconds: journal_replay, fsck, repair, mount, umount, fsck_after.
     phases: dict[str, float] = field(default_factory=dict)
     note: str = ""
+    # Application patterns (harness/guest/apppat.py): what the state left of each target.
+    classes: list[dict[str, Any]] = field(default_factory=list)
 
 
 # e2fsck's exit bits that say the lab, not the filesystem, failed: usage error, cancelled,

@@ -27,6 +27,17 @@ from harness.report import faults as _faults  # noqa: F401  (registers `results 
 from harness.report import query, render
 from harness.store.db import Store
 
+# `results plot CHART`: what each draws is in cmd_plot and harness/report/plots.py.
+CHARTS = (
+    "recovery",
+    "crashmap",
+    "resilver",
+    "scrub",
+    "resilver-progress",
+    "recovery-vs-size",
+    "patterns",
+)
+
 
 def register(sub: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
@@ -57,6 +68,7 @@ def register(sub: Any) -> None:
     show.add_argument("run", metavar="RUN", help="run id, or a unique prefix of one")
     show.set_defaults(func=cmd_show)
 
+    from harness.report import patterns  # noqa: F401 -- registers the patterns table
     from harness.report import zfs as report
 
     report.register(rsub, common)
@@ -122,19 +134,9 @@ def register(sub: Any) -> None:
         "plot",
         parents=[common],
         help="PNG charts: recovery --by F,..., crashmap RUN, resilver|scrub --by layout,fill,"
-        " recovery-vs-size [RUN]",
+        " recovery-vs-size [RUN], resilver-progress RUN, patterns --by fs,mount_options,pattern",
     )
-    plot.add_argument(
-        "chart",
-        choices=(
-            "recovery",
-            "crashmap",
-            "resilver",
-            "scrub",
-            "resilver-progress",
-            "recovery-vs-size",
-        ),
-    )
+    plot.add_argument("chart", choices=CHARTS)
     plot.add_argument(
         "run",
         nargs="?",
@@ -356,6 +358,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
                 from harness.report import recovery
 
                 recovery.plot_vs_size(store, out, [args.run] if args.run else [])
+            elif args.chart == "patterns":
+                from harness.report import patterns
+
+                by = query.parse_by(args.by) if args.by is not None else None
+                patterns.plot_patterns(store, by or list(patterns.DEFAULT_BY), out)
             elif args.chart == "recovery":
                 by = query.parse_by(args.by) if args.by is not None else ["fs", "data_mode"]
                 plots.plot_recovery(store, by, out)

@@ -44,6 +44,16 @@ class DataMode(StrEnum):
 class WorkloadType(StrEnum):
     OPS = "ops"
     FIO = "fio"
+    APP = "app"
+
+
+class Pattern(StrEnum):
+    """Application update patterns (``harness/guest/apppat.py``)."""
+
+    REPLACE_RENAME = "replace-rename"
+    REPLACE_TRUNCATE = "replace-truncate"
+    APPEND_LOG = "append-log"
+    SQLITE_COMMIT = "sqlite-commit"
 
 
 class RecorderType(StrEnum):
@@ -171,7 +181,18 @@ class FioWorkload(Settings):
         return job
 
 
-Workload = OpsWorkload | FioWorkload
+class AppWorkload(Settings):
+    """An application update pattern, every case of it in one recording; each crash
+    state says what it left of every target file (``harness/guest/apppat.py``)."""
+
+    type: Literal["app"]
+    pattern: Pattern
+    files: int = Field(2, ge=1, le=64, description="target files per case (file patterns)")
+    size: Size = Field(16 << 10, description="largest content of a target or a row, bytes")
+    transactions: int = Field(4, ge=1, le=200, description="sqlite-commit: per database")
+
+
+Workload = OpsWorkload | FioWorkload | AppWorkload
 
 
 def _workload_type(v: Any) -> str:
@@ -254,7 +275,9 @@ class Scenario(Settings):
     )
     fs: FsSpec
     workload: Annotated[
-        Annotated[OpsWorkload, Tag("ops")] | Annotated[FioWorkload, Tag("fio")],
+        Annotated[OpsWorkload, Tag("ops")]
+        | Annotated[FioWorkload, Tag("fio")]
+        | Annotated[AppWorkload, Tag("app")],
         Discriminator(_workload_type),
     ] = Field(default_factory=OpsWorkload)
     crash: CrashSpec = Field(default_factory=CrashSpec)

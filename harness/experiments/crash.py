@@ -21,7 +21,7 @@ from harness import paths, proc
 from harness.check import distributed, parallel
 from harness.check import guest as guestcheck
 from harness.check import host as check
-from harness.config.crash import FioWorkload, FsSpec, Scenario
+from harness.config.crash import AppWorkload, FioWorkload, FsSpec, Scenario
 from harness.errors import HarnessError
 from harness.experiments import lifecycle
 from harness.image import build as image
@@ -41,6 +41,15 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
     w = sc.workload
     if isinstance(w, FioWorkload):
         return record.WorkloadSpec(type="fio", fio_job=w.job)
+    if isinstance(w, AppWorkload):
+        return record.WorkloadSpec(
+            type="app",
+            pattern=str(w.pattern),
+            files=w.files,
+            max_size=w.size,
+            transactions=w.transactions,
+            fsync_names=sc.fs.journaled,
+        )
     return record.WorkloadSpec(
         type="ops",
         ops=w.ops,
@@ -120,6 +129,9 @@ class CrashReplay(lifecycle.Experiment):
 
     def commit(self, item: lifecycle.Item, result: Any) -> None:
         assert isinstance(item, crashstates.CrashState)
+        # Classes first: a state with a verdict is skipped on resume, so its classes
+        # must already be stored (recording them again replaces them).
+        _record_classes(self.run.store, self.run.run_id, self.sc, item, result)
         _commit(self.run.store, self.run.run_id, item, result)
 
     def summary(self) -> dict[str, Any]:
@@ -267,6 +279,33 @@ def _commit(
         recovery,
         verdict,
     )
+
+
+def _record_classes(
+    st: store.Store,
+    run_id: str,
+    sc: Scenario,
+    state: crashstates.CrashState,
+    results: list[check.CheckResult],
+) -> None:
+    """An application pattern's per-target classes of one state, as observations
+    (``scenario results table patterns``)."""
+    w = sc.workload
+    if not isinstance(w, AppWorkload):
+        return
+    for r in results:
+        for c in r.classes:
+            cell = {
+                "fs": str(sc.fs.type),
+                "mount_options": ",".join(sc.fs.all_mount_options()) or "defaults",
+                "workload": str(w.pattern),
+                "pattern": c["case"],
+                "target": c["target"],
+            }
+            metrics = {k: v for k, v in c.items() if k not in ("case", "target")}
+            st.record_observation(
+                run_id, f"{state.id}:{c['target']}", cell, {**metrics, "state": state.id}, None
+            )
 
 
 def _cap(states: list[crashstates.CrashState], most: int) -> list[crashstates.CrashState]:

@@ -20,6 +20,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import apppat  # type: ignore[import-not-found]
 import oracle  # type: ignore[import-not-found]
 
 ENV = {**os.environ, "DM_DISABLE_UDEV": "1"}
@@ -75,9 +76,11 @@ def main() -> int:
     if m["rc"] == 0:
         if a.oracle:
             try:
-                facts["verify"] = oracle.verify(
-                    a.mountpoint, oracle.load_oracle(a.oracle), a.mark or None, exact=a.exact
-                )
+                data = oracle.load_oracle(a.oracle)
+                facts["verify"] = oracle.verify(a.mountpoint, data, a.mark or None, exact=a.exact)
+                if data.get("pattern"):
+                    # An application pattern: what the state left of each target file.
+                    facts["classes"] = apppat.classify(a.mountpoint, data, a.mark or None, a.exact)
             except OSError as e:  # the filesystem would not let us read the tree: a finding
                 facts["verify"] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
             except Exception:  # a bug of ours or a bad oracle: never a finding

@@ -86,7 +86,7 @@ class Op:
             d["path"] = self.path
         if self.kind in ("rename", "link"):
             d["dst"] = self.dst
-        if self.kind in ("write", "append", "overwrite"):
+        if self.kind in ("write", "append", "overwrite", "rewrite"):
             d["offset"] = self.offset
             d["length"] = len(self.data)
         if self.kind == "truncate":
@@ -194,8 +194,10 @@ def perform(root: str, op: Op, noop_sync: bool = False) -> None:
     k = op.kind
     if k == "create":
         os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-    elif k in ("write", "append", "overwrite"):
-        fd = os.open(p, os.O_WRONLY)
+    elif k in ("write", "append", "overwrite", "rewrite"):
+        # rewrite: open with O_TRUNC and write from 0 -- the truncate-and-rewrite update
+        # of applications (its close is what ext4's auto_da_alloc acts on).
+        fd = os.open(p, os.O_WRONLY | (os.O_TRUNC if k == "rewrite" else 0))
         try:
             view = memoryview(op.data)
             done = 0

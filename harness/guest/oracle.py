@@ -124,6 +124,10 @@ class Model:
                 inode.data.extend(bytes(op.offset - len(inode.data)))
             inode.data[op.offset : end] = op.data
             inode.changed()
+        elif k == "rewrite":  # open(O_TRUNC) + write from 0 (never drawn by the generator)
+            inode = self.files[op.path]
+            inode.data = bytearray(op.data)
+            inode.changed()
         elif k == "truncate":
             inode = self.files[op.path]
             if op.size < len(inode.data):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.crash import FsSpec
-from harness.errors import HarnessError
+from harness.errors import HarnessError, InputError
 from harness.record import logwrites
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
@@ -42,6 +42,8 @@ class WorkloadSpec:
     # A positive control: the workload "syncs" without calling fsync (the marks and the
     # oracle as if it had), so the oracle must find the data missing.
     noop_sync: bool = False
+    pattern: str = ""  # "app": harness/guest/apppat.py's pattern
+    transactions: int = 4  # "app", sqlite-commit: transactions per database
 
 
 @dataclass(frozen=True)
@@ -213,39 +215,19 @@ def _record_in(
     dev = marker.setup(step, guest)
     step("mkfs", fs.mkfs_argv(dev))
     marker.mark(step, MKFS_MARK)
-    step("mount", fs.mount_argv(dev, MOUNTPOINT))
+    try:
+        step("mount", fs.mount_argv(dev, MOUNTPOINT))
+    except HarnessError as e:
+        raise _refused_options(guest, fs, e) from None
     oracle_path = f"{GUEST_DIR}/oracle.json"
     oracle: dict[str, Any] = {}
-    if workload.type == "ops":
-        marks = (
-            ["--mark-cmd", "dmsetup", "--dm-name", DM_NAME]
-            if marker.per_sync
-            else ["--mark-cmd", "none"]
-        )
-        output = step(
-            "workload",
-            [
-                "python3",
-                f"{GUEST_DIR}/opgen.py",
-                "run",
-                "--root",
-                MOUNTPOINT,
-                "--seed",
-                str(seed),
-                "--ops",
-                str(workload.ops),
-                "--files",
-                str(workload.files),
-                "--max-size",
-                str(workload.max_size),
-                "--fsync-names",
-                "yes" if workload.fsync_names else "no",
-                *(["--noop-sync"] if workload.noop_sync else []),
-                *marks,
-                "--oracle",
-                oracle_path,
-            ],
-        )
+    marks = (
+        ["--mark-cmd", "dmsetup", "--dm-name", DM_NAME]
+        if marker.per_sync
+        else ["--mark-cmd", "none"]
+    )
+    if workload.type in ("ops", "app"):
+        output = step("workload", _generator_argv(workload, seed, oracle_path, marks))
         oracle = json.loads(guest.read_file(oracle_path))
         if not marker.per_sync and oracle.get("final_mark"):
             # opgen ended with sync: the final mark's requirements hold from here on.
@@ -270,3 +252,42 @@ def _record_in(
     marker.mark(step, UMOUNT_MARK)
     marker.teardown(step, guest)
     return oracle, output
+
+
+def _generator_argv(w: WorkloadSpec, seed: int, oracle_path: str, marks: list[str]) -> list[str]:
+    """The guest command of a workload that writes its own oracle: the op generator, or
+    an application pattern (harness/guest/apppat.py)."""
+    if w.type == "ops":
+        program = ["opgen.py", "run", "--ops", str(w.ops), "--max-size", str(w.max_size)]
+        program += ["--noop-sync"] if w.noop_sync else []
+    else:
+        program = ["apppat.py", "--pattern", w.pattern, "--size", str(w.max_size)]
+        program += ["--transactions", str(w.transactions)]
+    return [
+        "python3", f"{GUEST_DIR}/{program[0]}", *program[1:],
+        "--root", MOUNTPOINT, "--seed", str(seed), "--files", str(w.files),
+        "--fsync-names", "yes" if w.fsync_names else "no",
+        *marks, "--oracle", oracle_path,
+    ]  # fmt: skip
+
+
+# What the kernels say about a mount option they do not know (ext4, xfs, btrfs).
+OPTION_REFUSED = ("unrecognized mount option", "unknown parameter", "bad value for")
+
+
+def _refused_options(guest: Guest, fs: FsSpec, e: HarnessError) -> Exception:
+    """A mount of a freshly made filesystem that failed: bad input when the guest kernel
+    says an option is unknown (before any crash state is made), else the lab's failure."""
+    said = [
+        line.split("]", 1)[-1].strip()
+        for line in guest.run(["dmesg"]).out.splitlines()
+        if any(w in line.lower() for w in OPTION_REFUSED)
+    ]
+    if not said:
+        return e
+    opts = ",".join(fs.all_mount_options())
+    return InputError(
+        f"key 'fs.mount_options': the guest's mount -t {fs.type} -o {opts} failed: {said[-1]}",
+        hint="fix or remove it in fs.mount_options (or --set fs.mount_options=...)",
+        detail=e.detail,
+    )

@@ -74,6 +74,7 @@ class TableKind:
     unit: str = "s"
     default_by: tuple[str, ...] = ("scenario",)
     empty_hint: str = "no rows yet"
+    outcome_order: tuple[str, ...] = ()  # how counted outcomes are listed (default: severity)
 
 
 TABLE_KINDS: dict[str, TableKind] = {}
@@ -245,6 +246,7 @@ def grouped(store: Store, name: str, by: Sequence[str], runs: Sequence[str] = ()
     fields = resolve_fields(store, k, by)
     values, counts = collect(store, k, fields, runs)
     outcome_rank = {str(o): o.severity for o in Outcome}
+    outcome_rank |= {o: i for i, o in enumerate(k.outcome_order)}
     outcomes = sorted(
         {o for c in counts.values() for o in c}, key=lambda o: (outcome_rank.get(o, 99), o)
     )

@@ -21,7 +21,7 @@ from harness.experiments.faults import FSYNC_STEPS, DustScrub, FsyncEio
 from harness.experiments.recovery import Recovery
 from harness.experiments.zfs.crash import ZfsCrash
 from harness.experiments.zfs.scan import ZfsScan
-from harness.report import recovery, zfs
+from harness.report import patterns, recovery, zfs
 from harness.store.db import Store
 
 Body = Callable[[Console, lifecycle.Report], None]
@@ -66,6 +66,7 @@ def _crash_body(console: Console, r: lifecycle.Report) -> None:
     assert isinstance(exp, CrashReplay)
     with Store.open(r.db, create=False) as st:
         detail = st.run_detail(r.run_id)
+        cells = patterns.summary_lines(st, r.run_id)
     rec = exp.recording
     console.print(
         f"log: {rec.get('log_entries')} entries, {rec.get('flushes')} flushes, "
@@ -79,6 +80,8 @@ def _crash_body(console: Console, r: lifecycle.Report) -> None:
         style = "red" if kind == "finding" else "yellow" if kind == "harness" else "green"
         t.add_row(f"[{style}]{name}[/]", str(counts[name]), kind)
     console.print(t)
+    for line in cells:  # an application pattern: what the states left, per cell
+        console.print(line)
     if detail.recovery:
         rt = Table("recovery phase", "n", "mean ms", "p50 ms", "p95 ms", "max ms")
         for ph in detail.recovery:

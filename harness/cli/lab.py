@@ -17,6 +17,8 @@ from harness import errors, paths
 from harness.config import scenario
 from harness.config.crash import OpsWorkload, Scenario
 from harness.config.faults import FaultsScenario
+from harness.config.settings import size_text
+from harness.config.workload import WorkloadScenario
 
 console = Console(highlight=False)
 
@@ -106,6 +108,13 @@ def cmd_list(args: argparse.Namespace) -> int:
                 str(s.fault.mode),
                 s.experiment,
                 f"{len(s.filesystems)} filesystems",
+            )
+        elif isinstance(s, WorkloadScenario):  # fio on several filesystems, measured
+            cols = (
+                ",".join(dict.fromkeys(c.type for c in s.cells)),
+                f"{len(s.cells)} cells",
+                f"fio {size_text(s.fio.size)} {s.fio.runtime}s",
+                "x" + str(s.repetitions),
             )
         else:  # a ZFS scrub/resilver experiment: layout, fill and fault instead
             p = s.pool

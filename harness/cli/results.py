@@ -56,9 +56,11 @@ def register(sub: Any) -> None:
     show.add_argument("run", metavar="RUN", help="run id, or a unique prefix of one")
     show.set_defaults(func=cmd_show)
 
+    from harness.report import io as io_report
     from harness.report import zfs as report
 
     report.register(rsub, common)
+    io_report.register()
 
     table = rsub.add_parser(
         "table",
@@ -120,9 +122,10 @@ def register(sub: Any) -> None:
     plot = rsub.add_parser(
         "plot",
         parents=[common],
-        help="PNG charts: recovery --by F,..., crashmap RUN, resilver|scrub --by layout,fill",
+        help="PNG charts: recovery --by F,..., crashmap RUN, resilver|scrub --by layout,fill,"
+        " io --by fs,data_mode",
     )
-    plot.add_argument("chart", choices=("recovery", "crashmap", "resilver", "scrub"))
+    plot.add_argument("chart", choices=("recovery", "crashmap", "resilver", "scrub", "io"))
     plot.add_argument("run", nargs="?", metavar="RUN", help="the run (crashmap)")
     plot.add_argument("--by", default=None, metavar="FIELD,...")
     plot.add_argument("-o", "--output", type=Path, default=None, metavar="PNG")
@@ -255,7 +258,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     if not result.groups:
         console.print(f"table {k.name}: {k.empty_hint} (in {path})")
         return 0
-    render.print_grouped(console, result)
+    (k.printer or render.print_grouped)(console, result)
     return 0
 
 
@@ -333,6 +336,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
                 if not args.run:
                     raise InputError("plot crashmap needs a RUN", hint="scenario results runs")
                 plots.plot_crashmap(store, args.run, out)
+            elif args.chart == "io":
+                from harness.report import io as io_report
+
+                by = query.parse_by(args.by) if args.by is not None else ["cell"]
+                io_report.plot_io(store, by, out)
             elif args.chart == "recovery":
                 by = query.parse_by(args.by) if args.by is not None else ["fs", "data_mode"]
                 plots.plot_recovery(store, by, out)

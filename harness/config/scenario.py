@@ -34,9 +34,10 @@ from harness.errors import InputError
 
 if TYPE_CHECKING:
     from harness.config.faults import FaultsScenario
+    from harness.config.workload import WorkloadScenario
     from harness.config.zfs import ZfsScenario
 
-    AnyScenario = Scenario | ZfsScenario | FaultsScenario
+    AnyScenario = Scenario | ZfsScenario | FaultsScenario | WorkloadScenario
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,10 @@ def load(name_or_path: str | Path, overrides: Sequence[str] = ()) -> AnyScenario
         from harness.config import faults
 
         model, keys = faults.FaultsScenario, faults.SETTABLE
+    elif data.get("kind") == "workload":
+        from harness.config import workload
+
+        model, keys = workload.WorkloadScenario, workload.SETTABLE
     touched: list[str] = []
     if overrides:
         given = settings.parse_overrides(path, overrides, keys, aliases)

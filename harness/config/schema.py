@@ -15,6 +15,7 @@ from harness import paths
 from harness.config.campaign import CampaignFile
 from harness.config.crash import Scenario
 from harness.config.faults import FaultsScenario
+from harness.config.workload import WorkloadScenario
 from harness.config.zfs import ZfsScenario
 
 # Set by the loader from the file, never written in it.
@@ -23,6 +24,7 @@ KINDS: dict[str, type[BaseModel]] = {
     "crash": Scenario,
     "zfs": ZfsScenario,
     "faults": FaultsScenario,
+    "workload": WorkloadScenario,
     "campaign": CampaignFile,
 }
 
@@ -34,7 +36,7 @@ def schema(kind: str) -> dict[str, Any]:
 
 def scenario_schema() -> dict[str, Any]:
     """Both scenario kinds in one schema: a file must fit one of them."""
-    return _schema([Scenario, ZfsScenario, FaultsScenario], "crashlab scenario")
+    return _schema([Scenario, ZfsScenario, FaultsScenario, WorkloadScenario], "crashlab scenario")
 
 
 def _schema(models: list[type[BaseModel]], title: str) -> dict[str, Any]:

@@ -17,9 +17,10 @@ from harness.errors import EXIT_FINDING, EXIT_HARNESS
 from harness.experiments import lifecycle
 from harness.experiments.crash import CrashReplay
 from harness.experiments.faults import FSYNC_STEPS, DustScrub, FsyncEio
+from harness.experiments.workload import Workload
 from harness.experiments.zfs.crash import ZfsCrash
 from harness.experiments.zfs.scan import ZfsScan
-from harness.report import zfs
+from harness.report import io, zfs
 from harness.store.db import Store
 
 Body = Callable[[Console, lifecycle.Report], None]
@@ -120,4 +121,5 @@ BODIES: dict[type[lifecycle.Experiment], Body] = {
     CrashReplay: _crash_body,
     ZfsScan: zfs.print_scan_body,
     ZfsCrash: zfs.print_crash_body,
+    Workload: io.print_run_body,
 }

@@ -27,6 +27,7 @@ class RunKind(StrEnum):
     CRASH = "crash"
     ZFS = "zfs"
     FAULTS = "faults"
+    WORKLOAD = "workload"
 
 
 class RunStatus(StrEnum):

@@ -26,11 +26,20 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
     "sd": ("sd", "lun", "size", "threads", *DEDUP),
     "wd": ("wd", "sd", "xfersize", "rdpct", "seekpct", "rhpct", "threads", "iorate"),
     "fsd": ("fsd", "anchor", "depth", "width", "files", "size", *DEDUP),
-    "fwd": ("fwd", "fsd", "operation", "xfersize", "fileio", "fileselect", "stopafter",
-            "threads", "fwdrate"),
+    "fwd": (
+        "fwd",
+        "fsd",
+        "operation",
+        "xfersize",
+        "fileio",
+        "fileselect",
+        "stopafter",
+        "threads",
+        "fwdrate",
+    ),
     "rd": ("rd", "wd", "fwd", "iorate", "fwdrate", "elapsed", "interval", "threads", "format"),
     "general": DEDUP,
-}  # fmt: skip
+}
 
 
 @dataclass
@@ -172,8 +181,14 @@ class Mapper:
             sections, size = self.files(rd)
         else:
             raise InputError(f"{self.path}:{rd.line}: rd= names neither wd= nor fwd=")
-        glob = ["[global]", "ioengine=psync", "size=${SIZE}", "runtime=${RUNTIME}",
-                "time_based=1", *self.dedup_options(sections)]  # fmt: skip
+        glob = [
+            "[global]",
+            "ioengine=psync",
+            "size=${SIZE}",
+            "runtime=${RUNTIME}",
+            "time_based=1",
+            *self.dedup_options(sections),
+        ]
         job = "\n".join([*glob, "", *sections]) + "\n"
         return Imported(job, size, elapsed, dict(self.dedup), self.notes)
 
@@ -194,8 +209,10 @@ class Mapper:
                 raise InputError(f"{self.path}:{sd.line}: sd= without lun=")
             size = size or (self.size(sd, "size") if "size" in sd.params else 0)
             if not size:
-                raise InputError(f"{self.path}:{sd.line}: sd= without size=",
-                                 hint="the file's size must be given (size=1g)")  # fmt: skip
+                raise InputError(
+                    f"{self.path}:{sd.line}: sd= without size=",
+                    hint="the file's size must be given (size=1g)",
+                )
             holder = next((r for r in (rd, wd, sd) if "threads" in r.params), None)
             threads = int(self.number(holder, "threads", 1)) if holder else 1
             rdpct = self.number(wd, "rdpct", 0, 100) if "rdpct" in wd.params else 100.0
@@ -204,16 +221,21 @@ class Mapper:
                 seekpct = 0.0
             else:  # vdbench's default is 100: every I/O seeks (random)
                 seekpct = self.number(wd, "seekpct", 0, 100) if "seekpct" in wd.params else 100.0
-            opts = [f"[{wd.name}]", f"filename={PurePosixPath(sd.params['lun']).name}",
-                    f"bs={self.xfer(wd)}", *self.rw(rdpct, seekpct > 0)]  # fmt: skip
+            opts = [
+                f"[{wd.name}]",
+                f"filename={PurePosixPath(sd.params['lun']).name}",
+                f"bs={self.xfer(wd)}",
+                *self.rw(rdpct, seekpct > 0),
+            ]
             if 0 < seekpct < 100:
                 opts.append(f"percentage_random={seekpct:g}")
             if "rhpct" in wd.params:
                 opts += self.hits(wd, size, seekpct)
             opts += [f"numjobs={threads}"] if threads > 1 else []
             opts += self.rate(rd, "iorate", threads) + self.rate(wd, "iorate", threads)
-            self.notes.append(f"lun={sd.params['lun']}: a file of that name in the filesystem"
-                              " under test")  # fmt: skip
+            self.notes.append(
+                f"lun={sd.params['lun']}: a file of that name in the filesystem under test"
+            )
             sections += [*opts, ""]
         return sections, size
 
@@ -229,8 +251,12 @@ class Mapper:
         if "xfersize" not in r.params:
             return "4k"
         if r.params["xfersize"].startswith("("):
-            raise self.fail(r, "xfersize", "a distribution of transfer sizes is not supported",
-                            "give one size, e.g. xfersize=4k")  # fmt: skip
+            raise self.fail(
+                r,
+                "xfersize",
+                "a distribution of transfer sizes is not supported",
+                "give one size, e.g. xfersize=4k",
+            )
         return size_text(self.size(r, "xfersize")).lower()
 
     def hits(self, wd: Record, size: int, seekpct: float) -> list[str]:
@@ -253,26 +279,38 @@ class Mapper:
             fsd = self.find("fsd", fwd, "fsd")[0]
             depth = int(self.number(fsd, "depth", 0)) if "depth" in fsd.params else 0
             width = int(self.number(fsd, "width", 1)) if "width" in fsd.params else 1
-            nfiles = width**depth * int(self.number(fsd, "files", 1) if "files" in fsd.params else 1)
+            nfiles = width**depth * int(
+                self.number(fsd, "files", 1) if "files" in fsd.params else 1
+            )
             each = self.size(fsd, "size") if "size" in fsd.params else MiB
             size = size or nfiles * each
             op = fwd.params.get("operation", "read").lower()
             if op not in ("read", "write"):
-                raise self.fail(fwd, "operation", "only read and write map to fio",
-                                "fio has no metadata operations (create, delete, getattr, ...)")  # fmt: skip
+                raise self.fail(
+                    fwd,
+                    "operation",
+                    "only read and write map to fio",
+                    "fio has no metadata operations (create, delete, getattr, ...)",
+                )
             fileio = fwd.params.get("fileio", "random").lower()
             if fileio not in ("random", "sequential"):
                 raise self.fail(fwd, "fileio", "expected random or sequential")
             threads = int(self.number(fwd, "threads", 1)) if "threads" in fwd.params else 1
             select = {"random": "random", "sequential": "sequential"}.get(
-                fwd.params.get("fileselect", "random").lower())
+                fwd.params.get("fileselect", "random").lower()
+            )
             if select is None:
                 raise self.fail(fwd, "fileselect", "expected random or sequential")
             if "stopafter" in fwd.params:
                 select += f":{int(self.number(fwd, 'stopafter', 1))}"
-            opts = [f"[{fwd.name}]", f"rw={'rand' if fileio == 'random' else ''}{op}",
-                    f"bs={self.xfer(fwd)}", f"nrfiles={nfiles}",
-                    f"filename_format={fsd.name}.$filenum", f"file_service_type={select}"]  # fmt: skip
+            opts = [
+                f"[{fwd.name}]",
+                f"rw={'rand' if fileio == 'random' else ''}{op}",
+                f"bs={self.xfer(fwd)}",
+                f"nrfiles={nfiles}",
+                f"filename_format={fsd.name}.$filenum",
+                f"file_service_type={select}",
+            ]
             if rd.params.get("format", "no").lower() in ("yes", "restart") and op == "write":
                 opts.append("overwrite=1")
             opts += [f"numjobs={threads}"] if threads > 1 else []
@@ -298,8 +336,12 @@ class Mapper:
             unit = size_text(self.size(r, "dedupunit")).lower()
             for s in sections:
                 if s.startswith("bs=") and s != f"bs={unit}":
-                    raise self.fail(r, "dedupunit", f"differs from the transfer size ({s})",
-                                    "fio dedupes whole write buffers: make xfersize equal")  # fmt: skip
+                    raise self.fail(
+                        r,
+                        "dedupunit",
+                        f"differs from the transfer size ({s})",
+                        "fio dedupes whole write buffers: make xfersize equal",
+                    )
         if "dedupsets" in self.dedup:
             r = Record("general", self.dedup_lines["dedupsets"], self.dedup, self.dedup_lines)
             pct = self.number(r, "dedupsets", 1, 100)
@@ -326,8 +368,8 @@ def import_file(path: Path) -> dict[str, Any]:
     if imp.dedup:
         unit = imp.dedup.get("dedupunit", "128k")
         cells: list[dict[str, Any]] = [
-            {"type": "zfs", "zfs": {"dedup": "on", "recordsize": unit.upper()}},
-            {"type": "zfs", "zfs": {"dedup": "off", "recordsize": unit.upper()}},
+            {"type": "zfs", "properties": {"dedup": "on", "recordsize": unit.upper()}},
+            {"type": "zfs", "properties": {"dedup": "off", "recordsize": unit.upper()}},
             {"type": "btrfs"},
         ]
     else:
@@ -340,7 +382,11 @@ def import_file(path: Path) -> dict[str, Any]:
         "seed": 1,
         "disk_size": size_text(disk),
         "cells": cells,
-        "fio": {"size": size_text(imp.size), "runtime": imp.runtime,
-                "origin": str(path), "job": imp.job},  # fmt: skip
+        "fio": {
+            "size": size_text(imp.size),
+            "runtime": imp.runtime,
+            "origin": str(path),
+            "job": imp.job,
+        },
         "_notes": imp.notes,
     }

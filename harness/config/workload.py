@@ -3,7 +3,7 @@ a fresh guest, measured with fio's JSON, /proc/stat and blktrace
 (``harness/experiments/workload.py``).
 
 A cell is a filesystem and its options: ext2, ext3/ext4 in a data mode, xfs, btrfs, or a
-single-disk ZFS pool with dataset properties (``zfs = {dedup = "on", recordsize = "4K"}``).
+single-disk ZFS pool with dataset properties (``properties = {dedup = "on", recordsize = "4K"}``).
 The fio job is kept inline; ``${SIZE}`` and ``${RUNTIME}`` in it are fio's own
 environment-variable expansion, filled from ``fio.size`` and ``fio.runtime``, so a
 CI-sized run is ``--set fio.size=4M --set fio.runtime=3`` on the same job.
@@ -23,17 +23,55 @@ from harness.config.settings import Settings, Size, problem, size_text
 MiB = 1 << 20
 DATA_MODE_FS = ("ext3", "ext4")
 # mkfs refuses smaller disks (xfsprogs >= 5.19: 300 MiB; btrfs-progs: ~128 MiB).
-MIN_DISK = {"ext2": 8 * MiB, "ext3": 16 * MiB, "ext4": 16 * MiB, "xfs": 300 * MiB,
-            "btrfs": 128 * MiB, "zfs": 64 * MiB}  # fmt: skip
+MIN_DISK = {
+    "ext2": 8 * MiB,
+    "ext3": 16 * MiB,
+    "ext4": 16 * MiB,
+    "xfs": 300 * MiB,
+    "btrfs": 128 * MiB,
+    "zfs": 64 * MiB,
+}
 
 # Dataset properties `zfs create -o` / `zpool create -O` accept (OpenZFS 2.1/2.2,
 # zfsprops(7)): an unknown one is an error here, before a guest boots.
 ZFS_PROPERTIES = frozenset(
-    """aclinherit aclmode acltype atime canmount checksum compression copies dedup
-    devices dnodesize exec logbias mountpoint primarycache quota readonly recordsize
-    redundant_metadata refquota refreservation relatime reservation secondarycache
-    setuid snapdev snapdir special_small_blocks sync volmode xattr zoned casesensitivity
-    normalization utf8only""".split()
+    (
+        "aclinherit",
+        "aclmode",
+        "acltype",
+        "atime",
+        "canmount",
+        "checksum",
+        "compression",
+        "copies",
+        "dedup",
+        "devices",
+        "dnodesize",
+        "exec",
+        "logbias",
+        "mountpoint",
+        "primarycache",
+        "quota",
+        "readonly",
+        "recordsize",
+        "redundant_metadata",
+        "refquota",
+        "refreservation",
+        "relatime",
+        "reservation",
+        "secondarycache",
+        "setuid",
+        "snapdev",
+        "snapdir",
+        "special_small_blocks",
+        "sync",
+        "volmode",
+        "xattr",
+        "zoned",
+        "casesensitivity",
+        "normalization",
+        "utf8only",
+    )
 )
 
 
@@ -46,7 +84,7 @@ class IoCell(Settings):
     )
     mkfs_options: tuple[str, ...] = ()
     mount_options: tuple[str, ...] = ()
-    zfs: dict[str, str] = Field(
+    properties: dict[str, str] = Field(
         default_factory=dict, description="ZFS dataset properties: dedup, compression, ..."
     )
     label: str = Field("", description="name of the cell in tables (default: type + options)")
@@ -58,17 +96,19 @@ class IoCell(Settings):
                 object.__setattr__(self, "data_mode", "ordered")
         elif self.data_mode is not None:
             raise problem(f"only ext3 and ext4 have data modes, not {self.type}", key="data_mode")
-        if self.zfs and self.type != "zfs":
-            raise problem(f"ZFS properties on a {self.type} cell", "remove the key", key="zfs")
-        for prop, value in self.zfs.items():
+        if self.properties and self.type != "zfs":
+            raise problem(
+                f"ZFS properties on a {self.type} cell", "remove the key", key="properties"
+            )
+        for prop, value in self.properties.items():
             if prop not in ZFS_PROPERTIES:
                 raise problem(
                     f"unknown ZFS property {prop!r}",
                     "known: " + ", ".join(sorted(ZFS_PROPERTIES)),
-                    key=f"zfs.{prop}",
+                    key=f"properties.{prop}",
                 )
             if not value.strip():
-                raise problem(f"ZFS property {prop!r} has no value", key=f"zfs.{prop}")
+                raise problem(f"ZFS property {prop!r} has no value", key=f"properties.{prop}")
         for opt in self.mount_options:
             if opt.startswith("data="):
                 raise problem(f"{opt!r} belongs in data_mode", key="mount_options")
@@ -77,10 +117,10 @@ class IoCell(Settings):
     def name(self) -> str:
         if self.label:
             return self.label
-        parts = [self.type]
+        parts: list[str] = [self.type]
         if self.data_mode:
             parts.append(f"data={self.data_mode}")
-        parts += [f"{k}={v}" for k, v in sorted(self.zfs.items())]
+        parts += [f"{k}={v}" for k, v in sorted(self.properties.items())]
         return " ".join([*parts, *self.mkfs_options, *self.mount_options])
 
     def mkfs_argv(self) -> list[str]:

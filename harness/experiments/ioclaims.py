@@ -28,7 +28,9 @@ def by_cell(rows: Sequence[Row]) -> tuple[Cells, dict[str, Mapping[str, Any]]]:
     return {n: {k: statistics.fmean(v) for k, v in m.items()} for n, m in values.items()}, settings
 
 
-def _find(settings: Mapping[str, Mapping[str, Any]], pred: Callable[[Mapping[str, Any]], bool]) -> str | None:
+def _find(
+    settings: Mapping[str, Mapping[str, Any]], pred: Callable[[Mapping[str, Any]], bool]
+) -> str | None:
     return next((n for n, c in settings.items() if pred(c)), None)
 
 
@@ -56,50 +58,82 @@ def claims(rows: Sequence[Row]) -> list[dict[str, str]]:
     if ext2 and journaled:
         parts = []
         for n in journaled:
-            rel = _throughput(cells[n]) / _throughput(cells[ext2]) if _throughput(cells[ext2]) else None
+            rel = (
+                _throughput(cells[n]) / _throughput(cells[ext2])
+                if _throughput(cells[ext2])
+                else None
+            )
             cpu = cells[n].get("cpu_busy_pct")
             parts.append(
                 f"{n}: {'-' if rel is None else f'{rel:.2f}x'} ext2's throughput"
                 + ("" if rel is None else f" (cost {100 * (1 - rel):.0f} %)")
-                + (f", CPU busy {cpu:.0f} % vs {cells[ext2].get('cpu_busy_pct', 0):.0f} %" if cpu is not None else "")
+                + (
+                    f", CPU busy {cpu:.0f} % vs {cells[ext2].get('cpu_busy_pct', 0):.0f} %"
+                    if cpu is not None
+                    else ""
+                )
             )
         say("002", "journaling costs at least 30 % throughput and CPU", "; ".join(parts))
     journal, ordered = _find(settings, _ext("journal")), _find(settings, _ext("ordered"))
     if journal and ordered:
         j, o = cells[journal], cells[ordered]
-        say("000/002", "data=journal writes data twice (to the journal, then in place)",
+        say(
+            "000/002",
+            "data=journal writes data twice (to the journal, then in place)",
             f"{journal} wrote {_ratio(j.get('dev_write_mb'), o.get('dev_write_mb'))} the device "
             f"bytes of {ordered} (write amplification {j.get('write_amplification', 0):.2f} vs "
-            f"{o.get('write_amplification', 0):.2f}); throughput {_ratio(_throughput(j), _throughput(o))}")  # fmt: skip
-    zfs = _find(settings, lambda c: c["type"] == "zfs" and c.get("zfs", {}).get("dedup", "off") == "off")
+            f"{o.get('write_amplification', 0):.2f}); throughput "
+            f"{_ratio(_throughput(j), _throughput(o))}",
+        )
+    zfs = _find(
+        settings,
+        lambda c: c["type"] == "zfs" and c.get("properties", {}).get("dedup", "off") == "off",
+    )
     if zfs and ordered:
         z, o = cells[zfs], cells[ordered]
 
         def spread(m: Mapping[str, float]) -> str:
             return _ratio(m.get("write_p99_ms"), m.get("write_p50_ms"))
 
-        say("000", "ZFS copy-on-write makes write latency vary more than ext4 journaling",
+        say(
+            "000",
+            "ZFS copy-on-write makes write latency vary more than ext4 journaling",
             f"write clat p99/p50: {zfs} {spread(z)}, {ordered} {spread(o)}; write amplification "
-            f"{z.get('write_amplification', 0):.2f} vs {o.get('write_amplification', 0):.2f}")  # fmt: skip
-    dedup = _find(settings, lambda c: c.get("zfs", {}).get("dedup", "off") not in ("off",))
+            f"{z.get('write_amplification', 0):.2f} vs {o.get('write_amplification', 0):.2f}",
+        )
+    dedup = _find(settings, lambda c: c.get("properties", {}).get("dedup", "off") not in ("off",))
     if dedup:
         d = cells[dedup]
-        say("001", "dedupratio=2 data gives zpool DEDUP 1.99x",
-            f"{dedup}: zpool dedupratio {d.get('dedup_ratio', 0):.2f}x")
+        say(
+            "001",
+            "dedupratio=2 data gives zpool DEDUP 1.99x",
+            f"{dedup}: zpool dedupratio {d.get('dedup_ratio', 0):.2f}x",
+        )
         btrfs = _find(settings, lambda c: c["type"] == "btrfs")
         others = [n for n in (zfs, btrfs) if n]
         if btrfs:
-            say("001", "btrfs allocates far more space than ZFS with dedup",
+            say(
+                "001",
+                "btrfs allocates far more space than ZFS with dedup",
                 f"{btrfs} used {_ratio(cells[btrfs].get('space_used_mb'), d.get('space_used_mb'))}"
-                f" the space of {dedup}")
+                f" the space of {dedup}",
+            )
         if others:
-            say("001", "dedup costs CPU (18 % vs 12 % for btrfs)",
+            say(
+                "001",
+                "dedup costs CPU (18 % vs 12 % for btrfs)",
                 f"CPU busy {dedup} {d.get('cpu_busy_pct', 0):.0f} %, "
-                + ", ".join(f"{n} {cells[n].get('cpu_busy_pct', 0):.0f} %" for n in others))
+                + ", ".join(f"{n} {cells[n].get('cpu_busy_pct', 0):.0f} %" for n in others),
+            )
     snaps = [n for n in cells if "space_per_snapshot_mb" in cells[n]]
     if snaps:
-        say("001", "CoW snapshots cost only the changed blocks",
-            "; ".join(f"{n}: {cells[n]['snapshots']:.0f} snapshots, "
-                      f"{cells[n]['space_per_snapshot_mb']:.1f} MB of space per snapshot"
-                      for n in snaps))  # fmt: skip
+        say(
+            "001",
+            "CoW snapshots cost only the changed blocks",
+            "; ".join(
+                f"{n}: {cells[n]['snapshots']:.0f} snapshots, "
+                f"{cells[n]['space_per_snapshot_mb']:.1f} MB of space per snapshot"
+                for n in snaps
+            ),
+        )
     return out

@@ -8,6 +8,8 @@ number or absent (never a default that looks like a measurement).
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +21,11 @@ def fio_jobs(fio: Mapping[str, Any]) -> list[dict[str, Any]]:
     (ms); the job's fsync count."""
     out = []
     for job in fio.get("jobs", []):
-        row: dict[str, Any] = {"name": job.get("jobname"), "error": job.get("error", 0)}
+        row: dict[str, Any] = {
+            "name": job.get("jobname"),
+            "error": job.get("error", 0),
+            "group": job.get("groupid", 0),
+        }
         for d in DIRECTIONS:
             st = job.get(d) or {}
             if not st.get("total_ios"):
@@ -30,6 +36,7 @@ def fio_jobs(fio: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "bw_bytes": st["bw_bytes"],
                 "io_bytes": st["io_bytes"],
                 "ios": st["total_ios"],
+                "runtime_ms": st.get("runtime", 0),
                 **{f"clat_p{q}_ms": pct[k] / 1e6 for q, k in _PCTS if k in pct},
             }
         row["fsyncs"] = int((job.get("sync") or {}).get("total_ios") or 0)
@@ -42,6 +49,19 @@ _PCTS = (("50", "50.000000"), ("99", "99.000000"), ("99.9", "99.900000"))
 
 def _sum(jobs: list[dict[str, Any]], d: str, key: str) -> float:
     return sum(float(j[d][key]) for j in jobs if d in j)
+
+
+def _rate(jobs: list[dict[str, Any]], d: str, key: str) -> float:
+    """Per second over the run: jobs of one group (fio's ``stonewall`` starts a new one) run
+    together and their rates add; groups run one after another, so their amounts add and
+    so do their times."""
+    amount = _sum(jobs, d, key)
+    groups: dict[int, float] = {}
+    for j in jobs:
+        if d in j:
+            groups[j["group"]] = max(groups.get(j["group"], 0.0), j[d]["runtime_ms"] / 1e3)
+    seconds = sum(groups.values())
+    return amount / seconds if seconds else 0.0
 
 
 def _ios_weighted(jobs: list[dict[str, Any]], d: str, key: str) -> float | None:
@@ -64,8 +84,12 @@ def parse_zpool_list(text: str) -> dict[str, Any]:
     parts = text.strip().split("\t")
     if len(parts) != 5:
         return {}
-    return {"size": int(parts[1]), "alloc": int(parts[2]), "free": int(parts[3]),
-            "dedupratio": float(parts[4].rstrip("x"))}  # fmt: skip
+    return {
+        "size": int(parts[1]),
+        "alloc": int(parts[2]),
+        "free": int(parts[3]),
+        "dedupratio": float(parts[4].rstrip("x")),
+    }
 
 
 def parse_zfs_get(text: str) -> dict[str, float]:
@@ -84,8 +108,9 @@ def parse_zfs_snapshots(text: str) -> list[dict[str, Any]]:
     for line in text.strip().splitlines():
         p = line.split("\t")
         if len(p) == 4:
-            out.append({"name": p[0], "used": int(p[1]), "referenced": int(p[2]),
-                        "written": int(p[3])})  # fmt: skip
+            out.append(
+                {"name": p[0], "used": int(p[1]), "referenced": int(p[2]), "written": int(p[3])}
+            )
     return out
 
 
@@ -97,10 +122,8 @@ def parse_btrfs_usage(text: str) -> dict[str, int]:
         s = line.strip()
         for label, key in want.items():
             if s.startswith(label) and key not in out:
-                try:
+                with contextlib.suppress(ValueError, IndexError):
                     out[key] = int(s[len(label) :].split()[0])
-                except (ValueError, IndexError):
-                    pass
     return out
 
 
@@ -137,8 +160,8 @@ def derive(
     d: dict[str, float | None] = {}
     for dr in ("read", "write"):
         if any(dr in j for j in jobs):
-            d[f"{dr}_iops"] = _sum(jobs, dr, "iops")
-            d[f"{dr}_mbps"] = _sum(jobs, dr, "bw_bytes") / 1e6
+            d[f"{dr}_iops"] = _rate(jobs, dr, "ios")
+            d[f"{dr}_mbps"] = _rate(jobs, dr, "io_bytes") / 1e6
             d[f"{dr}_p50_ms"] = _ios_weighted(jobs, dr, "clat_p50_ms")
             d[f"{dr}_p99_ms"] = _ios_weighted(jobs, dr, "clat_p99_ms")
     app_written = _sum(jobs, "write", "io_bytes")
@@ -163,7 +186,7 @@ def derive(
         d["compress_ratio"] = (sp.get("zfs") or {}).get("compressratio")
     if snapshots:
         d["snapshots"] = float(len(snapshots))
-        growth = [b["used_bytes"] - a["used_bytes"] for a, b in zip(snapshots, snapshots[1:])]
+        growth = [b["used_bytes"] - a["used_bytes"] for a, b in itertools.pairwise(snapshots)]
         if growth:
             d["space_per_snapshot_mb"] = sum(growth) / len(growth) / 1e6
     return {k: round(float(v), 6) for k, v in d.items() if v is not None}

@@ -92,9 +92,7 @@ class Workload(lifecycle.Experiment):
     def prepare(self) -> None:
         assert isinstance(self.sc, WorkloadScenario)
         check_job(self.sc)
-        self.all = [
-            Item(c, r + 1) for c in self.sc.cells for r in range(self.sc.repetitions)
-        ]
+        self.all = [Item(c, r + 1) for c in self.sc.cells for r in range(self.sc.repetitions)]
         self.env_set = False
 
     def items(self) -> Sequence[Item]:
@@ -142,14 +140,33 @@ class Workload(lifecycle.Experiment):
         dev = g.run(["readlink", "-f", g.disk("dut")], check=True).out.strip()
         fio_out = f"{record.GUEST_DIR}/fio.json"
         args = [
-            "--fs", cell.type, "--dev", dev, "--mkfs", json.dumps(cell.mkfs_argv()),
-            "--mount-opts", ",".join(cell.mount_opts()), "--zfs-props", json.dumps(cell.zfs),
-            "--job", job, "--size", str(sc.fio.size), "--runtime", str(sc.fio.runtime),
-            "--seed", str(self.run.seed), "--fio-out", fio_out,
+            "--fs",
+            cell.type,
+            "--dev",
+            dev,
+            "--mkfs",
+            json.dumps(cell.mkfs_argv()),
+            "--mount-opts",
+            ",".join(cell.mount_opts()),
+            "--zfs-props",
+            json.dumps(cell.properties),
+            "--job",
+            job,
+            "--size",
+            str(sc.fio.size),
+            "--runtime",
+            str(sc.fio.runtime),
+            "--seed",
+            str(self.run.seed),
+            "--fio-out",
+            fio_out,
             *(["--trace-dir", GUEST_TRACE_DIR] if sc.blktrace else []),
-            *(["--snapshot-every", str(sc.snapshot_every)]
-              if sc.snapshot_every and cell.type in ("zfs", "btrfs") else []),
-        ]  # fmt: skip
+            *(
+                ["--snapshot-every", str(sc.snapshot_every)]
+                if sc.snapshot_every and cell.type in ("zfs", "btrfs")
+                else []
+            ),
+        ]
         r = g.run(["python3", f"{record.GUEST_DIR}/ioprobe.py", *args], timeout=sc.timeout)
         if not r.ok:
             raise HarnessError("ioprobe.py failed in the guest", detail=(r.err or r.out)[-2000:])
@@ -204,7 +221,9 @@ class Workload(lifecycle.Experiment):
     def summary(self) -> dict[str, Any]:
         from harness.experiments.ioclaims import claims
 
-        rows = [o for o in self.run.store.observations(self.run.run_id) if "derived" in o["metrics"]]
+        rows = [
+            o for o in self.run.store.observations(self.run.run_id) if "derived" in o["metrics"]
+        ]
         return {"cells": len(self.sc.cells), "claims": claims(rows)}
 
 
@@ -215,13 +234,16 @@ def _json_part(text: str) -> str:
 
 
 def _setup_failed(facts: dict[str, Any], cell: IoCell) -> dict[str, Any]:
-    step = next((s for s in facts["steps"] if s["step"] == facts["failed"]), {})
+    step: dict[str, Any] = next((s for s in facts["steps"] if s["step"] == facts["failed"]), {})
     err = (step.get("err") or step.get("out") or "").strip()
     where = f"cell {cell.name()!r}: step {facts['failed']}"
     if facts["failed"] == "zpool-create" and "property" in err:
-        where += f" (ZFS properties {cell.zfs})"
-    return {"outcome": str(Outcome.HARNESS_ERROR), "error": f"{where}: {err[-500:]}",
-            "steps": facts["steps"]}  # fmt: skip
+        where += f" (ZFS properties {cell.properties})"
+    return {
+        "outcome": str(Outcome.HARNESS_ERROR),
+        "error": f"{where}: {err[-500:]}",
+        "steps": facts["steps"],
+    }
 
 
 def measured(

@@ -42,9 +42,16 @@ class Probe:
         t = time.monotonic()
         r = subprocess.run(argv, capture_output=True, text=True, env=self.env)
         out = r.stdout
-        self.steps.append({"step": name, "argv": argv, "rc": r.returncode,
-                           "seconds": round(time.monotonic() - t, 3),
-                           "out": out[-keep:], "err": r.stderr[-keep:]})  # fmt: skip
+        self.steps.append(
+            {
+                "step": name,
+                "argv": argv,
+                "rc": r.returncode,
+                "seconds": round(time.monotonic() - t, 3),
+                "out": out[-keep:],
+                "err": r.stderr[-keep:],
+            }
+        )
         if must and r.returncode != 0:
             raise Failed(name)
         return out
@@ -54,8 +61,21 @@ class Probe:
         os.makedirs(MNT, exist_ok=True)
         if a.fs == "zfs":
             props = [x for k, v in json.loads(a.zfs_props).items() for x in ("-O", f"{k}={v}")]
-            self.sh("zpool-create", ["zpool", "create", "-f", "-o", "ashift=12", "-O",
-                                     f"mountpoint={MNT}", *props, POOL, a.dev])  # fmt: skip
+            self.sh(
+                "zpool-create",
+                [
+                    "zpool",
+                    "create",
+                    "-f",
+                    "-o",
+                    "ashift=12",
+                    "-O",
+                    f"mountpoint={MNT}",
+                    *props,
+                    POOL,
+                    a.dev,
+                ],
+            )
             return
         self.sh("mkfs", [*json.loads(a.mkfs), a.dev])
         opts = ["-o", a.mount_opts] if a.mount_opts else []
@@ -73,8 +93,9 @@ class Probe:
             alloc = self.sh(f"alloc-{n}", ["zpool", "list", "-Hp", "-o", "alloc", POOL])
             used = int(alloc.strip() or 0)
         else:
-            self.sh(f"snapshot-{n}", ["btrfs", "subvolume", "snapshot", "-r", MNT,
-                                      f"{MNT}/.snap{n}"])  # fmt: skip
+            self.sh(
+                f"snapshot-{n}", ["btrfs", "subvolume", "snapshot", "-r", MNT, f"{MNT}/.snap{n}"]
+            )
             st = os.statvfs(MNT)
             used = (st.f_blocks - st.f_bfree) * st.f_frsize
         return {"n": n, "seconds": round(t - self.t0, 3), "used_bytes": used}
@@ -83,15 +104,30 @@ class Probe:
         out: dict[str, Any] = {}
         out["df"] = self.sh("df", ["df", "-B1", "--output=size,used,avail", MNT], must=False)
         if self.a.fs == "zfs":
-            out["zpool_list"] = self.sh("zpool-list", ["zpool", "list", "-Hp", "-o",
-                                        "name,size,alloc,free,dedupratio", POOL])  # fmt: skip
-            out["zfs_get"] = self.sh("zfs-get", ["zfs", "get", "-Hp", "-o", "property,value",
-                                     "used,logicalused,compressratio,written", POOL])  # fmt: skip
-            out["snapshots"] = self.sh("zfs-list-snapshots", ["zfs", "list", "-Hp", "-t",
-                                       "snapshot", "-o", "name,used,referenced,written"])  # fmt: skip
+            out["zpool_list"] = self.sh(
+                "zpool-list",
+                ["zpool", "list", "-Hp", "-o", "name,size,alloc,free,dedupratio", POOL],
+            )
+            out["zfs_get"] = self.sh(
+                "zfs-get",
+                [
+                    "zfs",
+                    "get",
+                    "-Hp",
+                    "-o",
+                    "property,value",
+                    "used,logicalused,compressratio,written",
+                    POOL,
+                ],
+            )
+            out["snapshots"] = self.sh(
+                "zfs-list-snapshots",
+                ["zfs", "list", "-Hp", "-t", "snapshot", "-o", "name,used,referenced,written"],
+            )
         if self.a.fs == "btrfs":
-            out["btrfs_usage"] = self.sh("btrfs-usage", ["btrfs", "filesystem", "usage", "-b",
-                                         MNT], must=False)  # fmt: skip
+            out["btrfs_usage"] = self.sh(
+                "btrfs-usage", ["btrfs", "filesystem", "usage", "-b", MNT], must=False
+            )
         return out
 
     def run(self) -> dict[str, Any]:
@@ -140,9 +176,11 @@ class Probe:
         if not os.path.ismount("/sys/kernel/debug"):
             self.sh("debugfs", ["mount", "-t", "debugfs", "none", "/sys/kernel/debug"])
         os.makedirs(self.a.trace_dir, exist_ok=True)
-        p = subprocess.Popen(["blktrace", "-d", self.a.dev, "-o", "trace", "-D",
-                              self.a.trace_dir], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)  # fmt: skip
+        p = subprocess.Popen(
+            ["blktrace", "-d", self.a.dev, "-o", "trace", "-D", self.a.trace_dir],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         # blktrace is tracing once its per-CPU relay files exist under debugfs.
         name = os.path.basename(os.path.realpath(self.a.dev))
         for _ in range(100):
@@ -159,9 +197,14 @@ class Probe:
     def stop_trace(self, p: subprocess.Popen[bytes]) -> None:
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=120)
-        self.steps.append({"step": "blktrace", "rc": p.returncode,
-                           "out": out.decode(errors="replace")[-2000:],
-                           "err": err.decode(errors="replace")[-2000:]})  # fmt: skip
+        self.steps.append(
+            {
+                "step": "blktrace",
+                "rc": p.returncode,
+                "out": out.decode(errors="replace")[-2000:],
+                "err": err.decode(errors="replace")[-2000:],
+            }
+        )
         if p.returncode != 0:
             raise Failed("blktrace")
 
@@ -178,11 +221,19 @@ def cpu_delta(before: list[int], after: list[int]) -> dict[str, float]:
     d = [b - a for a, b in zip(before, after, strict=True)]
     total = sum(d) or 1
     user, nice, system, idle, iowait, irq, softirq, steal = d
-    pct = lambda n: round(100.0 * n / total, 2)  # noqa: E731
-    return {"user_pct": pct(user + nice), "system_pct": pct(system + irq + softirq),
-            "iowait_pct": pct(iowait), "idle_pct": pct(idle), "steal_pct": pct(steal),
-            "busy_pct": pct(user + nice + system + irq + softirq + steal),
-            "ticks": total}  # fmt: skip
+
+    def pct(n: int) -> float:
+        return round(100.0 * n / total, 2)
+
+    return {
+        "user_pct": pct(user + nice),
+        "system_pct": pct(system + irq + softirq),
+        "iowait_pct": pct(iowait),
+        "idle_pct": pct(idle),
+        "steal_pct": pct(steal),
+        "busy_pct": pct(user + nice + system + irq + softirq + steal),
+        "ticks": total,
+    }
 
 
 def main() -> int:

@@ -43,6 +43,7 @@ COLUMNS = (
     ("space_per_snapshot_mb", "MB/snapshot", "{:.2f}"),
 )
 
+
 def register() -> None:
     query.register_table(TABLE)
 
@@ -90,7 +91,7 @@ TABLE = query.TableKind(
         "data_mode": _CELL.format("data_mode"),
         "cell": _CELL.format("name"),
         "repetition": _CELL.format("repetition"),
-        **{p: _CELL.format(f"zfs.{p}") for p in ("dedup", "compression", "recordsize")},
+        **{p: _CELL.format(f"properties.{p}") for p in ("dedup", "compression", "recordsize")},
     },
     value="value",
     split="metric",
@@ -122,13 +123,16 @@ def print_run_body(console: Console, r: lifecycle.Report) -> None:
 
 def plot_io(store: Store, by: Sequence[str], out: Path) -> Path:
     """Throughput, write amplification and CPU per group, as three bar panels."""
+    from matplotlib.figure import Figure
+
     from harness.report import plots
 
     register()
     result = query.grouped(store, "io", by)
     if not result.groups:
         raise plots.NoData(TABLE.empty_hint)
-    fig, axes = plots.plt.subplots(1, 3, figsize=(4 + 1.2 * len(result.groups), 4.5))
+    fig = Figure(figsize=(4 + 1.2 * len(result.groups), 4.5))
+    axes = fig.subplots(1, 3)
     labels = [plots._label(result.by, g.key) for g in result.groups]
     for ax, (metrics, title) in zip(
         axes,

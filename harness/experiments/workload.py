@@ -78,7 +78,8 @@ def _job_path(sc: WorkloadScenario) -> Path:
 
 
 def trace_dir(run_id: str, item_id: str) -> Path:
-    """Where an item's raw blktrace files are kept: beside the run log."""
+    """Where an item's raw outputs (blktrace files, fio.json, probe.json) are kept:
+    beside the run log."""
     slug = re.sub(r"[^A-Za-z0-9_.=-]+", "_", item_id).strip("_")
     return paths.results_dir() / "runs" / run_id / slug
 
@@ -114,8 +115,12 @@ class Workload(lifecycle.Experiment):
         disk.unlink(missing_ok=True)
         with open(disk, "wb") as f:
             f.truncate(sc.disk_size)
+        # ZFS partitions a whole disk and waits for udev to make the partition's node.
         spec = GuestSpec(
-            disks=(Disk(disk, "dut"),), memory_mb=sc.memory_mb, command_timeout=sc.timeout
+            disks=(Disk(disk, "dut"),),
+            udev=item.cell.type == "zfs",
+            memory_mb=sc.memory_mb,
+            command_timeout=sc.timeout,
         )
         try:
             with start_guest(spec) as g:
@@ -173,16 +178,19 @@ class Workload(lifecycle.Experiment):
         facts: dict[str, Any] = json.loads(r.out)
         if "failed" in facts:
             return _setup_failed(facts, cell)
-        fio = json.loads(_json_part(g.read_file(fio_out).decode()))
-        trace = self._fetch_trace(g, item) if sc.blktrace else None
-        return measured(facts, fio, trace, g.accelerator, kernel)
-
-    def _fetch_trace(self, g: Guest, item: Item) -> dict[str, Any]:
-        names = g.run(["ls", GUEST_TRACE_DIR], check=True).out.split()
+        raw = _json_part(g.read_file(fio_out).decode())
+        # The raw outputs stay beside the run log: fio's JSON, the probe's facts, the trace.
         out = trace_dir(self.run.run_id, item.id)
         if out.exists():
             shutil.rmtree(out)  # an earlier attempt of this item (resume)
         out.mkdir(parents=True)
+        (out / "fio.json").write_text(raw)
+        (out / "probe.json").write_text(json.dumps(facts, indent=1))
+        trace = self._fetch_trace(g, out) if sc.blktrace else None
+        return measured(facts, json.loads(raw), trace, g.accelerator, kernel)
+
+    def _fetch_trace(self, g: Guest, out: Path) -> dict[str, Any]:
+        names = g.run(["ls", GUEST_TRACE_DIR], check=True).out.split()
         for n in names:
             if ".blktrace." in n:
                 (out / n).write_bytes(g.read_file(f"{GUEST_TRACE_DIR}/{n}"))

@@ -65,7 +65,7 @@ def print_io(console: Console, result: query.GroupedTable) -> None:
         box=box.SIMPLE_HEAD,
     )
     for f in result.by:
-        t.add_column(f)
+        t.add_column(f, no_wrap=True)
     t.add_column("n", justify="right")
     for _, title, _ in cols:
         t.add_column(title, justify="right")

@@ -67,4 +67,7 @@ def test_journal_cost_tiny(
         out = io.plot_io(st, ["cell"], tmp_path / "io.png")
     assert out.stat().st_size > 1000
     claims = (run.summary or {})["claims"]
-    assert any(c["seed"] == "000/002" and "data=journal wrote" in c["measured"] for c in claims)
+    assert any(
+        c["seed"] == "000/002" and "device bytes per byte fio wrote" in c["measured"]
+        for c in claims
+    )

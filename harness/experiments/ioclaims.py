@@ -42,6 +42,10 @@ def _throughput(m: Mapping[str, float]) -> float:
     return m.get("read_mbps", 0.0) + m.get("write_mbps", 0.0)
 
 
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
 def _ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or not b else f"{a / b:.2f}x"
 
@@ -74,15 +78,20 @@ def claims(rows: Sequence[Row]) -> list[dict[str, str]]:
                 )
             )
         say("002", "journaling costs at least 30 % throughput and CPU", "; ".join(parts))
-    journal, ordered = _find(settings, _ext("journal")), _find(settings, _ext("ordered"))
+    journal = _find(settings, _ext("journal"))
+    # data=ordered of the same filesystem as the data=journal cell (ext4 before ext3)
+    ordered = journal and _find(
+        settings, lambda c: _ext("ordered")(c) and c["type"] == settings[journal]["type"]
+    )
     if journal and ordered:
         j, o = cells[journal], cells[ordered]
+        wa_j, wa_o = j.get("write_amplification"), o.get("write_amplification")
         say(
             "000/002",
             "data=journal writes data twice (to the journal, then in place)",
-            f"{journal} wrote {_ratio(j.get('dev_write_mb'), o.get('dev_write_mb'))} the device "
-            f"bytes of {ordered} (write amplification {j.get('write_amplification', 0):.2f} vs "
-            f"{o.get('write_amplification', 0):.2f}); throughput "
+            f"{journal} wrote {_num(wa_j)} device bytes per byte fio wrote, {ordered} "
+            f"{_num(wa_o)} ({_ratio(wa_j, wa_o)}); total device bytes "
+            f"{_ratio(j.get('dev_write_mb'), o.get('dev_write_mb'))}, throughput "
             f"{_ratio(_throughput(j), _throughput(o))}",
         )
     zfs = _find(

@@ -45,7 +45,10 @@ def test_seed000_ext4_threads_and_default_seek() -> None:
 def test_seed001_dedup_file_workload() -> None:
     data = vdbench.import_file(SEEDS / "seed001-dedup.vdb")
     job = data["fio"]["job"].splitlines()
-    assert "dedupe_percentage=50" in job and "dedupe_working_set_percentage=50" in job
+    assert "dedupe_percentage=50" in job
+    # fio's working-set mode takes one file per job: with 8 files, dedupsets is not mapped
+    assert not any(ln.startswith("dedupe_mode") for ln in job)
+    assert any(n.startswith("dedupsets=50%: not mapped") for n in data["_notes"])
     # depth=2, width=2, files=2: 2**2 * 2 = 8 files of 2048k
     assert "nrfiles=8" in job and data["fio"]["size"] == "16M"
     assert "rw=read" in job and "file_service_type=random" in job
@@ -70,6 +73,12 @@ def test_every_seed_imports_to_a_scenario_fio_accepts(name: str, tmp_path: Path)
     assert isinstance(sc, WorkloadScenario)
     check_job(sc)
     assert out.read_text().startswith("# imported from")
+
+
+def test_dedupsets_maps_to_a_working_set_on_one_file(tmp_path: Path) -> None:
+    p = write(tmp_path, "dedupunit=4k,dedupratio=2,dedupsets=50%\n" + BASE)
+    job = vdbench.import_file(p)["fio"]["job"].splitlines()
+    assert "dedupe_mode=working_set" in job and "dedupe_working_set_percentage=50" in job
 
 
 def write(tmp_path: Path, text: str) -> Path:

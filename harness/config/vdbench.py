@@ -345,6 +345,13 @@ class Mapper:
         if "dedupsets" in self.dedup:
             r = Record("general", self.dedup_lines["dedupsets"], self.dedup, self.dedup_lines)
             pct = self.number(r, "dedupsets", 1, 100)
+            if any(s.startswith("nrfiles=") and s != "nrfiles=1" for s in sections):
+                self.notes.append(
+                    f"dedupsets={self.dedup['dedupsets']}: not mapped; fio's working_set mode"
+                    " takes one file per job, so duplicates repeat earlier blocks (fio's"
+                    " default dedupe_mode=repeat)"
+                )
+                return out
             out += ["dedupe_mode=working_set", f"dedupe_working_set_percentage={pct:g}"]
             self.notes.append(
                 f"dedupsets={self.dedup['dedupsets']}: dedupe_mode=working_set with a working"

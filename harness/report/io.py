@@ -111,7 +111,8 @@ def print_run_body(console: Console, r: lifecycle.Report) -> None:
         register()
         result = query.grouped(st, "io", ["cell"], [r.run_id])
         obs = st.observations(r.run_id)
-    print_io(console, result)
+    if result.groups:
+        print_io(console, result)
     for o in obs:
         if o["outcome"] != "consistent":
             console.print(f"[yellow]{o['item']}: {o['outcome']}[/] {o['metrics'].get('error', '')}")

@@ -134,7 +134,13 @@ def plot_io(store: Store, by: Sequence[str], out: Path) -> Path:
         raise plots.NoData(TABLE.empty_hint)
     fig = Figure(figsize=(4 + 1.2 * len(result.groups), 4.5))
     axes = fig.subplots(1, 3)
-    labels = [plots._label(result.by, g.key) for g in result.groups]
+    acc = result.by.index("accelerator")
+    labels = [
+        "\n".join(str(v).replace(" ", "\n") for i, v in enumerate(g.key) if i != acc and v)
+        for g in result.groups
+    ]
+    accels = sorted({str(g.key[acc]).upper() for g in result.groups})
+    fig.suptitle(f"measured under {', '.join(accels)}", fontsize=9)
     for ax, (metrics, title) in zip(
         axes,
         (
@@ -149,7 +155,7 @@ def plot_io(store: Store, by: Sequence[str], out: Path) -> Path:
             vals = [g.stats[m].mean if m in g.stats else 0.0 for g in result.groups]
             xs = [x + i * width for x in range(len(vals))]
             ax.bar(xs, vals, width, label=m)
-        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(labels))], labels, fontsize=7)
+        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(labels))], labels, fontsize=6)
         ax.set_title(title, fontsize=9)
         if len(metrics) > 1:
             ax.legend(fontsize=7)

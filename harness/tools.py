@@ -22,6 +22,7 @@ PACKAGES: dict[str, str] = {
     "busybox": "busybox-static",
     "cpio": "cpio",
     "sqlite3": "sqlite3",
+    "fio": "fio",
 }
 
 

@@ -19,6 +19,7 @@ from harness.config.crash import OpsWorkload, Scenario
 from harness.config.faults import FaultsScenario
 from harness.config.recovery import RecoveryScenario
 from harness.config.settings import size_text
+from harness.config.workload import WorkloadScenario
 
 console = Console(highlight=False)
 
@@ -117,6 +118,13 @@ def cmd_list(args: argparse.Namespace) -> int:
                 f"{len(s.filesystems)} cells",
                 f"{s.population.files} files",
                 " ".join(size_text(z) for z in s.sizes),
+            )
+        elif isinstance(s, WorkloadScenario):  # fio on several filesystems, measured
+            cols = (
+                ",".join(dict.fromkeys(c.type for c in s.cells)),
+                f"{len(s.cells)} cells",
+                f"fio {size_text(s.fio.size)} {s.fio.runtime}s",
+                "x" + str(s.repetitions),
             )
         else:  # a ZFS scrub/resilver experiment: layout, fill and fault instead
             p = s.pool

@@ -28,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
         image as cli_image,
     )
     from harness.cli import (
+        importer as cli_importer,
+    )
+    from harness.cli import (
         lab as cli_lab,
     )
     from harness.cli import (
@@ -45,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_vm.register(sub)
     cli_results.register(sub)
     cli_campaign.register(sub)
+    cli_importer.register(sub)
     return p
 
 

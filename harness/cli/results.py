@@ -36,6 +36,7 @@ CHARTS = (
     "resilver-progress",
     "recovery-vs-size",
     "patterns",
+    "io",
 )
 
 
@@ -68,10 +69,12 @@ def register(sub: Any) -> None:
     show.add_argument("run", metavar="RUN", help="run id, or a unique prefix of one")
     show.set_defaults(func=cmd_show)
 
+    from harness.report import io as io_report
     from harness.report import patterns  # noqa: F401 -- registers the patterns table
     from harness.report import zfs as report
 
     report.register(rsub, common)
+    io_report.register()
 
     table = rsub.add_parser(
         "table",
@@ -134,7 +137,8 @@ def register(sub: Any) -> None:
         "plot",
         parents=[common],
         help="PNG charts: recovery --by F,..., crashmap RUN, resilver|scrub --by layout,fill,"
-        " recovery-vs-size [RUN], resilver-progress RUN, patterns --by fs,mount_options,pattern",
+        " recovery-vs-size [RUN], resilver-progress RUN,"
+        " patterns --by fs,mount_options,pattern, io --by fs,data_mode",
     )
     plot.add_argument("chart", choices=CHARTS)
     plot.add_argument(
@@ -274,7 +278,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     if not result.groups:
         console.print(f"table {k.name}: {k.empty_hint} (in {path})")
         return 0
-    render.print_grouped(console, result)
+    (k.printer or render.print_grouped)(console, result)
     return 0
 
 
@@ -363,6 +367,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
                 by = query.parse_by(args.by) if args.by is not None else None
                 patterns.plot_patterns(store, by or list(patterns.DEFAULT_BY), out)
+            elif args.chart == "io":
+                from harness.report import io as io_report
+
+                by = query.parse_by(args.by) if args.by is not None else ["cell"]
+                io_report.plot_io(store, by, out)
             elif args.chart == "recovery":
                 by = query.parse_by(args.by) if args.by is not None else ["fs", "data_mode"]
                 plots.plot_recovery(store, by, out)

@@ -35,9 +35,10 @@ from harness.errors import InputError
 if TYPE_CHECKING:
     from harness.config.faults import FaultsScenario
     from harness.config.recovery import RecoveryScenario
+    from harness.config.workload import WorkloadScenario
     from harness.config.zfs import ZfsScenario
 
-    AnyScenario = Scenario | ZfsScenario | FaultsScenario | RecoveryScenario
+    AnyScenario = Scenario | ZfsScenario | FaultsScenario | RecoveryScenario | WorkloadScenario
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,10 @@ def load(name_or_path: str | Path, overrides: Sequence[str] = ()) -> AnyScenario
         from harness.config import recovery
 
         model, keys = recovery.RecoveryScenario, recovery.SETTABLE
+    elif data.get("kind") == "workload":
+        from harness.config import workload
+
+        model, keys = workload.WorkloadScenario, workload.SETTABLE
     touched: list[str] = []
     if overrides:
         given = settings.parse_overrides(path, overrides, keys, aliases)

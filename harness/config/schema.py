@@ -16,6 +16,7 @@ from harness.config.campaign import CampaignFile
 from harness.config.crash import Scenario
 from harness.config.faults import FaultsScenario
 from harness.config.recovery import RecoveryScenario
+from harness.config.workload import WorkloadScenario
 from harness.config.zfs import ZfsScenario
 
 # Set by the loader from the file, never written in it.
@@ -25,6 +26,7 @@ KINDS: dict[str, type[BaseModel]] = {
     "zfs": ZfsScenario,
     "faults": FaultsScenario,
     "recovery": RecoveryScenario,
+    "workload": WorkloadScenario,
     "campaign": CampaignFile,
 }
 
@@ -37,7 +39,8 @@ def schema(kind: str) -> dict[str, Any]:
 def scenario_schema() -> dict[str, Any]:
     """Both scenario kinds in one schema: a file must fit one of them."""
     return _schema(
-        [Scenario, ZfsScenario, FaultsScenario, RecoveryScenario], "crashlab scenario"
+        [Scenario, ZfsScenario, FaultsScenario, RecoveryScenario, WorkloadScenario],
+        "crashlab scenario",
     )
 
 

@@ -33,7 +33,7 @@ crash states with three phases each at about a quarter of a second
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +75,10 @@ class TableKind:
     default_by: tuple[str, ...] = ("scenario",)
     empty_hint: str = "no rows yet"
     outcome_order: tuple[str, ...] = ()  # how counted outcomes are listed (default: severity)
+    # Fields every grouping gets (io: the accelerator, so TCG and KVM numbers never mix).
+    always_by: tuple[str, ...] = ()
+    # A table of its own instead of render.print_grouped: (console, GroupedTable) -> None.
+    printer: Callable[[Any, Any], None] | None = None
 
 
 TABLE_KINDS: dict[str, TableKind] = {}
@@ -243,6 +247,7 @@ def grouped(store: Store, name: str, by: Sequence[str], runs: Sequence[str] = ()
     :raise InputError: unknown kind, field or run id.
     """
     k = kind(name)
+    by = [*by, *(f for f in k.always_by if f not in by)]
     fields = resolve_fields(store, k, by)
     values, counts = collect(store, k, fields, runs)
     outcome_rank = {str(o): o.severity for o in Outcome}

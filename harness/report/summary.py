@@ -19,9 +19,10 @@ from harness.experiments.crash import CrashReplay
 from harness.experiments.dropremount import DropRemount
 from harness.experiments.faults import FSYNC_STEPS, DustScrub, FsyncEio
 from harness.experiments.recovery import Recovery
+from harness.experiments.workload import Workload
 from harness.experiments.zfs.crash import ZfsCrash
 from harness.experiments.zfs.scan import ZfsScan
-from harness.report import patterns, recovery, zfs
+from harness.report import io, patterns, recovery, zfs
 from harness.store.db import Store
 
 Body = Callable[[Console, lifecycle.Report], None]
@@ -153,4 +154,5 @@ BODIES: dict[type[lifecycle.Experiment], Body] = {
     ZfsScan: zfs.print_scan_body,
     ZfsCrash: zfs.print_crash_body,
     Recovery: recovery.print_body,
+    Workload: io.print_run_body,
 }

@@ -28,6 +28,7 @@ class RunKind(StrEnum):
     ZFS = "zfs"
     FAULTS = "faults"
     RECOVERY = "recovery"
+    WORKLOAD = "workload"
 
 
 class RunStatus(StrEnum):

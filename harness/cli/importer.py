@@ -1,0 +1,51 @@
+"""``scenario import vdbench FILE -o OUT.toml``: a vdbench parameter file as a workload
+scenario (harness/config/vdbench.py; the mapping is in docs/vdbench.md)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from harness import errors
+from harness.cli.lab import to_toml
+from harness.config import scenario, vdbench
+from harness.errors import InputError
+from harness.experiments.workload import check_job
+
+console = Console(highlight=False)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("import", help="turn another tool's workload file into a scenario")
+    p.add_argument("format", choices=("vdbench",), help="the file's tool")
+    p.add_argument("file", type=Path, metavar="FILE", help="the parameter file")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.toml")
+    p.add_argument("--force", action="store_true", help="overwrite OUT.toml")
+    p.set_defaults(func=cmd_import)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    out: Path = args.output
+    if out.suffix != ".toml":
+        raise InputError(f"-o {out}: a scenario file ends in .toml")
+    if out.exists() and not args.force:
+        raise InputError(f"{out}: exists", hint="pass --force to overwrite it")
+    data = vdbench.import_file(args.file)
+    notes = data.pop("_notes")
+    header = [f"# imported from {args.file} by `scenario import vdbench`", "# approximations:"]
+    header += [f"#   - {n}" for n in notes] or ["#   (none)"]
+    text = "\n".join(header) + "\n" + to_toml(data)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(text)
+    try:
+        sc = scenario.load(tmp.rename(out))
+        check_job(sc)  # type: ignore[arg-type]
+    except InputError:
+        out.unlink(missing_ok=True)
+        raise
+    console.print(f"wrote {out}: {len(notes)} approximation(s), see its header")
+    console.print(f"run it: scenario run {out}")
+    return errors.EXIT_OK

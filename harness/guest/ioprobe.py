@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""One cell of a workload experiment, inside the guest: make the filesystem, lay out fio's
+files, then -- with blktrace on the device and /proc/stat read before and after -- run
+the fio job with JSON output, sync, and read the space the filesystem reports.
+
+Stdlib only; the host copies it into the guest and reads back one JSON document (stdout)
+and the trace files (``--trace-dir``). Every step's exit status and output tail is in
+``steps``; a failed setup step stops the probe with ``failed`` naming it.
+
+Why lay out first: fio writes a file's full size before a random-write or read job, and
+those bytes are not in its ``io_bytes``; with the layout outside the traced window, the
+device bytes over fio's bytes is the write amplification of the job itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+MNT = "/mnt/test"
+POOL = "tank"
+
+
+class Failed(Exception):
+    pass
+
+
+class Probe:
+    def __init__(self, a: argparse.Namespace) -> None:
+        self.a = a
+        self.steps: list[dict[str, Any]] = []
+        self.env = {**os.environ, "SIZE": a.size, "RUNTIME": a.runtime}
+
+    def sh(self, name: str, argv: list[str], *, must: bool = True, keep: int = 4000) -> str:
+        t = time.monotonic()
+        r = subprocess.run(argv, capture_output=True, text=True, env=self.env)
+        out = r.stdout
+        self.steps.append(
+            {
+                "step": name,
+                "argv": argv,
+                "rc": r.returncode,
+                "seconds": round(time.monotonic() - t, 3),
+                "out": out[-keep:],
+                "err": r.stderr[-keep:],
+            }
+        )
+        if must and r.returncode != 0:
+            raise Failed(name)
+        return out
+
+    def make_fs(self) -> None:
+        a = self.a
+        os.makedirs(MNT, exist_ok=True)
+        if a.fs == "zfs":
+            props = [x for k, v in json.loads(a.zfs_props).items() for x in ("-O", f"{k}={v}")]
+            self.sh(
+                "zpool-create",
+                [
+                    "zpool",
+                    "create",
+                    "-f",
+                    "-o",
+                    "ashift=12",
+                    "-O",
+                    f"mountpoint={MNT}",
+                    *props,
+                    POOL,
+                    a.dev,
+                ],
+            )
+            return
+        self.sh("mkfs", [*json.loads(a.mkfs), a.dev])
+        opts = ["-o", a.mount_opts] if a.mount_opts else []
+        self.sh("mount", ["mount", "-t", a.fs, *opts, a.dev, MNT])
+
+    def sync(self, name: str) -> None:
+        self.sh(name, ["sync"])
+        if self.a.fs == "zfs":
+            self.sh(name + "-zpool", ["zpool", "sync", POOL])
+
+    def snapshot(self, n: int) -> dict[str, Any]:
+        t = time.monotonic()
+        if self.a.fs == "zfs":
+            self.sh(f"snapshot-{n}", ["zfs", "snapshot", f"{POOL}@s{n}"])
+            alloc = self.sh(f"alloc-{n}", ["zpool", "list", "-Hp", "-o", "alloc", POOL])
+            used = int(alloc.strip() or 0)
+        else:
+            self.sh(
+                f"snapshot-{n}", ["btrfs", "subvolume", "snapshot", "-r", MNT, f"{MNT}/.snap{n}"]
+            )
+            st = os.statvfs(MNT)
+            used = (st.f_blocks - st.f_bfree) * st.f_frsize
+        return {"n": n, "seconds": round(t - self.t0, 3), "used_bytes": used}
+
+    def space(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out["df"] = self.sh("df", ["df", "-B1", "--output=size,used,avail", MNT], must=False)
+        if self.a.fs == "zfs":
+            out["zpool_list"] = self.sh(
+                "zpool-list",
+                ["zpool", "list", "-Hp", "-o", "name,size,alloc,free,dedupratio", POOL],
+            )
+            out["zfs_get"] = self.sh(
+                "zfs-get",
+                [
+                    "zfs",
+                    "get",
+                    "-Hp",
+                    "-o",
+                    "property,value",
+                    "used,logicalused,compressratio,written",
+                    POOL,
+                ],
+            )
+            out["snapshots"] = self.sh(
+                "zfs-list-snapshots",
+                ["zfs", "list", "-Hp", "-t", "snapshot", "-o", "name,used,referenced,written"],
+            )
+        if self.a.fs == "btrfs":
+            out["btrfs_usage"] = self.sh(
+                "btrfs-usage", ["btrfs", "filesystem", "usage", "-b", MNT], must=False
+            )
+        return out
+
+    def run(self) -> dict[str, Any]:
+        a = self.a
+        facts: dict[str, Any] = {"fs": a.fs}
+        try:
+            self.make_fs()
+            fio = ["fio", f"--directory={MNT}", f"--randseed={a.seed}"]
+            self.sh("layout", [*fio, "--create_only=1", a.job])
+            self.sync("sync-layout")
+            tracer = self.start_trace() if a.trace_dir else None
+            snaps: list[dict[str, Any]] = []
+            stop = threading.Event()
+            cpu0 = read_cpu()
+            self.t0 = time.monotonic()
+            worker = None
+            if a.snapshot_every:
+                worker = threading.Thread(target=self.snapshots, args=(stop, snaps))
+                worker.start()
+            self.sh("fio", [*fio, "--output-format=json", f"--output={a.fio_out}", a.job])
+            stop.set()
+            if worker:
+                worker.join()
+            self.sync("sync")
+            facts["seconds"] = round(time.monotonic() - self.t0, 3)
+            facts["cpu"] = cpu_delta(cpu0, read_cpu())
+            if tracer is not None:
+                self.stop_trace(tracer)
+            facts["snapshots"] = snaps
+            facts["space"] = self.space()
+        except Failed as e:
+            facts["failed"] = str(e)
+        facts["steps"] = self.steps
+        return facts
+
+    def snapshots(self, stop: threading.Event, out: list[dict[str, Any]]) -> None:
+        n = 0
+        while not stop.wait(float(self.a.snapshot_every)):
+            n += 1
+            try:
+                out.append(self.snapshot(n))
+            except Failed:
+                return
+
+    def start_trace(self) -> subprocess.Popen[bytes]:
+        if not os.path.ismount("/sys/kernel/debug"):
+            self.sh("debugfs", ["mount", "-t", "debugfs", "none", "/sys/kernel/debug"])
+        os.makedirs(self.a.trace_dir, exist_ok=True)
+        p = subprocess.Popen(
+            ["blktrace", "-d", self.a.dev, "-o", "trace", "-D", self.a.trace_dir],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        # blktrace is tracing once its per-CPU relay files exist under debugfs.
+        name = os.path.basename(os.path.realpath(self.a.dev))
+        for _ in range(100):
+            if os.path.exists(f"/sys/kernel/debug/block/{name}/trace0") or p.poll() is not None:
+                break
+            time.sleep(0.1)
+        if p.poll() is not None:
+            err = p.stderr.read().decode(errors="replace") if p.stderr else ""
+            self.steps.append({"step": "blktrace", "rc": p.returncode, "err": err[-2000:]})
+            raise Failed("blktrace")
+        time.sleep(0.5)
+        return p
+
+    def stop_trace(self, p: subprocess.Popen[bytes]) -> None:
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+        self.steps.append(
+            {
+                "step": "blktrace",
+                "rc": p.returncode,
+                "out": out.decode(errors="replace")[-2000:],
+                "err": err.decode(errors="replace")[-2000:],
+            }
+        )
+        if p.returncode != 0:
+            raise Failed("blktrace")
+
+
+def read_cpu() -> list[int]:
+    """The aggregate ``cpu`` line of /proc/stat: user nice system idle iowait irq softirq
+    steal (USER_HZ ticks summed over the CPUs)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return [int(x) for x in fields[1:9]]
+
+
+def cpu_delta(before: list[int], after: list[int]) -> dict[str, float]:
+    d = [b - a for a, b in zip(before, after, strict=True)]
+    total = sum(d) or 1
+    user, nice, system, idle, iowait, irq, softirq, steal = d
+
+    def pct(n: int) -> float:
+        return round(100.0 * n / total, 2)
+
+    return {
+        "user_pct": pct(user + nice),
+        "system_pct": pct(system + irq + softirq),
+        "iowait_pct": pct(iowait),
+        "idle_pct": pct(idle),
+        "steal_pct": pct(steal),
+        "busy_pct": pct(user + nice + system + irq + softirq + steal),
+        "ticks": total,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fs", required=True)
+    ap.add_argument("--dev", required=True)
+    ap.add_argument("--mkfs", default="[]", help="JSON argv without the device")
+    ap.add_argument("--mount-opts", default="")
+    ap.add_argument("--zfs-props", default="{}", help="JSON {property: value}")
+    ap.add_argument("--job", required=True)
+    ap.add_argument("--size", required=True)
+    ap.add_argument("--runtime", required=True)
+    ap.add_argument("--seed", default="1")
+    ap.add_argument("--fio-out", required=True)
+    ap.add_argument("--trace-dir", default="")
+    ap.add_argument("--snapshot-every", type=float, default=0.0)
+    a = ap.parse_args()
+    json.dump(Probe(a).run(), sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -145,6 +145,12 @@ def run(g: Guest, argv: list[str], *, timeout: float = 300) -> str:
 
 def load_module(g: Guest) -> None:
     run(g, ["modprobe", "zfs", f"zfs_zevent_len_max={ZEVENT_LEN_MAX}"], timeout=120)
+    # udev may have loaded the module already, without the option, when it saw disks
+    # with ZFS labels at boot (a filled pool's copies do): then modprobe changes nothing
+    # and a 512-entry queue drops the resilver events the scan is timed from. The
+    # parameter is writable at run time, so set it there too.
+    param = "/sys/module/zfs/parameters/zfs_zevent_len_max"
+    run(g, ["sh", "-c", f"echo {ZEVENT_LEN_MAX} > {param}"])
 
 
 def versions(g: Guest) -> tuple[str, str]:

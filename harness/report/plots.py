@@ -215,7 +215,7 @@ def plot_scans(store: Store, by: Sequence[str], out: Path, kind_name: str = "res
 
 
 def plot_progress(store: Store, run: str, out: Path) -> Path:
-    """One run's scans as curves: % examined against seconds (left), and how far each
+    """One run's scans as curves: % done against seconds (left), and how far each
     ETA ``zpool status`` printed was from the real finish (right).
 
     :raise NoData: the run's scans have no samples (progress_interval = 0, or an old run).
@@ -236,7 +236,9 @@ def plot_progress(store: Store, run: str, out: Path) -> Path:
         raise NoData(f"run {run_id} has no scan samples (progress_interval = 0, or no scans)")
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
     for label, c in curves:
-        pct = [100 * p["examined"] / p["to_examine"] if p["to_examine"] else 0 for p in c]
+        # zpool status's "% done": bytes issued over bytes to examine (the metadata walk
+        # "examines" everything early; issuing the I/O is the progress)
+        pct = [100 * p["issued"] / p["to_examine"] if p["to_examine"] else 0 for p in c]
         (line,) = left.plot([p["t"] for p in c], pct, marker=".", label=label)
         with_eta = [p for p in c if p["eta"] is not None]
         errors = eta_errors(c)
@@ -245,7 +247,7 @@ def plot_progress(store: Store, run: str, out: Path) -> Path:
                 [p["t"] for p in with_eta][: len(errors)], errors, "o-", color=line.get_color()
             )
     left.set_xlabel("seconds since the first sample")
-    left.set_ylabel("% examined")
+    left.set_ylabel("% done (issued / to examine)")
     left.set_ylim(0, 105)
     left.grid(alpha=0.3)
     left.legend(fontsize="small")

@@ -91,3 +91,23 @@ def test_many_disks_behind_bridges(guest_image: image.Image, tmp_path: Path) -> 
             check=True,
         ).out.split()
     assert [int(x) for x in out] == [(1 + i) << 20 for i in range(40)]
+
+
+def test_a_boot_that_never_answers_is_tried_once_more_then_a_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No guest answers its agent within 1 s under TCG: two boots, then the lab's
+    timeout, and no QEMU left behind."""
+    import subprocess
+
+    def qemus() -> int:
+        r = subprocess.run(["pgrep", "-c", "-f", "qemu-system"], capture_output=True, text=True)
+        return int(r.stdout.strip() or 0)
+
+    before = qemus()
+    caplog.set_level("WARNING", logger="crashlab.qemu")
+    with pytest.raises(GuestTimeout, match="did not answer within 1 s of boot"):  # noqa: SIM117
+        with start_guest(GuestSpec(boot_timeout=1.0)):
+            pass
+    assert sum("booting a fresh guest once more" in r.message for r in caplog.records) == 1
+    assert qemus() == before

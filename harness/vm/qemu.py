@@ -24,6 +24,8 @@ from harness.vm.agent import Agent, ExecResult
 from harness.vm.backend import Disk, GuestSpec
 
 log = logging.getLogger("crashlab.qemu")
+# Boots tried before a guest that does not answer is the lab's timeout (``QemuBackend._boot``).
+BOOT_ATTEMPTS = 2
 
 GUEST_ENV = {"DM_DISABLE_UDEV": "1", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
 
@@ -353,7 +355,34 @@ class QemuBackend:
             else:
                 workdir = spec.workdir
                 workdir.mkdir(parents=True, exist_ok=True)
-            guest = QemuGuest(image, spec, accelerator, workdir)
-            stack.callback(guest.shutdown)
-            guest.launch()
+            guest = self._boot(image, spec, accelerator, workdir, stack)
             yield guest
+
+    def _boot(
+        self,
+        image: Image,
+        spec: GuestSpec,
+        accelerator: str,
+        workdir: Path,
+        stack: contextlib.ExitStack,
+    ) -> QemuGuest:
+        """Launch the guest; a boot that never reaches the agent is tried once more in a
+        fresh QEMU. No command has run yet, so a second boot changes nothing the experiment
+        measures, and a one-off hang of the emulator (seen once in ~120 TCG boots of a CI
+        run) is not worth a harness failure; a second hang is one, with its console."""
+        for attempt in range(BOOT_ATTEMPTS):
+            where = workdir if attempt == 0 else workdir / f"boot{attempt + 1}"
+            where.mkdir(parents=True, exist_ok=True)
+            guest = QemuGuest(image, spec, accelerator, where)
+            try:
+                guest.launch()
+            except GuestTimeout as e:
+                guest.kill()
+                guest.shutdown()
+                if attempt + 1 == BOOT_ATTEMPTS:
+                    raise
+                log.warning("%s; booting a fresh guest once more", e.message)
+                continue
+            stack.callback(guest.shutdown)
+            return guest
+        raise AssertionError("unreachable")

@@ -45,7 +45,7 @@ class Cell:
 
 
 @lifecycle.register("fsync-eio")
-class FsyncEio(lifecycle.Experiment):
+class FsyncEio(lifecycle.Observed):
     """One filesystem per item; see the module docstring."""
 
     run_kind = RunKind.FAULTS
@@ -57,9 +57,6 @@ class FsyncEio(lifecycle.Experiment):
 
     def items(self) -> Sequence[Cell]:
         return self.cells
-
-    def done(self) -> set[str]:
-        return {o["item"] for o in self.run.store.observations(self.run.run_id)}
 
     def check(self, todo: Sequence[lifecycle.Item]) -> Iterator[tuple[Cell, dict[str, Any]]]:
         for n, cell in enumerate(c for c in todo if isinstance(c, Cell)):
@@ -137,12 +134,6 @@ class FsyncEio(lifecycle.Experiment):
         self.rows[item.id] = result
         cell = {**item.fs.model_dump(mode="json"), "name": item.fs.name()}
         self.run.store.record_observation(self.run.run_id, item.id, cell, result, outcome)
-
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for o in self.run.store.observations(self.run.run_id):
-            out[o["outcome"]] = out.get(o["outcome"], 0) + 1
-        return out
 
     def summary(self) -> dict[str, Any]:
         return {"filesystems": len(self.cells), "fault": str(self.sc.fault.mode)}

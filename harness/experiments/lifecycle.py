@@ -141,6 +141,25 @@ class Experiment(ABC):
         return outcome.exit_status(outcome.Outcome(o) for o, n in counts.items() if n)
 
 
+class Observed(Experiment):
+    """A kind whose items are rows of the store's ``observations`` table (no table of its
+    own): an item is done when its row exists, and the counts are the rows' outcomes."""
+
+    def done(self) -> set[str]:
+        return {o["item"] for o in self.run.store.observations(self.run.run_id)}
+
+    def counted(self, observation: Mapping[str, Any]) -> bool:
+        """Whether an item's outcome counts (a kind may keep an expected result out)."""
+        return True
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for o in self.run.store.observations(self.run.run_id):
+            if self.counted(o):
+                out[o["outcome"]] = out.get(o["outcome"], 0) + 1
+        return out
+
+
 REGISTRY: dict[str, type[Experiment]] = {}
 
 

@@ -29,7 +29,7 @@ import contextlib
 import json
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,7 +76,7 @@ class Item:
 
 
 @lifecycle.register("recovery")
-class Recovery(lifecycle.Experiment):
+class Recovery(lifecycle.Observed):
     """One item per cell, size and repetition; see the module docstring."""
 
     run_kind = RunKind.RECOVERY
@@ -98,9 +98,6 @@ class Recovery(lifecycle.Experiment):
     def items(self) -> Sequence[Item]:
         return self.all
 
-    def done(self) -> set[str]:
-        return {o["item"] for o in self.run.store.observations(self.run.run_id)}
-
     def check(self, todo: Sequence[lifecycle.Item]) -> Iterator[tuple[Item, dict[str, Any]]]:
         for n, it in enumerate(i for i in todo if isinstance(i, Item)):
             self.run.progress(f"recovery: {it.id}", n, len(todo))
@@ -112,13 +109,9 @@ class Recovery(lifecycle.Experiment):
             self.run.run_id, item.id, item.key(), result, Outcome(result["outcome"])
         )
 
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for o in self.run.store.observations(self.run.run_id):
-            if o["metrics"].get("expected"):
-                continue  # a journal-less fs that needed its fsck: the claim, not a finding
-            out[o["outcome"]] = out.get(o["outcome"], 0) + 1
-        return out
+    def counted(self, observation: Mapping[str, Any]) -> bool:
+        # a journal-less fs that needed its fsck: the claim, not a finding
+        return not observation["metrics"].get("expected")
 
     def summary(self) -> dict[str, Any]:
         obs = self.run.store.observations(self.run.run_id)

@@ -85,7 +85,7 @@ def trace_dir(run_id: str, item_id: str) -> Path:
 
 
 @lifecycle.register("workload")
-class Workload(lifecycle.Experiment):
+class Workload(lifecycle.Observed):
     """One fio job per cell and repetition; see the module docstring."""
 
     run_kind = RunKind.WORKLOAD
@@ -98,9 +98,6 @@ class Workload(lifecycle.Experiment):
 
     def items(self) -> Sequence[Item]:
         return self.all
-
-    def done(self) -> set[str]:
-        return {o["item"] for o in self.run.store.observations(self.run.run_id)}
 
     def check(self, todo: Sequence[lifecycle.Item]) -> Iterator[tuple[Item, dict[str, Any]]]:
         for n, item in enumerate(i for i in todo if isinstance(i, Item)):
@@ -219,12 +216,6 @@ class Workload(lifecycle.Experiment):
         self.run.store.record_observation(
             self.run.run_id, item.id, cell, result, Outcome(result["outcome"])
         )
-
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for o in self.run.store.observations(self.run.run_id):
-            out[o["outcome"]] = out.get(o["outcome"], 0) + 1
-        return out
 
     def summary(self) -> dict[str, Any]:
         from harness.experiments.ioclaims import claims

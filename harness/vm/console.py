@@ -46,3 +46,26 @@ def tail(path: Path, lines: int = 40) -> str:
     except FileNotFoundError:
         return ""
     return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+
+
+class Reader:
+    """Reads a growing console log in whole lines, each line once."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.seen = 0
+
+    def unseen(self, *, final: bool = False) -> str:
+        """The whole lines written since the last call; a line still being printed
+        (slowly, under TCG) waits for the next call, unless ``final`` (the VM is gone,
+        nothing more will come)."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.seen)
+                new = f.read()
+        except FileNotFoundError:
+            return ""
+        if not final:
+            new = new[: new.rfind(b"\n") + 1]
+        self.seen += len(new)
+        return new.decode(errors="replace")

@@ -138,7 +138,7 @@ class QemuGuest:
         self.agent = Agent(workdir / "qga.sock")
         self._started = 0.0
         self._ready = 0.0
-        self._console_seen = 0
+        self._console = console.Reader(self.console_log)
 
     # -- lifecycle ------------------------------------------------------------------------
     def launch(self) -> None:
@@ -194,10 +194,11 @@ class QemuGuest:
         assert self.proc is not None
         if self.proc.alive():
             return
-        text = console.tail(self.console_log)
-        found = console.scan(text)
+        # The whole unread console, not a tail of it: a panic's stack trace can push its
+        # first line out of any fixed window (seen once in CI: exit status 0, no panic line).
+        found = console.scan(self._console.unseen(final=True))
         if found is not None and found.trouble is console.Trouble.PANIC:
-            raise GuestPanic(f"kernel panic: {found.line}", console=text)
+            raise GuestPanic(f"kernel panic: {found.line}", console=console.tail(self.console_log))
         raise GuestBootFailed(
             f"{what} (QEMU exit status {self.proc.returncode})", console=self._failure_text()
         )
@@ -215,14 +216,7 @@ class QemuGuest:
 
     def _check_console(self) -> None:
         """Raise GuestPanic for a panic or an oops that appeared since the last look."""
-        try:
-            with open(self.console_log, "rb") as f:
-                f.seek(self._console_seen)
-                new = f.read()
-        except FileNotFoundError:
-            return
-        self._console_seen += len(new)
-        found = console.scan(new.decode(errors="replace"))
+        found = console.scan(self._console.unseen())
         if found is not None:
             raise GuestPanic(
                 f"kernel {found.trouble.value}: {found.line}",

@@ -297,6 +297,3 @@ def test_ci_campaign_for_real(tmp_path: Path, guest_image: object) -> None:
         assert st.execute("SELECT count(*) FROM runs WHERE status = 'done'")[0][0] == 2
         run_ids = [str(x[0]) for x in st.execute("SELECT id FROM runs")]
     assert all((tmp_path / "runs" / f"{rid}.log").is_file() for rid in run_ids)
-    # again: a new campaign, nothing duplicated within one
-    r2 = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
-    assert r2.returncode in (0, 1), r2.stdout + r2.stderr

@@ -114,19 +114,3 @@ def test_qemu_blklogwrites_recorder(tmp_path: Path) -> None:
     assert fuas == 0 and marks == 3  # mkfs, the workload's final sync, umount
     outcomes = {Outcome(v) for (v,) in con.execute("SELECT outcome FROM verdicts")}
     assert report.items == 4 and not outcomes & HARNESS
-
-
-@pytest.mark.parametrize("name", ["xfs-fsync", "btrfs-fsync"])
-def test_other_filesystems(name: str, tmp_path: Path) -> None:
-    """xfs (its dirty log is replayed only by a mount: the host check defers) and btrfs
-    (log tree) through the same pipeline."""
-    if image.cached() is None:
-        pytest.skip("guest image not built")
-    sc = scenario.load(name, ["workload.ops=40", "crash.max_states=4", "check.guest_batch=4"])
-    report = lifecycle.execute(sc, db=tmp_path / "lab.sqlite")
-    con = sqlite3.connect(tmp_path / "lab.sqlite")
-    rows = con.execute("SELECT stage, outcome FROM checks").fetchall()
-    assert len(rows) == 8 and report.items == 4
-    guest = [Outcome(o) for s, o in rows if s == "guest"]
-    # Every state mounted and was judged; none was a harness failure.
-    assert len(guest) == 4 and not set(guest) & HARNESS

@@ -11,6 +11,7 @@ from harness import paths
 from harness.config import scenario
 from harness.config.zfs import Experiment, Layout, ZfsScenario
 from harness.errors import InputError
+from harness.experiments.zfs import pool
 from harness.outcome import Outcome
 from harness.report import zfs as report
 from harness.store import db as store
@@ -217,3 +218,22 @@ def test_sequential_rebuild_and_stripe_width_are_checked_before_a_guest_boots() 
         scenario.load("resilver-sweep", ("sweep.disks=[3, 6]",))
     with pytest.raises(InputError, match=r"load_job.*\[section\]"):
         scenario.load("resilver-75pct", ('load_job="rw=randrw"',))
+
+
+def test_draid_distributed_spares_are_checked_and_rebuild_onto_the_spare(tmp_path: Path) -> None:
+    sc = scenario.load("resilver-draid", ())
+    assert isinstance(sc, ZfsScenario)
+    cell = next(sc.cells())
+    assert cell.pool.distributed_spare and cell.pool.spare_name(0) == "draid1-0-0"
+    assert "+1s" in cell.label()
+    argv = pool.create_argv(cell.pool, ["/dev/a", "/dev/b", "/dev/c", "/dev/d", "/dev/e"])
+    assert argv[argv.index("tank") + 1] == "draid1:1s"
+    # No new disk is attached for the rebuild: the spare is space on the pool's own disks.
+    disks = pool.make_disks(tmp_path, cell, sc.fault)
+    assert disks.spares == () and len(disks.data) == 5
+    with pytest.raises(InputError, match=r"draid_spares.*only dRAID"):
+        scenario.load("resilver-75pct", ("draid_spares=1",))
+    with pytest.raises(InputError, match=r"draid_spares.*2 lost disks need"):
+        scenario.load("resilver-draid", ("fault.disks=[0, 1]",))
+    with pytest.raises(InputError, match=r"draid_spares.*no room for data"):
+        scenario.load("resilver-draid", ("disks=2",))

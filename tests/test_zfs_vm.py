@@ -48,7 +48,8 @@ def test_scrub_repairs_zeros_on_one_disk(guest_image: image.Image, tmp_path: Pat
 
 def test_a_sweep_fills_each_cell_once(guest_image: image.Image, tmp_path: Path) -> None:
     """Two repetitions of one cell start from copies of one fill: the same bytes, an
-    import instead of create + fill, and the kept fill is gone once both are stored."""
+    import instead of create + fill, in one guest, and the kept fill is gone once both
+    are stored."""
     sc = scenario.load(
         "resilver-sweep-ci", ('sweep.layout=["raidz1"]', "sweep.fill=[50]", "repeat=2")
     )
@@ -64,6 +65,9 @@ def test_a_sweep_fills_each_cell_once(guest_image: image.Image, tmp_path: Path) 
         assert m.seconds_source == "events"
         assert {"restore", "import", "scan"} <= set(m.phases) and "fill" not in m.phases
         assert 40 < m.fill < 60
+    # One guest for both: the second repetition imported the copies in the first's guest.
+    assert "boot" in a.phases and "boot" not in b.phases and "forget" in b.phases
+    assert r.experiment.kept is not None and r.experiment.kept.boots == 1
     [(label, cost)] = r.experiment.fills.items()
     assert "fill" in cost and "raidz1" in label
     assert not list(lifecycle.run_dir(r.run_id).glob("base-*"))

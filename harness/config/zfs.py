@@ -95,7 +95,8 @@ class Layout(StrEnum):
 
 DEFAULT_RECORDSIZE = 128 * 1024
 DEFAULT_ASHIFT = 12
-SEQUENTIAL_LAYOUTS = (Layout.MIRROR, Layout.DRAID1, Layout.DRAID2, Layout.DRAID3)
+DRAID_LAYOUTS = (Layout.DRAID1, Layout.DRAID2, Layout.DRAID3)
+SEQUENTIAL_LAYOUTS = (Layout.MIRROR, *DRAID_LAYOUTS)
 # Field resilvers run under load: 4 KiB random reads and writes on the pool, rate-limited
 # so the scan still finishes; the harness stops it when the scan ends.
 DEFAULT_LOAD_JOB = """[load]
@@ -132,6 +133,15 @@ class PoolSpec:
     recordsize: int
     cache: bool
     log: bool
+    draid_spares: int = 0  # dRAID's distributed spares (draidN:Ns)
+
+    @property
+    def distributed_spare(self) -> bool:
+        return self.draid_spares > 0
+
+    def spare_name(self, k: int) -> str:
+        """The k-th distributed spare's vdev name: ``draid<parity>-<top-level vdev>-<k>``."""
+        return f"{self.layout}-0-{k}"
 
 
 class FaultSpec(Settings):
@@ -219,6 +229,7 @@ class Cell:
             *([f"ashift {p.ashift}"] if p.ashift != DEFAULT_ASHIFT else []),
             *(["+cache"] if p.cache else []),
             *(["+log"] if p.log else []),
+            *([f"+{p.draid_spares}s"] if p.draid_spares else []),
             *(["+load"] if self.load else []),
         ]
         return " ".join([f"{p.layout} x{p.disks} fill {self.fill:g}%", *extra])
@@ -251,10 +262,21 @@ class ZfsScenario(Settings):
         True,
         description="fill each cell once; every repetition starts from copies of its disks",
     )
+    keep_guest: bool = Field(
+        True,
+        description="with fill_once: repetitions on the same disks share one guest (export,"
+        " restore the disks, import) instead of a boot each",
+    )
     ashift: int = Field(DEFAULT_ASHIFT, ge=9, le=16, description="9 (512 B) to 16 (64 KiB)")
     recordsize: Size = DEFAULT_RECORDSIZE
     cache: bool = Field(False, description="an extra disk as L2ARC")
     log: bool = Field(False, description="an extra disk as SLOG")
+    draid_spares: int = Field(
+        0,
+        ge=0,
+        description="dRAID distributed spares (draidN:Ns); a resilver rebuilds onto them"
+        " instead of a new disk",
+    )
     timeout: float = Field(DEFAULT_TIMEOUT, gt=0)
     memory_mb: int = Field(1024, ge=512)
     fault_spec: FaultSpec = Field(default_factory=FaultSpec, alias="fault")
@@ -294,6 +316,8 @@ class ZfsScenario(Settings):
                 )
         if self.sequential and self.experiment is not Experiment.RESILVER:
             raise problem("a sequential rebuild is a resilver", key="sequential")
+        if self.draid_spares:
+            _check_draid_spares(self)
         if not any(line.strip().startswith("[") for line in self.load_job.splitlines()):
             raise problem("a fio job needs at least one [section]", key="load_job")
         given = self.model_fields_set
@@ -320,6 +344,7 @@ class ZfsScenario(Settings):
             self.recordsize,
             self.cache,
             self.log,
+            self.draid_spares,
         )
 
     @property
@@ -354,7 +379,9 @@ class ZfsScenario(Settings):
             sw.fill or (self.fill,),
         )
         for layout, disks, rs, ashift, cache, log, load, fill in axes:
-            p = PoolSpec(Layout(layout), disks, self.disk_size, ashift, rs, cache, log)
+            p = PoolSpec(
+                Layout(layout), disks, self.disk_size, ashift, rs, cache, log, self.draid_spares
+            )
             yield Cell(p, float(fill), load)
 
     @property
@@ -380,6 +407,30 @@ def _fault_kind(sc: ZfsScenario) -> FaultKind:
     if sc.fault_spec.kind is not None:
         return sc.fault_spec.kind
     return FaultKind.WIPE if sc.experiment is Experiment.RESILVER else FaultKind.ZERO_PERCENT
+
+
+def _check_draid_spares(sc: ZfsScenario) -> None:
+    """Distributed spares: dRAID only, one per lost disk, and room left for the data."""
+    for lay in sc.sweep.layout or (sc.layout,):
+        if lay not in DRAID_LAYOUTS:
+            raise problem(
+                f"only dRAID has distributed spares, not {lay}",
+                "use layout draid1..3, or draid_spares = 0",
+                key="draid_spares",
+            )
+        for n in sc.sweep.disks or (sc.disks,):
+            if n - sc.draid_spares < lay.parity + 1:
+                raise problem(
+                    f"{lay} on {n} disks with {sc.draid_spares} distributed spares leaves"
+                    " no room for data",
+                    f"use {lay.parity + 1 + sc.draid_spares} disks or more",
+                    key="draid_spares",
+                )
+    if sc.experiment is Experiment.RESILVER and sc.draid_spares < len(sc.fault_spec.disks):
+        raise problem(
+            f"{len(sc.fault_spec.disks)} lost disks need as many distributed spares",
+            key="draid_spares",
+        )
 
 
 def _check_fault(sc: ZfsScenario) -> None:

@@ -93,9 +93,7 @@ def register_table(kind: TableKind) -> None:
 # per state and phase) and recovery-time runs (``observations`` of kind ``recovery``, one
 # row per item with its phases and its cell as JSON). Both read as (run, item, phase,
 # seconds) plus the item's cell and metrics, NULL for crash states.
-_RECOVERY_OBS = (
-    " FROM observations b JOIN runs rr ON rr.id = b.run_id AND rr.kind = 'recovery'"
-)
+_RECOVERY_OBS = " FROM observations b JOIN runs rr ON rr.id = b.run_id AND rr.kind = 'recovery'"
 register_table(
     TableKind(
         name="recovery",

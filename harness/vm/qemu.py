@@ -139,6 +139,7 @@ class QemuGuest:
         self._started = 0.0
         self._ready = 0.0
         self._console = console.Reader(self.console_log)
+        self._hung = False
 
     # -- lifecycle ------------------------------------------------------------------------
     def launch(self) -> None:
@@ -229,8 +230,9 @@ class QemuGuest:
             self.agent.close()
             self._children.close()
             return
-        with contextlib.suppress(GuestError, OSError):
-            self.agent.exec(["/bin/sync"], timeout=20)
+        if not self._hung:  # a hung guest would only spend the sync's 20 s not answering
+            with contextlib.suppress(GuestError, OSError):
+                self.agent.exec(["/bin/sync"], timeout=20)
         self.agent.close()
         with contextlib.suppress(Exception):
             from qemu.qmp.legacy import QEMUMonitorProtocol
@@ -272,6 +274,7 @@ class QemuGuest:
                 timeout=timeout or self.spec.command_timeout,
             )
         except GuestTimeout as e:
+            self._hung = True
             self._raise_if_dead_or_panicked()
             raise GuestTimeout(
                 e.message,

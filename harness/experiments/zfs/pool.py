@@ -42,18 +42,19 @@ class DiskSet:
 
 def make_disks(directory: Path, cell: Cell, fault: DiskFault, *, spares: bool = True) -> DiskSet:
     """Sparse raw files for the data disks, one spare per lost disk (unless not
-    ``spares``), cache and log."""
+    ``spares``, or the pool's spares are distributed), cache and log."""
     directory.mkdir(parents=True, exist_ok=True)
 
     def disk(serial: str) -> Disk:
         path = directory / f"{serial}.raw"
-        path.unlink(missing_ok=True)
+        # Emptied in place, not unlinked: a kept guest (``kept``) has this inode open.
         with open(path, "wb") as f:
             f.truncate(cell.pool.disk_size)
         return Disk(path, serial)
 
     p = cell.pool
-    lost = len(fault.disks) if fault.loses_disks and spares else 0
+    # A distributed spare is space on the pool's own disks: no new disk to rebuild onto.
+    lost = len(fault.disks) if fault.loses_disks and spares and not p.distributed_spare else 0
     return DiskSet(
         tuple(disk(f"zd{i}") for i in range(p.disks)),
         tuple(disk(f"zs{i}") for i in range(lost)),
@@ -62,11 +63,12 @@ def make_disks(directory: Path, cell: Cell, fault: DiskFault, *, spares: bool = 
     )
 
 
-def vdev_args(layout: Layout, devices: list[str]) -> list[str]:
+def vdev_args(layout: Layout, devices: list[str], draid_spares: int = 0) -> list[str]:
     if layout is Layout.MIRROR:
         return ["mirror", *devices]
     # raidzN and draidN (dRAID's data/children counts default from the device list).
-    return [str(layout), *devices]
+    spec = f"{layout}:{draid_spares}s" if draid_spares else str(layout)
+    return [spec, *devices]
 
 
 def create_argv(
@@ -89,7 +91,7 @@ def create_argv(
         f"mountpoint={MOUNT}",
     ):
         argv += ["-O", prop]
-    argv += [POOL, *vdev_args(p.layout, list(devices))]
+    argv += [POOL, *vdev_args(p.layout, list(devices), p.draid_spares)]
     if cache is not None:
         argv += ["cache", cache]
     if log is not None:

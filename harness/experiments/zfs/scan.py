@@ -1,7 +1,8 @@
 """``scenario run`` for ``kind = "zfs"``: pool -> fill -> fault -> scrub or resilver -> store.
 
-Each repetition of each cell boots a fresh guest on fresh sparse disks, so no state
-(ARC, metaslab layout, event queue) leaks between repetitions. The scan is timed three
+Each repetition of each cell runs on fresh sparse disks (copies of the cell's one fill,
+``basefill``); repetitions on the same disk files share one guest (``kept``: export,
+restore, import), which leaks no pool state (ARC, event queue) between them. The scan is timed three
 ways, kept side by side in ``zfs_scans``: from the events (``seconds``, to one kernel
 tick), from ``zpool status`` (whole seconds, what the seed's authors had), and by the
 guest's clock around ``zpool scrub/replace`` + ``zpool wait`` (``wall_seconds``, which
@@ -36,7 +37,7 @@ from harness.config.zfs import Cell, Experiment, ZfsScenario
 from harness.errors import HarnessError
 from harness.experiments import lifecycle
 from harness.experiments.crash import qemu_version
-from harness.experiments.zfs import basefill, fits, parse, pool, progress
+from harness.experiments.zfs import basefill, fits, kept, parse, pool, progress
 from harness.experiments.zfs.basefill import Filled
 from harness.image import build as image
 from harness.outcome import Outcome, exit_status
@@ -142,6 +143,7 @@ class ZfsScan(lifecycle.Experiment):
         # Repetitions interleaved across cells: a noisy spell on the host spreads over
         # every cell instead of biasing the one that happened to run then.
         self.reps = [Rep(i, cell, r) for r in range(self.sc.repeat) for i, cell in enumerate(cells)]
+        self.kept = kept.KeptGuest(self.sc) if self.sc.keep_guest else None
 
     def items(self) -> Sequence[Rep]:
         return self.reps
@@ -162,13 +164,38 @@ class ZfsScan(lifecycle.Experiment):
                 run.progress(f"{rep.cell.label()}: filling once", n, len(todo))
                 base = basefill.base(self.sc, rep.cell, self._base_dir(rep), run.seed * 1000)
                 self.fills[rep.cell.label()] = base.seconds
-            m = run_once(self.sc, rep.cell, rep.repetition, run.seed, run.dir / rep.id, base)
+            if base is None or self.kept is None:
+                m = run_once(self.sc, rep.cell, rep.repetition, run.seed, run.dir / rep.id, base)
+            else:
+                m = self._run_kept(rep, base)
             m.expected_loss = expected_loss(self.sc, rep.cell)
             yield rep, m
+        if self.kept is not None:
+            self.kept.close()
+            shutil.rmtree(run.dir / "disks", ignore_errors=True)
         # Every repetition has its result: the kept fills are no longer needed (an
         # interrupted run keeps them for its resume).
         for rep in self.reps:
             shutil.rmtree(self._base_dir(rep), ignore_errors=True)
+
+    def _run_kept(self, rep: Rep, base: Filled) -> Measurement:
+        """A repetition in the kept guest, on the run's one set of disk files."""
+        assert self.kept is not None
+        ok = False
+        try:
+            m = run_once(
+                self.sc,
+                rep.cell,
+                rep.repetition,
+                self.run.seed,
+                self.run.dir / "disks",
+                base,
+                self.kept,
+            )
+            ok = True
+            return m
+        finally:
+            self.kept.release(ok=ok)
 
     def _base_dir(self, rep: Rep) -> Path:
         return self.run.dir / f"base-c{rep.index}"
@@ -209,11 +236,18 @@ class ZfsScan(lifecycle.Experiment):
 
 
 def run_once(
-    sc: ZfsScenario, cell: Cell, rep: int, seed: int, rdir: Path, base: Filled | None = None
+    sc: ZfsScenario,
+    cell: Cell,
+    rep: int,
+    seed: int,
+    rdir: Path,
+    base: Filled | None = None,
+    keeper: kept.KeptGuest | None = None,
 ) -> Measurement:
     """One repetition in fresh guests; the disk files are deleted afterwards. With
     ``base`` (the cell filled once, ``basefill``) the repetition starts from copies of the
-    filled disks: import instead of create + fill."""
+    filled disks: import instead of create + fill, in ``keeper``'s guest if given (the
+    disk files then stay for the next repetition)."""
     phases: dict[str, float] = {}
     disks = pool.make_disks(rdir, cell, sc.fault)
     paths_ = [d.path for d in disks.data]
@@ -237,7 +271,10 @@ def run_once(
                 basefill.restore(base, disks)
                 lap("restore", t)
                 damage = damage_now() if fault.when is When.OFFLINE else []
-                g = stack.enter_context(pool.guest(sc, disks, phases))
+                if keeper is not None:
+                    g = keeper.get(disks, phases)
+                else:
+                    g = stack.enter_context(pool.guest(sc, disks, phases))
                 t = time.monotonic()
                 pool.run(g, pool.import_argv())
                 lap("import", t)
@@ -263,7 +300,7 @@ def run_once(
             if cell.load:
                 pool.start_load(g, sc.load_job)
             t = time.monotonic()
-            wall = _scan(g, sc, disks)
+            wall = _scan(g, sc, cell, disks)
             t = lap("scan", t)
             if cell.load:
                 pool.stop_load(g)
@@ -301,22 +338,27 @@ def run_once(
             )
         return m
     finally:
-        for d in disks.all():
-            d.path.unlink(missing_ok=True)
+        if keeper is None:
+            for d in disks.all():
+                d.path.unlink(missing_ok=True)
 
 
-def _scan(g: Guest, sc: ZfsScenario, disks: pool.DiskSet) -> float:
+def _scan(g: Guest, sc: ZfsScenario, cell: Cell, disks: pool.DiskSet) -> float:
     """Start the scrub or the replacements and wait for the end; guest-clock seconds."""
     if sc.experiment is Experiment.SCRUB:
         cmds = [["zpool", "scrub", pool.POOL], ["zpool", "wait", "-t", "scrub", pool.POOL]]
         return pool.timed(g, cmds, timeout=sc.timeout)
     cmds = []
-    for i, spare in zip(sc.fault.disks, disks.spares, strict=True):
+    p = cell.pool
+    for k, i in enumerate(sc.fault.disks):
         old = g.disk(disks.data[i].serial)
         if sc.fault.kind is faults.FaultKind.DETACH:
             cmds.append(["zpool", "offline", "-f", pool.POOL, old])
         seq = ["-s"] if sc.sequential else []  # sequential rebuild (mirror, dRAID)
-        cmds.append(["zpool", "replace", *seq, pool.POOL, old, g.disk(spare.serial)])
+        # Onto the k-th distributed spare (a sequential rebuild whatever -s says), or the
+        # k-th new disk.
+        new = p.spare_name(k) if p.distributed_spare else g.disk(disks.spares[k].serial)
+        cmds.append(["zpool", "replace", *seq, pool.POOL, old, new])
     # Not only `resilver`: the old disk lingers under "replacing" until the swap is done.
     cmds.append(["zpool", "wait", "-t", "resilver,replace", pool.POOL])
     return pool.timed(g, cmds, timeout=sc.timeout)
@@ -355,6 +397,7 @@ def _store(st: store.Store, run_id: str, sc: ZfsScenario, rep: Rep, m: Measureme
                 "log": p.log,
                 "load": m.cell.load,
                 "sequential": sc.sequential,
+                "draid_spares": p.draid_spares,
             },
             "disks": p.disks,
             "disk_size": p.disk_size,

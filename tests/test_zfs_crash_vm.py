@@ -45,6 +45,8 @@ def test_pool_crash_states(guest_image: image.Image, tmp_path: Path) -> None:
         c = r.results[s.id]
         assert c.outcome is Outcome.CONSISTENT, c.output
         assert c.verify is not None and c.verify["ok"]
+        # and zdb on the host reads the same images as clean (every checksum, no leak)
+        assert c.zdb is not None and c.zdb.ok and not c.zdb_disagrees, c.zdb
     assert r.results[consistent[-1].id].verify["checked"] > 0  # type: ignore[index]
     for s in r.states:
         assert not is_harness(r.results[s.id].outcome), r.results[s.id].output
@@ -55,5 +57,9 @@ def test_pool_crash_states(guest_image: image.Image, tmp_path: Path) -> None:
             "SELECT state_id, outcome FROM verdicts WHERE run_id = ?", (report.run_id,)
         )
         assert {sid for sid, _ in rows} == {s.id for s in r.states}
+        zdb_rows = st.execute(
+            "SELECT count(*) FROM checks WHERE run_id = ? AND stage = 'host'", (report.run_id,)
+        )
+        assert zdb_rows[0][0] == len(r.states)
         roles = st.execute("SELECT role FROM run_logs WHERE run_id = ?", (report.run_id,))
         assert sorted(x for (x,) in roles) == ["vdev0", "vdev1", "vdev2"]

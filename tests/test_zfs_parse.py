@@ -121,3 +121,21 @@ def test_list_and_used_available() -> None:
     )
     with pytest.raises(ValueError):
         parse.parse_list("tank 1 2")
+
+
+def test_zdb_output_keeps_its_error_lines_and_a_disagreement_is_flagged() -> None:
+    from harness.experiments.zfs import zdb
+    from harness.experiments.zfs.crash import StateCheck
+    from harness.outcome import Outcome
+
+    noise = [f"\tdataset tank/{i}: ok" for i in range(200)]
+    text = "\n".join(["Traversing all blocks ...", *noise[:100], "leaked space: vdev 0", *noise])
+    short = zdb.summarize(text)
+    assert short.startswith("leaked space: vdev 0") and short.endswith(noise[-1])
+    assert len(short) <= 3000
+    clean = zdb.ZdbCheck(True, 0, 0.5, "")
+    dirty = zdb.ZdbCheck(False, 1, 0.5, "leaked space")
+    assert not StateCheck(Outcome.CONSISTENT, 1, {}, "", zdb=clean).zdb_disagrees
+    assert StateCheck(Outcome.CONSISTENT, 1, {}, "", zdb=dirty).zdb_disagrees
+    assert StateCheck(Outcome.UNREPAIRABLE, 1, {}, "", zdb=clean).zdb_disagrees
+    assert not StateCheck(Outcome.CONSISTENT, 1, {}, "").zdb_disagrees

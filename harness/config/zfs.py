@@ -170,6 +170,7 @@ class CrashSpec(Settings):
     points: Literal["flush", "entry"] = "flush"
     torn_model: Literal["honest", "any"] = "honest"
     guest_batch: int = Field(4, ge=1)
+    zdb: bool = Field(True, description="zdb -e -bcc of every state's images on the host too")
 
     @model_validator(mode="after")
     def _some_states(self) -> CrashSpec:

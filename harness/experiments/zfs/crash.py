@@ -13,6 +13,9 @@ images (copies) are attached, symlinked into a directory of their own, and
 + ``zpool wait -t scrub``, ``zpool status -j --json-int``, ``zfs mount``, the oracle
 (every file the last common mark requires, by sha256), ``zpool export``.
 
+Before the guest, ``zdb -e -bcc`` reads each state's images on the host (``zdb.py``):
+stored as the host-stage check, evidence beside the verdict, never deciding it.
+
 Verdicts (harness.outcome): import refused, even with ``-F`` (rewind to an older txg),
 or permanent data errors after the scrub -> ``unrepairable``; an import that needed
 ``-F``, or a scrub that repaired bytes or found checksum errors -> ``repaired``; a
@@ -34,13 +37,14 @@ export seconds in ``recovery_times`` as ``mount``, ``fsck_after`` and ``umount``
 A killed run resumes through the lifecycle like crash replay: the recording is kept in
 the run directory (``recording.json``) and states already judged are skipped. Not done
 yet: incremental replay (each disk image is built from entry 0 -- cheap at
-these sizes); host-side ``zdb -e -p DIR`` on the images; cuts torn *inside* a disk
+these sizes); cuts torn *inside* a disk
 (reorder/torn within a log) combined with the cross-disk model.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import shlex
@@ -54,7 +58,7 @@ from typing import Any
 from harness.check.guest import in_guests
 from harness.config.zfs import CrashSpec, ZfsScenario
 from harness.experiments import lifecycle
-from harness.experiments.zfs import parse, pool
+from harness.experiments.zfs import parse, pool, zdb
 from harness.experiments.zfs.record import Recording, record_pool
 from harness.experiments.zfs.scan import run_env
 from harness.outcome import Outcome, exit_status, is_harness, reduce
@@ -83,6 +87,12 @@ class StateCheck:
     output: str
     status: parse.PoolStatus | None = None
     verify: dict[str, Any] | None = None
+    zdb: zdb.ZdbCheck | None = None  # the host's read of the same images (``zdb``)
+
+    @property
+    def zdb_disagrees(self) -> bool:
+        """zdb and the guest differ on whether the pool is clean."""
+        return self.zdb is not None and self.zdb.ok != (self.outcome is Outcome.CONSISTENT)
 
     @property
     def repaired(self) -> int:
@@ -279,10 +289,16 @@ class ZfsCrash(lifecycle.Experiment):
             batch_dir.mkdir(parents=True)
             progress("materialising disk images", b, len(states))
             batch = [(s, materialize(self.logs, s, batch_dir, rec.disk_size)) for s in chunk]
+            host: dict[str, zdb.ZdbCheck] = {}
+            if c.zdb:
+                progress(f"zdb on {len(chunk)} disk sets", b, len(states))
+                for s, imgs in batch:
+                    host[s.id] = zdb.check(imgs, batch_dir / f"zdb-{s.id}", self.sc.timeout)
             progress(f"importing {len(chunk)} disk sets in a guest", b, len(states))
-            yield from check_batch(
+            for s, result in check_batch(
                 batch, rec.required, memory_mb=self.sc.memory_mb, timeout=self.sc.timeout
-            )
+            ):
+                yield s, dataclasses.replace(result, zdb=host.get(s.id))
             shutil.rmtree(batch_dir, ignore_errors=True)
 
     def commit(self, item: lifecycle.Item, result: Any) -> None:
@@ -310,8 +326,11 @@ class ZfsCrash(lifecycle.Experiment):
 
     def summary(self) -> dict[str, Any]:
         lying = self.counts(honest=False)
+        honest = (self.results.get(s.id) for s in self.states if s.honest)
+        checked = [r for r in honest if r is not None and r.zdb is not None]
         return {
             "states": len(self.states),
+            **({"zdb_disagreements": sum(r.zdb_disagrees for r in checked)} if checked else {}),
             "recording": {k: round(v, 3) for k, v in self.recording.seconds.items()},
             **({"lying_disk_outcome_counts": lying} if lying else {}),
         }
@@ -367,14 +386,31 @@ def _commit(st: store.Store, run_id: str, s: MultiState, r: StateCheck) -> None:
             description=s.describe(),
         ),
         [
+            *([_zdb_check(r.zdb)] if r.zdb is not None else []),
             store.CheckResult(
                 stage=store.Stage.GUEST,
                 checker="zpool import+scrub+verify",
                 outcome=r.outcome,
                 seconds=r.seconds,
                 output=r.output if s.honest else f"{LYING_NOTE}\n{r.output}",
-            )
+            ),
         ],
         r.phases,
+        # The guest's import, scrub and oracle decide; zdb is evidence beside it (zdb.py).
         r.outcome,
+    )
+
+
+def _zdb_check(z: zdb.ZdbCheck) -> store.CheckResult:
+    if z.exitcode == -1:
+        outcome = Outcome.TIMEOUT
+    else:
+        outcome = Outcome.CONSISTENT if z.ok else Outcome.UNREPAIRABLE
+    return store.CheckResult(
+        stage=store.Stage.HOST,
+        checker=z.checker,
+        outcome=outcome,
+        seconds=z.seconds,
+        output=z.output,
+        exit_status=z.exitcode,
     )

@@ -167,19 +167,21 @@ def used_available(g: Guest) -> tuple[int, int]:
     return parse.parse_used_available(out)
 
 
-def fill(g: Guest, nbytes: int, seed: int, *, timeout: float) -> int:
+def fill(g: Guest, nbytes: int, seed: int, *, timeout: float, name: str = "fill") -> int:
     """Write ``nbytes`` of incompressible data into the pool; returns the bytes written.
 
     AES-CTR keystream from openssl is ~10x faster than the guest's /dev/urandom under TCG
-    and is as incompressible; the password makes it reproducible per seed and file.
+    and is as incompressible; the password makes it reproducible per seed and file. The
+    files are ``name-0000``, ``name-0001``, ... (a fill continued under another name
+    adds to the pool).
     """
     written = 0
     i = 0
     while written < nbytes:
         n = min(FILL_CHUNK, nbytes - written)
         script = (
-            f"openssl enc -aes-128-ctr -pbkdf2 -nosalt -pass pass:crashlab-{seed}-{i}"
-            f" </dev/zero 2>/dev/null | head -c {n} > {MOUNT}/fill-{i:04d}"
+            f"openssl enc -aes-128-ctr -pbkdf2 -nosalt -pass pass:crashlab-{seed}-{name}{i}"
+            f" </dev/zero 2>/dev/null | head -c {n} > {MOUNT}/{name}-{i:04d}"
         )
         run(g, ["sh", "-c", script], timeout=timeout)
         written += n

@@ -21,6 +21,7 @@ Multi-disk crash states (``experiment = "crash"``, issue 4 item 6) are
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import platform
 import shutil
@@ -139,7 +140,7 @@ class ZfsScan(lifecycle.Experiment):
         self.fills: dict[str, dict[str, float]] = {}  # cell -> what filling it once cost
 
     def prepare(self) -> None:
-        cells = list(self.sc.cells())
+        self.cells = cells = list(self.sc.cells())
         # Repetitions interleaved across cells: a noisy spell on the host spreads over
         # every cell instead of biasing the one that happened to run then.
         self.reps = [Rep(i, cell, r) for r in range(self.sc.repeat) for i, cell in enumerate(cells)]
@@ -160,9 +161,10 @@ class ZfsScan(lifecycle.Experiment):
         for n, rep in enumerate(r for r in todo if isinstance(r, Rep)):
             run.progress(f"{rep.cell.label()} #{rep.repetition + 1}", n, len(todo))
             base = None
-            if self.sc.fill_once and self.sc.repeat > 1:  # one repetition: nothing to share
+            # Something to share: repetitions, or fills of one pool on one ladder.
+            if self.sc.fill_once and (self.sc.repeat > 1 or len(self._ladder(rep.cell)) > 1):
                 run.progress(f"{rep.cell.label()}: filling once", n, len(todo))
-                base = basefill.base(self.sc, rep.cell, self._base_dir(rep), run.seed * 1000)
+                base = basefill.base(self.sc, self._ladder(rep.cell), rep.cell, run.seed * 1000)
                 self.fills[rep.cell.label()] = base.seconds
             if base is None or self.kept is None:
                 m = run_once(self.sc, rep.cell, rep.repetition, run.seed, run.dir / rep.id, base)
@@ -175,8 +177,8 @@ class ZfsScan(lifecycle.Experiment):
             shutil.rmtree(run.dir / "disks", ignore_errors=True)
         # Every repetition has its result: the kept fills are no longer needed (an
         # interrupted run keeps them for its resume).
-        for rep in self.reps:
-            shutil.rmtree(self._base_dir(rep), ignore_errors=True)
+        for kept_fill in run.dir.glob("base-p*"):
+            shutil.rmtree(kept_fill, ignore_errors=True)
 
     def _run_kept(self, rep: Rep, base: Filled) -> Measurement:
         """A repetition in the kept guest, on the run's one set of disk files."""
@@ -197,8 +199,15 @@ class ZfsScan(lifecycle.Experiment):
         finally:
             self.kept.release(ok=ok)
 
-    def _base_dir(self, rep: Rep) -> Path:
-        return self.run.dir / f"base-c{rep.index}"
+    def _ladder(self, cell: Cell) -> list[tuple[Cell, Path]]:
+        """Every fill of ``cell``'s pool in this run, lowest first, each with the directory
+        its filled disks are kept in (cells that differ only in load share them)."""
+        pools = list(dict.fromkeys(c.pool for c in self.cells))
+        fills = sorted({c.fill for c in self.cells if c.pool == cell.pool})
+        n = pools.index(cell.pool)
+        return [
+            (dataclasses.replace(cell, fill=f), self.run.dir / f"base-p{n}-{f:g}") for f in fills
+        ]
 
     def commit(self, item: lifecycle.Item, result: Any) -> None:
         assert isinstance(item, Rep) and isinstance(result, Measurement)

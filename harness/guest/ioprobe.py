@@ -60,7 +60,11 @@ class Probe:
         a = self.a
         os.makedirs(MNT, exist_ok=True)
         if a.fs == "zfs":
-            props = [x for k, v in json.loads(a.zfs_props).items() for x in ("-O", f"{k}={v}")]
+            # compression off unless the cell asks: OpenZFS 2.2+ compresses (lz4) by default,
+            # btrfs and ext4 do not, and fio's layout writes compress to nothing; a space or
+            # write-amplification column comparing them would measure lz4, not CoW.
+            given = {"compression": "off", **json.loads(a.zfs_props)}
+            props = [x for k, v in given.items() for x in ("-O", f"{k}={v}")]
             self.sh(
                 "zpool-create",
                 [

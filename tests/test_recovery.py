@@ -7,6 +7,9 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import subprocess
+import sys
+import threading
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,6 +37,7 @@ from tests.synth import run_results_cli
 
 DATA = Path(__file__).parent / "data" / "recovery"
 LOGS = Path(__file__).parent / "data" / "logs"
+GUEST = Path(__file__).parent.parent / "harness" / "guest"
 TINY = (
     'filesystems=[{fs="ext2"}, {fs="ext4"}]',
     'sizes=["64M"]',
@@ -101,6 +105,20 @@ def test_each_crash_method_is_an_item_and_one_crash_measures_them_together() -> 
     got = [(it.id, r["of"]) for it, r in exp.check(exp.items()[1:])]
     assert groups == [ids[1:2], ids[2:4]]
     assert got == [(i, i) for i in ids[1:]]
+
+
+def test_the_guest_program_stops_the_churn_and_waits_for_it() -> None:
+    """``recoveryload.py stop`` is stdlib only: it runs here as in the guest."""
+    program = [sys.executable, str(GUEST / "recoveryload.py"), "stop", "--timeout", "20"]
+    child = subprocess.Popen(["sleep", "60"])
+    reaper = threading.Thread(target=child.wait)  # in the guest, init reaps the churn
+    reaper.start()
+    out = subprocess.run([*program, "--pid", str(child.pid)], capture_output=True, check=True)
+    reaper.join(5)
+    assert json.loads(out.stdout) | {"seconds": 0} == {
+        "stopped": True, "was_running": True, "seconds": 0
+    }  # fmt: skip
+    assert child.returncode == -9
 
 
 @pytest.fixture(scope="module")

@@ -4,26 +4,40 @@ stored observations, and (vm) one real crash of a tiny ext4 and ext2 end to end.
 
 from __future__ import annotations
 
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import tomllib
+from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from harness.check.timed import parse_e2fsck_tt
+from harness.cli.lab import to_toml
 from harness.config import scenario
 from harness.config.recovery import RecoveryScenario, preflight
-from harness.errors import InputError
+from harness.errors import HarnessError, InputError
 from harness.experiments import lifecycle
-from harness.experiments.recovery import Recovery
+from harness.experiments.recovery import Item, Recovery
+from harness.experiments.recovery_crash import replay_to_mark
 from harness.experiments.recovery_fit import claims, fits
 from harness.image import build as image
 from harness.outcome import Outcome
+from harness.replay.replayer import image_digest
 from harness.report import query
 from harness.report.recovery import recovery_points
 from harness.store.db import RunKind, Store
 from tests.synth import run_results_cli
 
 DATA = Path(__file__).parent / "data" / "recovery"
+LOGS = Path(__file__).parent / "data" / "logs"
+GUEST = Path(__file__).parent.parent / "harness" / "guest"
 TINY = (
     'filesystems=[{fs="ext2"}, {fs="ext4"}]',
     'sizes=["64M"]',
@@ -55,6 +69,82 @@ def test_the_catalogue_scenarios_load() -> None:
         "ext4 ^metadata_csum,^uninit_bg",
     ]
     assert sc.filesystems[1].mkfs_argv() == ["mkfs.ext4", "-F", "-q", "-O", "^flex_bg"]
+
+
+def test_show_prints_toml_without_unset_values() -> None:
+    cells = 'filesystems=[{fs="ext4"}, {fs="ext4", journal_size="4M"}]'
+    sc = scenario.load("journal-size", (cells,))
+    text = to_toml(sc.resolved())
+    assert "None" not in text
+    cells = tomllib.loads(text)["filesystems"]
+    assert "journal_size" not in cells[0] and cells[1]["journal_size"] == 4 << 20
+
+
+def test_each_crash_method_is_an_item_and_one_crash_measures_them_together() -> None:
+    sc = load('crash.methods=["dm-log-writes", "sigkill", "sigkill"]')
+    assert sc.crash.methods == ("sigkill", "dm-log-writes")  # each once, sigkill first
+    exp = Recovery(SimpleNamespace(scenario=sc, progress=lambda *a: None))  # type: ignore[arg-type]
+    exp.prepare()
+    ids = [it.id for it in exp.items()]
+    assert ids == [
+        "ext2 defaults @64M #0", "ext2 defaults @64M #0 dm-log-writes",
+        "ext4 defaults @64M #0", "ext4 defaults @64M #0 dm-log-writes",
+    ]  # fmt: skip
+    lw = exp.items()[1]
+    assert lw.key()["method"] == "dm-log-writes"
+    assert lw.key()["cell"] == "ext2 defaults (dm-log-writes)"  # its own line in fits, plots
+    assert exp.items()[0].key()["cell"] == "ext2 defaults"
+    groups: list[list[str]] = []
+
+    def measure(group: Sequence[Item]) -> dict[str, dict[str, Any]]:
+        groups.append([it.id for it in group])
+        return {it.method: {"outcome": "consistent", "of": it.id} for it in group}
+
+    exp.measure = measure  # type: ignore[method-assign]
+    # a resumed run: the ext2 sigkill item is done, its dm-log-writes one is not
+    got = [(it.id, r["of"]) for it, r in exp.check(exp.items()[1:])]
+    assert groups == [ids[1:2], ids[2:4]]
+    assert got == [(i, i) for i in ids[1:]]
+
+
+def test_the_guest_program_stops_the_churn_and_waits_for_it() -> None:
+    """``recoveryload.py stop`` is stdlib only: it runs here as in the guest."""
+    program = [sys.executable, str(GUEST / "recoveryload.py"), "stop", "--timeout", "20"]
+    child = subprocess.Popen(["sleep", "60"])
+    reaper = threading.Thread(target=child.wait)  # in the guest, init reaps the churn
+    reaper.start()
+    out = subprocess.run([*program, "--pid", str(child.pid)], capture_output=True, check=True)
+    reaper.join(5)
+    assert json.loads(out.stdout) | {"seconds": 0} == {
+        "stopped": True, "was_running": True, "seconds": 0
+    }  # fmt: skip
+    assert child.returncode == -9
+
+
+@pytest.fixture(scope="module")
+def real_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/data/logs/ext4-ops-small (README there): a real dm-log-writes log."""
+    out = tmp_path_factory.mktemp("lw") / "log.raw"
+    with gzip.open(LOGS / "ext4-ops-small.log.gz", "rb") as src, out.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return out
+
+
+def test_a_log_replayed_to_a_mark_is_the_disk_at_that_mark(real_log: Path, tmp_path: Path) -> None:
+    meta = json.loads((LOGS / "ext4-ops-small.json").read_text())
+    image = tmp_path / "state.raw"
+    # Nothing is written after the umount mark: the state there is the recorder's disk.
+    got = replay_to_mark(real_log, image, meta["device_size"], "crashlab:umount")
+    assert image_digest(image) == meta["dut_sha256"]
+    assert got["writes"] == meta["stats"]["writes"]
+    assert got["bytes_written"] == meta["stats"]["bytes_written"]
+    assert (got["flushes"], got["fuas"]) == (meta["stats"]["flushes"], meta["stats"]["fuas"])
+    early = replay_to_mark(real_log, image, meta["device_size"], "crashlab:sync:3")
+    assert 0 < early["writes"] < got["writes"] and early["log_entries"] < got["log_entries"]
+    assert image_digest(image) != meta["dut_sha256"]
+    with pytest.raises(HarnessError, match="no 'crashlab:crash' mark") as e:
+        replay_to_mark(real_log, image, meta["device_size"])
+    assert "crashlab:mkfs" in (e.value.detail or "")
 
 
 def test_an_unknown_feature_is_refused_by_mke2fs_before_any_guest(work: Path) -> None:
@@ -141,6 +231,16 @@ def test_fits_and_claims_are_computed_from_the_data() -> None:
     assert any("ext4 defaults: mount (kernel replay) 0.200 s at 1G, 0.300 s at 4G" in c
                for c in said)  # fmt: skip
     assert any("ext4 ^flex_bg took 2.000 s, 2.50x ext4 defaults (0.800 s)" in c for c in said)
+    # a feature set is compared with the defaults crashed the same way
+    lw = obs("ext4 defaults (dm-log-writes)", "ext4", 4, {"fsck": 0.5}, 262144)
+    lw["cell"]["method"] = "dm-log-writes"
+    lw_flex = obs("ext4 ^flex_bg (dm-log-writes)", "ext4", 4, {"fsck": 1.0}, 262144, "^flex_bg")
+    lw_flex["cell"]["method"] = "dm-log-writes"
+    said = [c for c in claims([*rows, lw, lw_flex]) if c.startswith("seed 004")]
+    assert len(said) == 2
+    assert any("ext4 ^flex_bg took 2.000 s, 2.50x ext4 defaults (0.800 s)" in c for c in said)
+    assert any("ext4 ^flex_bg (dm-log-writes) took 1.000 s, 2.00x ext4 defaults (dm-log-writes)"
+               in c for c in said)  # fmt: skip
 
 
 def store_with_recovery_runs(db: Path) -> None:
@@ -173,6 +273,9 @@ def test_the_recovery_table_groups_observations_by_fs_features_size(tmp_path: Pa
     assert defaults.stats["fsck"].n == 2 and defaults.stats["fsck"].mean == pytest.approx(0.6)
     assert defaults.counts == {"consistent": 2}
     assert [g.key for g in by_files.groups] == [(100,)]
+    with Store.open(db) as st:
+        by_method = query.grouped(st, "recovery", ["method"])
+    assert [g.key for g in by_method.groups] == [("sigkill",)]  # stored before methods
 
 
 def test_the_plot_against_size_through_the_cli(tmp_path: Path) -> None:
@@ -196,7 +299,7 @@ def test_a_real_crash_of_tiny_ext4_and_ext2(guest_image: image.Image, tmp_path: 
     sc = scenario.load(
         "recovery-vs-size",
         ('filesystems=[{fs="ext4"}, {fs="ext2"}]', 'sizes=["256M"]', "population.files=300",
-         "population.dirs=10", "crash.after=2"),
+         "population.dirs=10", "crash.after=2", 'crash.methods=["sigkill", "dm-log-writes"]'),
     )  # fmt: skip
     db = tmp_path / "lab.sqlite"
     r = lifecycle.execute(sc, db=db)
@@ -204,16 +307,28 @@ def test_a_real_crash_of_tiny_ext4_and_ext2(guest_image: image.Image, tmp_path: 
     with Store.open(db, create=False) as st:
         rows = {o["item"]: o for o in st.observations(r.run_id)}
         t = query.grouped(st, "recovery", ["fs", "features", "size"])
-    assert set(rows) == {"ext4 defaults @256M #0", "ext2 defaults @256M #0"}
+        by_method = query.grouped(st, "recovery", ["fs", "method"])
+    assert set(rows) == {
+        "ext4 defaults @256M #0", "ext2 defaults @256M #0",
+        "ext4 defaults @256M #0 dm-log-writes", "ext2 defaults @256M #0 dm-log-writes",
+    }  # fmt: skip
     for o in rows.values():
         m = o["metrics"]
         assert o["outcome"] not in ("harness_error", "timeout", "panic"), m.get("error")
-        assert m["crash"]["killed"] == "SIGKILL"
+        if o["cell"]["method"] == "sigkill":
+            assert m["crash"]["killed"] == "SIGKILL"
+        else:  # the log replayed to the mark taken while the churn ran
+            assert m["crash"]["mark"] == "crashlab:crash" and m["crash"]["writes"] > 0
         assert m["population"]["files"] == 300 and m["population"]["inodes_used"] >= 310
         assert {"mount", "fsck", "repair"} <= set(m["phases"])
         assert {"1", "2", "3", "4", "5"} <= set(m["repair"]["passes"])  # -fy may add 3A
         assert m["repair"]["inodes_total"] == 65536  # -fn on ext2 may abort before its counts
-    ext4 = rows["ext4 defaults @256M #0"]["metrics"]
-    # the crash left a journal to replay: the kernel said so when mounting
-    assert any("recovery" in line for line in ext4["replay"]["kernel_log"]), ext4["replay"]
+    for item in ("ext4 defaults @256M #0", "ext4 defaults @256M #0 dm-log-writes"):
+        ext4 = rows[item]["metrics"]
+        # the crash left a journal to replay: the kernel said so when mounting
+        assert any("recovery" in line for line in ext4["replay"]["kernel_log"]), ext4["replay"]
     assert [g.key for g in t.groups] == [("ext2", "defaults", 0.25), ("ext4", "defaults", 0.25)]
+    assert [g.key for g in by_method.groups] == [
+        ("ext2", "dm-log-writes"), ("ext2", "sigkill"),
+        ("ext4", "dm-log-writes"), ("ext4", "sigkill"),
+    ]  # fmt: skip

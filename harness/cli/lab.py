@@ -164,15 +164,20 @@ def _value(v: Any) -> str:
     if isinstance(v, list):
         return "[" + ", ".join(_value(x) for x in v) + "]"
     if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {_value(x)}" for k, x in v.items()) + " }"
+        return "{ " + ", ".join(f"{k} = {_value(x)}" for k, x in _set(v).items()) + " }"
     return repr(v)
+
+
+def _set(d: dict[str, Any]) -> dict[str, Any]:
+    """TOML has no null: an unset value (None) is left out, as in the scenario file."""
+    return {k: v for k, v in d.items() if v is not None}
 
 
 def to_toml(data: dict[str, Any]) -> str:
     """Enough TOML for a resolved scenario: scalars, lists and one level of tables."""
-    top = [f"{k} = {_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    top = [f"{k} = {_value(v)}" for k, v in _set(data).items() if not isinstance(v, dict)]
     tables = [
-        f"\n[{k}]\n" + "".join(f"{kk} = {_value(vv)}\n" for kk, vv in v.items())
+        f"\n[{k}]\n" + "".join(f"{kk} = {_value(vv)}\n" for kk, vv in _set(v).items())
         for k, v in data.items()
         if isinstance(v, dict)
     ]

@@ -106,11 +106,30 @@ class Population(Settings):
         return int(self.fill / 100 * size) + self.files * per_file + self.dirs * 4096
 
 
+# How the crash state is made: ``sigkill`` kills QEMU while the churn runs (the disk image
+# holds every write QEMU completed); ``dm-log-writes`` records the same population and
+# churn through dm-log-writes in the same guest and replays the log on the host up to a
+# mark taken at the same moment (every write completed before the mark).
+METHODS = ("sigkill", "dm-log-writes")
+Method = Literal["sigkill", "dm-log-writes"]
+
+
 class Crash(Settings):
-    """``[crash]``: the metadata-heavy workload running when QEMU is SIGKILLed."""
+    """``[crash]``: the metadata-heavy workload running when the crash state is taken."""
 
     after: float = Field(4.0, gt=0, description="seconds of churn before the kill")
     fsync_every: int = Field(25, ge=1, description="the churn fsyncs a file every N operations")
+    methods: tuple[Method, ...] = Field(
+        ("sigkill",),
+        min_length=1,
+        description="crash states to make of each item: sigkill (QEMU killed), dm-log-writes"
+        " (the same churn logged, replayed to a mark on the host)",
+    )
+
+    @field_validator("methods")
+    @classmethod
+    def _once(cls, methods: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(m for m in METHODS if m in methods)  # each once, in a fixed order
 
 
 class RecoveryScenario(Settings):

@@ -1,16 +1,20 @@
 """Recovery time at scale (kind ``recovery``): how long each recovery path takes after a
 real crash, against size, population and mkfs features (seeds 002 and 004).
 
-Per item (cell x size x repetition):
+Per item (cell x size x repetition x crash method):
 
 1. a sparse disk image of the size; a fresh guest makes the filesystem, populates it
    (``harness/guest/recoveryload.py``: seeded small files and directories, a fill by
    fallocate) and records what the filesystem reports (files, dirs, inodes and blocks
    used); then it starts a metadata-heavy churn (creates, renames, unlinks, fsyncs)
-   and the harness **SIGKILLs QEMU** while it runs: the disk image is the crash state;
+   and the harness **SIGKILLs QEMU** while it runs: the disk image is the crash state.
+   With ``crash.methods`` naming ``dm-log-writes`` too, the same guest first runs the
+   same population and churn on a dm-log-writes disk and the host replays its log up to
+   a mark taken while the churn ran: a second crash state of the same workload, an item
+   of its own (``method`` in the table; ``recovery_crash.py``);
 2. ext only, on the host: ``e2fsck -f -y -tt`` on a sparse copy of the crash state --
    the userspace recovery (journal replay and every pass; for ext2 the only one);
-3. a fresh guest mounts the crash state: the kernel's own journal/log replay, timed;
+3. a fresh guest mounts the crash state(s): the kernel's own journal/log replay, timed;
    then umount, timed;
 4. on the host: the full read-only check of the recovered image (``e2fsck -f -n -tt``,
    ``xfs_repair -n``, ``btrfs check --readonly``), timed.
@@ -26,7 +30,6 @@ kept out of the counts (and said in the summary).
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -40,14 +43,12 @@ from harness.config.recovery import Cell, RecoveryScenario, preflight
 from harness.config.settings import size_text
 from harness.errors import GuestPanic, GuestTimeout, HarnessError
 from harness.experiments import lifecycle
+from harness.experiments.recovery_crash import SERIALS, Target, guest_spec, make_states, program
 from harness.experiments.recovery_fit import claims, fits
 from harness.outcome import Outcome
 from harness.record import recorder as record
 from harness.store.model import RunKind
-from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
-
-SERIAL = "recovery"
-PROGRAM = f"{record.GUEST_DIR}/recoveryload.py"
+from harness.vm.backend import Disk, start_guest
 
 
 @dataclass(frozen=True)
@@ -55,18 +56,27 @@ class Item:
     cell: Cell
     size: int
     repetition: int
+    method: str = "sigkill"
+
+    @property
+    def base(self) -> str:
+        """The crash this item's state comes from (shared by its methods)."""
+        return f"{self.cell.name()} @{size_text(self.size)} #{self.repetition}"
 
     @property
     def id(self) -> str:
-        return f"{self.cell.name()} @{size_text(self.size)} #{self.repetition}"
+        return self.base if self.method == "sigkill" else f"{self.base} {self.method}"
 
     def key(self) -> dict[str, Any]:
         """The grouping keys stored with the item (``cell`` of the observation)."""
+        name = self.cell.name()
         return {
             "fs": self.cell.fs,
             "features": self.cell.feature_text(),
             "mount_options": ",".join(self.cell.mount_options) or "defaults",
-            "cell": self.cell.name(),
+            # a line of its own in fits and plots
+            "cell": name if self.method == "sigkill" else f"{name} ({self.method})",
+            "method": self.method,
             "size": self.size / (1 << 30),  # GiB: sorts and fits as a number
             "repetition": self.repetition,
         }
@@ -77,7 +87,7 @@ class Item:
 
 @lifecycle.register("recovery")
 class Recovery(lifecycle.Observed):
-    """One item per cell, size and repetition; see the module docstring."""
+    """One item per cell, size, repetition and crash method; see the module docstring."""
 
     run_kind = RunKind.RECOVERY
 
@@ -89,19 +99,29 @@ class Recovery(lifecycle.Observed):
     def prepare(self) -> None:
         assert isinstance(self.sc, RecoveryScenario)
         self.all = [
-            Item(cell, size, rep)
+            Item(cell, size, rep, method)
             for size in self.sc.sizes
             for cell in self.sc.filesystems
             for rep in range(self.sc.repeat)
+            for method in self.sc.crash.methods
         ]
 
     def items(self) -> Sequence[Item]:
         return self.all
 
     def check(self, todo: Sequence[lifecycle.Item]) -> Iterator[tuple[Item, dict[str, Any]]]:
-        for n, it in enumerate(i for i in todo if isinstance(i, Item)):
-            self.run.progress(f"recovery: {it.id}", n, len(todo))
-            yield it, self.measure(it)
+        # The methods of one crash share its guests: measured together, yielded apiece.
+        crashes: dict[str, list[Item]] = {}
+        for it in todo:
+            if isinstance(it, Item):
+                crashes.setdefault(it.base, []).append(it)
+        n = 0
+        for base, group in crashes.items():
+            self.run.progress(f"recovery: {base}", n, len(todo))
+            results = self.measure(group)
+            for it in group:
+                yield it, results[it.method]
+                n += 1
 
     def commit(self, item: lifecycle.Item, result: Any) -> None:
         assert isinstance(item, Item)
@@ -117,95 +137,74 @@ class Recovery(lifecycle.Observed):
         obs = self.run.store.observations(self.run.run_id)
         return {"items": len(obs), "fits": fits(obs), "claims": claims(obs)}
 
-    # -- one item -------------------------------------------------------------------------
-    def measure(self, it: Item) -> dict[str, Any]:
-        """Crash, then every recovery path; a hang or a panic is the item's harness
-        outcome, the image is deleted however it ends."""
-        sc = self.sc
-        work = self.run.dir / re.sub(r"[^A-Za-z0-9_.@#-]+", "_", it.id)
+    # -- one crash, every method ------------------------------------------------------------
+    def measure(self, group: Sequence[Item]) -> dict[str, dict[str, Any]]:
+        """Crash states by every method of ``group``, then every recovery path of each; a
+        hang or a panic is the harness outcome of every method, the images are deleted
+        however it ends. Method -> metrics."""
+        sc, it = self.sc, group[0]
+        work = self.run.dir / re.sub(r"[^A-Za-z0-9_.@#-]+", "_", it.base)
         work.mkdir(parents=True, exist_ok=True)
-        image = work / "crash.raw"
-        with open(image, "wb") as f:
-            f.truncate(it.size)
+        images = {g.method: work / f"crash-{g.method}.raw" for g in group}
+        for image in images.values():
+            with open(image, "wb") as f:
+                f.truncate(it.size)
         started = time.monotonic()
-        m: dict[str, Any] = {"phases": {}}
+        ms: dict[str, dict[str, Any]] = {g.method: {"phases": {}} for g in group}
+        target = Target(it.cell, it.size, self.run.seed + it.repetition, self.run.seed, it.base)
         try:
-            self._crash(it, image, m)
+            make_states(sc, target, images, work, ms)
             if it.cell.fs in timed.EXT:
-                rep, copy_s = timed.full_repair_copy(image, work, timeout=sc.timeout)
-                m["phases"]["repair"] = rep.seconds
-                m["repair"] = rep.to_json() | {"copy_seconds": round(copy_s, 3)}
-            self._replay(it, image, m)
-            if m["replay"]["mount"]["rc"] == 0:
-                fsck = timed.full_check(it.cell.fs, image, timeout=sc.timeout)
-                m["phases"]["fsck"] = fsck.seconds
-                m["fsck"] = fsck.to_json()
-            m |= self._verdict(it, image, work, m)
+                for method, image in images.items():
+                    rep, copy_s = timed.full_repair_copy(image, work, timeout=sc.timeout)
+                    ms[method]["phases"]["repair"] = rep.seconds
+                    ms[method]["repair"] = rep.to_json() | {"copy_seconds": round(copy_s, 3)}
+            self._replay(it, images, ms)
+            for method, image in images.items():
+                m = ms[method]
+                if m["replay"]["mount"]["rc"] == 0:
+                    fsck = timed.full_check(it.cell.fs, image, timeout=sc.timeout)
+                    m["phases"]["fsck"] = fsck.seconds
+                    m["fsck"] = fsck.to_json()
+                m |= self._verdict(it, image, work, m)
         except (GuestTimeout, GuestPanic) as e:
             kind = Outcome.TIMEOUT if isinstance(e, GuestTimeout) else Outcome.PANIC
-            m |= {"outcome": str(kind), "error": e.message, "console": e.console[-1500:]}
+            failed = {"outcome": str(kind), "error": e.message, "console": e.console[-1500:]}
+            _fail_the_rest(ms, failed)
         except HarnessError as e:
-            m |= {"outcome": str(Outcome.HARNESS_ERROR), "error": e.message,
-                  "detail": (e.detail or "")[-1500:]}  # fmt: skip
+            failed = {"outcome": str(Outcome.HARNESS_ERROR), "error": e.message,
+                      "detail": (e.detail or "")[-1500:]}  # fmt: skip
+            _fail_the_rest(ms, failed)
         finally:
-            image.unlink(missing_ok=True)
+            for image in images.values():
+                image.unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 work.rmdir()
-        m["item_seconds"] = round(time.monotonic() - started, 2)
-        return m
+        for m in ms.values():
+            # the guests are shared: this is the wall time of every method of the crash
+            m["item_seconds"] = round(time.monotonic() - started, 2)
+            m["methods_measured"] = len(ms)
+        return ms
 
-    def _spec(self, image: Path) -> GuestSpec:
-        return GuestSpec(disks=(Disk(image, SERIAL),), command_timeout=self.sc.timeout + 120)
-
-    def _crash(self, it: Item, image: Path, m: dict[str, Any]) -> None:
-        """Make, populate, churn, SIGKILL: the image is left as the guest's crash."""
-        sc, pop = self.sc, self.sc.population
-        with start_guest(self._spec(image)) as g:
-            m["boot_seconds"] = round(g.boot_seconds(), 2)
+    def _replay(self, it: Item, images: Mapping[str, Path], ms: dict[str, dict[str, Any]]) -> None:
+        """The kernel's recovery: mount each crash state in one fresh guest."""
+        disks = [Disk(image, SERIALS[method]) for method, image in images.items()]
+        with start_guest(guest_spec(self.sc, disks)) as g:
+            boot = round(g.boot_seconds(), 2)
             record.install_scripts(g)
-            dev = g.disk(SERIAL)
-            facts = _program(g, "populate", [
-                "--dev", dev, "--fs", it.cell.fs, "--mkfs", json.dumps(it.cell.mkfs_argv()),
-                "--mount-opts", ",".join(it.cell.mount_options),
-                "--seed", str(self.run.seed + it.repetition), "--files", str(pop.files),
-                "--dirs", str(pop.dirs), "--file-size", str(pop.file_size),
-                "--fill", str(pop.fill), "--size", str(it.size), "--timeout", str(sc.timeout),
-            ], sc.timeout + 60)  # fmt: skip
-            for step in ("mkfs", "mount", "fallocate"):
-                if facts.get(step, {}).get("rc", 0) != 0:
-                    raise HarnessError(
-                        f"{step} failed in the guest for {it.id}",
-                        detail=facts[step]["output"],
-                    )
-            m["mkfs_seconds"] = round(facts["mkfs"]["seconds"], 3)
-            m["populate_seconds"] = round(facts["populate_seconds"], 3)
-            m["population"] = facts["usage"]
-            churn = ["--mnt", "/mnt/recovery", "--fsync-every", str(sc.crash.fsync_every)]
-            pid = _program(g, "churn", [*churn, "--seed", str(self.run.seed)], 60)["pid"]
-            time.sleep(sc.crash.after)
-            # The churn must still be running when the plug is pulled: a crash of an idle
-            # filesystem would leave nothing to recover.
-            running = g.run(["kill", "-0", str(pid)], timeout=60).ok
-            g.kill()
-        if not running:
-            raise HarnessError(f"the churn of {it.id} had stopped before the kill")
-        m["crash"] = {"after_seconds": sc.crash.after, "killed": "SIGKILL", "churn_running": True}
-
-    def _replay(self, it: Item, image: Path, m: dict[str, Any]) -> None:
-        """The kernel's recovery: mount the crash state in a fresh guest."""
-        with start_guest(self._spec(image)) as g:
-            m["replay_boot_seconds"] = round(g.boot_seconds(), 2)
-            record.install_scripts(g)
-            args = ["--dev", g.disk(SERIAL), "--fs", it.cell.fs]
-            args += ["--mount-opts", ",".join(it.cell.mount_options)]
-            args += ["--timeout", str(self.sc.timeout)]
-            facts = _program(g, "replay", args, self.sc.timeout + 60)
-        m["replay"] = facts
-        m["phases"]["mount"] = facts["mount"]["seconds"]
-        if "umount" in facts:
-            m["phases"]["umount"] = facts["umount"]["seconds"]
-        if "usage" in facts:
-            m["recovered"] = facts["usage"]
+            for method in images:
+                args = ["--dev", g.disk(SERIALS[method]), "--fs", it.cell.fs]
+                args += ["--mount-opts", ",".join(it.cell.mount_options)]
+                args += ["--timeout", str(self.sc.timeout)]
+                facts = program(g, "replay", args, self.sc.timeout + 60)
+                m = ms[method]
+                m["replay_boot_seconds"] = boot
+                m["replay"] = facts
+                m["phases"]["mount"] = facts["mount"]["seconds"]
+                if "umount" in facts:
+                    m["phases"]["umount"] = facts["umount"]["seconds"]
+                if "usage" in facts:
+                    m["recovered"] = facts["usage"]
 
     def _verdict(self, it: Item, image: Path, work: Path, m: dict[str, Any]) -> dict[str, Any]:
         if m["replay"]["mount"]["rc"] != 0:
@@ -221,15 +220,9 @@ class Recovery(lifecycle.Observed):
         return {"outcome": str(outcome), "expected": expected}
 
 
-def _program(g: Guest, action: str, args: list[str], timeout: float) -> dict[str, Any]:
-    """One action of the guest program; its JSON facts.
 
-    :raise HarnessError: the program itself failed (never a finding).
-    """
-    r = g.run(["python3", PROGRAM, action, *args], timeout=timeout)
-    if not r.ok:
-        raise HarnessError(
-            f"recoveryload.py {action} failed in the guest", detail=(r.err or r.out)[-2000:]
-        )
-    facts: dict[str, Any] = json.loads(r.out)
-    return facts
+def _fail_the_rest(ms: Mapping[str, dict[str, Any]], failed: Mapping[str, Any]) -> None:
+    """A harness failure is the outcome of every method not judged before it."""
+    for m in ms.values():
+        if "outcome" not in m:
+            m |= failed

@@ -7,6 +7,8 @@ fallocate (never writing gigabytes under TCG), sync; prints what the filesystem 
 ``churn``: starts a metadata-heavy loop (create, write, rename, unlink, mkdir, utime on
 the population, an fsync every N operations) detached from the agent, and returns; the
 host kills the guest while it runs.
+``stop``: SIGKILL the churn and wait for it to be gone (the dm-log-writes recording
+unmounts its filesystem after the mark).
 ``replay``: in a fresh guest, mount the crash image (the kernel's own journal/log
 replay, timed), count what is there, umount (timed).
 Each prints one JSON object of raw facts; the host judges.
@@ -26,7 +28,7 @@ from typing import Any
 ENV = {**os.environ, "DM_DISABLE_UDEV": "1"}
 
 
-def run(argv: list[str], timeout: float) -> dict[str, Any]:
+def run(argv: list[str], timeout: float, keep: int = 1500) -> dict[str, Any]:
     start = time.monotonic()
     try:
         p = subprocess.run(argv, capture_output=True, timeout=timeout, env=ENV, check=False)
@@ -37,7 +39,7 @@ def run(argv: list[str], timeout: float) -> dict[str, Any]:
         "argv": argv,
         "rc": rc,
         "seconds": time.monotonic() - start,
-        "output": out.decode(errors="replace")[-1500:],
+        "output": out.decode(errors="replace")[-keep:],
     }
 
 
@@ -144,6 +146,23 @@ def churn(a: argparse.Namespace) -> dict[str, Any]:
         os._exit(0)
 
 
+def stop(a: argparse.Namespace) -> dict[str, Any]:
+    """SIGKILL the churn and wait until it is gone, so its filesystem can be unmounted
+    (a process in the middle of an fsync dies only when the fsync returns)."""
+    start = time.monotonic()
+    try:
+        os.kill(a.pid, 9)
+    except ProcessLookupError:
+        return {"stopped": True, "was_running": False, "seconds": 0.0}
+    while time.monotonic() - start < a.timeout:
+        try:
+            os.kill(a.pid, 0)
+        except ProcessLookupError:
+            return {"stopped": True, "was_running": True, "seconds": time.monotonic() - start}
+        time.sleep(0.05)
+    return {"stopped": False, "was_running": True, "seconds": time.monotonic() - start}
+
+
 def replay(a: argparse.Namespace) -> dict[str, Any]:
     os.makedirs(a.mnt, exist_ok=True)
     opts = ["-o", a.mount_opts] if a.mount_opts else []
@@ -152,16 +171,20 @@ def replay(a: argparse.Namespace) -> dict[str, Any]:
     if m["rc"] == 0:
         facts["usage"] = usage(a.mnt)
         facts["umount"] = run(["umount", a.mnt], a.timeout)
-    k = run(["dmesg"], 60)
+    k = run(["dmesg"], 60, keep=1 << 20)
+    # this device's lines only: one guest may mount several crash images in turn
+    name = os.path.basename(a.dev)
     facts["kernel_log"] = [
-        line for line in k["output"].splitlines() if any(w in line for w in ("EXT", "XFS", "BTRFS"))
+        line
+        for line in k["output"].splitlines()
+        if name in line and any(w in line for w in ("EXT", "XFS", "BTRFS"))
     ][-20:]
     return facts
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("action", choices=("populate", "churn", "replay"))
+    ap.add_argument("action", choices=("populate", "churn", "stop", "replay"))
     ap.add_argument("--dev", default="")
     ap.add_argument("--fs", default="")
     ap.add_argument("--mkfs", default="[]", help="mkfs argv as JSON, without the device")
@@ -175,10 +198,12 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=0, help="the device's size in bytes")
     ap.add_argument("--fsync-every", type=int, default=25)
     ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--pid", type=int, default=0, help="stop: the churn's pid")
     a = ap.parse_args()
     if a.dev:
         a.dev = os.path.realpath(a.dev)
-    facts = {"populate": populate, "churn": churn, "replay": replay}[a.action](a)
+    actions = {"populate": populate, "churn": churn, "stop": stop, "replay": replay}
+    facts = actions[a.action](a)
     json.dump(facts, sys.stdout)
     return 0
 

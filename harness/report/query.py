@@ -115,6 +115,9 @@ register_table(
             "features": "json_extract(o.cell, '$.features')",
             "size": "json_extract(o.cell, '$.size')",
             "cell": "json_extract(o.cell, '$.cell')",
+            # how a recovery run's crash state was made (rows before methods: sigkill)
+            "method": "CASE WHEN o.cell IS NOT NULL"
+            " THEN COALESCE(json_extract(o.cell, '$.method'), 'sigkill') END",
             "files": "json_extract(o.facts, '$.population.files')",
             "inodes": "json_extract(o.facts, '$.population.inodes_used')",
         },

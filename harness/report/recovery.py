@@ -99,7 +99,8 @@ def plot_vs_size(store: Store, out: Path, runs: Sequence[str] = ()) -> Path:
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("Recovery time after a crash (SIGKILL of the guest) against size: mean, min-max")
+    fig.suptitle("Recovery time after a crash (SIGKILL of the guest, or a dm-log-writes replay)"
+                 " against size: mean, min-max")
     return _save(fig, out)
 
 

@@ -23,6 +23,7 @@ from pydantic import Field, field_validator, model_validator
 from harness import paths, proc
 from harness.config import settings
 from harness.config.settings import Settings, Size, problem, size_text
+from harness.config.vm import VmChoice
 from harness.errors import InputError
 
 MiB = 1 << 20
@@ -113,7 +114,7 @@ class Crash(Settings):
     fsync_every: int = Field(25, ge=1, description="the churn fsyncs a file every N operations")
 
 
-class RecoveryScenario(Settings):
+class RecoveryScenario(VmChoice):
     name: str
     path: Path
     description: str

@@ -33,7 +33,8 @@ from harness.vm.backend import Disk, GuestSpec
 from harness.vm.guest import AgentGuest, boot, kernel_cmdline, workdir_for
 
 # As in qemu.py: the first disks sit on the root PCIe bus, the rest behind
-# PCIe-to-PCI bridges of 31 slots each (slots 1-3: agent channel, RNG, root disk).
+# PCIe-to-PCI bridges of 31 slots each (slots 1-3: agent channel, RNG, root disk); each
+# bridge sits in a root port of its own (controllers 1 and 2, 3 and 4, ...).
 _ROOT_BUS_DISKS = 20
 _FIRST_DISK_SLOT = 4
 
@@ -83,10 +84,15 @@ def domain_xml(image: Image, spec: GuestSpec, accelerator: str, workdir: Path, n
             bus, slot = 0, _FIRST_DISK_SLOT + i
         else:
             bridge, index = divmod(i - _ROOT_BUS_DISKS, 31)
-            bus, slot = bridge + 1, index + 1
+            bus, slot = 2 * bridge + 2, index + 1
             if index == 0:
+                # libvirt plugs a pcie-to-pci-bridge into a root port, not into pcie.0.
+                port = _el(
+                    dev, "controller", type="pci", index=str(bus - 1), model="pcie-root-port"
+                )
+                _pci(port, 0, _FIRST_DISK_SLOT + _ROOT_BUS_DISKS + bridge)
                 ctl = _el(dev, "controller", type="pci", index=str(bus), model="pcie-to-pci-bridge")
-                _pci(ctl, 0, _FIRST_DISK_SLOT + _ROOT_BUS_DISKS + bridge)
+                _pci(ctl, bus - 1, 0)
         _disk(dev, d, _target(i + 1), bus=bus, slot=slot)
     _el(dev, "memballoon", model="none")
     # QEMU runs as root, as the qemu backend's does: the cached image and the disks are

@@ -23,6 +23,10 @@ PACKAGES: dict[str, str] = {
     "cpio": "cpio",
     "sqlite3": "sqlite3",
     "fio": "fio",
+    "libvirtd": "libvirt-daemon-system",
+    "virtlogd": "libvirt-daemon-system",
+    "virsh": "libvirt-clients",
+    "vagrant": "vagrant",
 }
 
 

@@ -1,20 +1,43 @@
-"""The disposable guest, booted for real (TCG here): commands, disks, files, panic, hang."""
+"""The disposable guest, booted for real (TCG here): commands, disks, files, panic, hang;
+on both backends (QEMU and a transient libvirt domain) where the test takes ``vm_backend``.
+"""
 
 from __future__ import annotations
 
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from harness.errors import GuestPanic, GuestTimeout
+from harness.errors import GuestBootFailed, GuestPanic, GuestTimeout
 from harness.image import build as image
+from harness.vm import backend
 from harness.vm.backend import Disk, GuestSpec, start_guest
 
 pytestmark = pytest.mark.vm
 
 
-def test_command_disks_and_files(guest_image: image.Image, tmp_path: Path) -> None:
+@pytest.fixture(params=["qemu", "libvirt"])
+def vm_backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    """``start_guest`` on each backend in turn."""
+    backend.select(request.param)
+    yield request.param
+    backend._selected = None
+
+
+def crashlab_domains() -> list[str]:
+    r = subprocess.run(
+        ["virsh", "-c", "qemu:///system", "list", "--all", "--name"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [n for n in r.stdout.split() if n.startswith("crashlab-")]
+
+
+def test_command_disks_and_files(guest_image: image.Image, tmp_path: Path, vm_backend: str) -> None:
     disk = tmp_path / "scratch.raw"
     disk.write_bytes(b"")
     with open(disk, "wb") as f:
@@ -42,24 +65,35 @@ def test_command_disks_and_files(guest_image: image.Image, tmp_path: Path) -> No
         )
         uname = guest.run(["uname", "-r"], check=True).out.strip()
         assert uname == guest_image.manifest["kernel"]
+        # A crash (kill) keeps what the guest wrote and fsync'd; the guest is gone.
+        guest.kill()
+        with pytest.raises(GuestBootFailed, match="the guest is gone"):
+            guest.run(["true"], timeout=5)
+    if vm_backend == "libvirt":
+        assert crashlab_domains() == []
     with open(disk, "rb") as f:
         f.seek(512)
         assert f.read(8) == b"crashlab"
 
 
-def test_panic_is_reported_as_panic() -> None:
+def test_panic_is_reported_as_panic(vm_backend: str) -> None:
     with start_guest(GuestSpec()) as guest, pytest.raises(GuestPanic) as exc:
         guest.run(["sh", "-c", "echo c > /proc/sysrq-trigger"], timeout=60)
     assert "panic" in exc.value.message.lower() or "oops" in exc.value.message.lower()
     assert "sysrq" in exc.value.console.lower()
 
 
-def test_frozen_guest_is_a_hang() -> None:
+def test_frozen_guest_is_a_hang(vm_backend: str) -> None:
+    from harness.vm.libvirt import LibvirtGuest
     from harness.vm.qemu import QemuGuest
 
     with start_guest(GuestSpec()) as guest:
-        assert isinstance(guest, QemuGuest)
-        guest.qmp("stop")  # the vCPUs stop: the agent can no longer answer
+        # The vCPUs stop: the agent can no longer answer.
+        if isinstance(guest, QemuGuest):
+            guest.qmp("stop")
+        else:
+            assert isinstance(guest, LibvirtGuest)
+            guest.domain.suspend()
         with pytest.raises(GuestTimeout) as exc:
             guest.run(["true"], timeout=3)
         assert "hang" in (exc.value.hint or "")
@@ -94,11 +128,10 @@ def test_many_disks_behind_bridges(guest_image: image.Image, tmp_path: Path) -> 
 
 
 def test_a_boot_that_never_answers_is_tried_once_more_then_a_timeout(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, vm_backend: str
 ) -> None:
     """No guest answers its agent within 1 s under TCG: two boots, then the lab's
-    timeout, and no QEMU left behind."""
-    import subprocess
+    timeout, and no QEMU (nor libvirt domain) left behind."""
 
     def qemus() -> int:
         r = subprocess.run(["pgrep", "-c", "-f", "qemu-system"], capture_output=True, text=True)
@@ -111,3 +144,5 @@ def test_a_boot_that_never_answers_is_tried_once_more_then_a_timeout(
             pass
     assert sum("booting a fresh guest once more" in r.message for r in caplog.records) == 1
     assert qemus() == before
+    if vm_backend == "libvirt":
+        assert crashlab_domains() == []

@@ -16,7 +16,10 @@ from rich.table import Table
 from rich.text import Text
 
 from harness import outcome, paths
+from harness.cli import backend
 from harness.config import campaign as config_campaign
+from harness.config import scenario
+from harness.config.campaign import Element
 from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK
 from harness.experiments import campaign
 from harness.report import runlog
@@ -47,22 +50,29 @@ def register(sub: Any) -> None:
         "--new", action="store_true", help="start a fresh campaign even if one is unfinished"
     )
     run.add_argument("--dry-run", action="store_true", help="list the elements, run nothing")
+    backend.add_options(run)
     run.set_defaults(func=cmd_run)
     status = csub.add_parser("status", parents=[common], help="the latest campaign's elements")
     status.set_defaults(func=cmd_status)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    camp = config_campaign.load(args.file)
+    camp = config_campaign.load(args.file, backend.overrides(args))
     db = args.db or paths.default_db()
     if args.dry_run:
         _print_plan(camp)
         return EXIT_OK
     view = RichView()
-    engine = campaign.Engine(camp, db, view=view, after_element=_write_log)
+    engine = campaign.Engine(camp, db, runner=_run_element, view=view, after_element=_write_log)
     with view:
         report = engine.run(new=args.new)
     return summarize(report)
+
+
+def _run_element(el: Element, ctx: campaign.ElementContext) -> str:
+    """The engine's own runner, on the backend the element's scenario names."""
+    backend.select_for(scenario.load(el.scenario, el.overrides))
+    return campaign.run_scenario_element(el, ctx)
 
 
 def _write_log(st: Store, row: campaign.ElementRow) -> None:

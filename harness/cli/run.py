@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from harness import paths
-from harness.cli import ui
+from harness.cli import backend, ui
 from harness.config import scenario
 from harness.experiments import crash as run
 from harness.experiments import lifecycle
@@ -31,6 +31,7 @@ def register(sub: Any, add_set_option: Any) -> None:
         action="store_true",
         help="start a new run even if an unfinished one of this scenario could be resumed",
     )
+    backend.add_options(p)
     p.add_argument(
         "--dask",
         metavar="CLUSTER",
@@ -65,8 +66,13 @@ def register(sub: Any, add_set_option: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    sets = [*(args.set or []), *([f"check.dask={args.dask}"] if args.dask else [])]
+    sets = [
+        *(args.set or []),
+        *([f"check.dask={args.dask}"] if args.dask else []),
+        *backend.overrides(args),
+    ]
     sc = scenario.load(args.name, tuple(sets))
+    backend.select_for(sc)
     db = args.db or paths.default_db()
     db.parent.mkdir(parents=True, exist_ok=True)
     with ui.progress(sc.name) as progress:

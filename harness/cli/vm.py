@@ -13,7 +13,9 @@ from rich.console import Console
 from rich.table import Table
 
 from harness import tools
-from harness.config.settings import parse_size
+from harness.cli import backend
+from harness.config.settings import parse_size, validate
+from harness.config.vm import VmChoice
 from harness.errors import InputError
 from harness.image import build as image
 from harness.vm import accel
@@ -63,6 +65,7 @@ def register(sub: Any) -> None:
     )
     r.add_argument("--memory", type=int, default=1024, metavar="MiB")
     r.add_argument("--timeout", type=float, default=300, help="seconds the command may take")
+    backend.add_options(r)
     r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND...")
     r.set_defaults(func=cmd_vm_run)
 
@@ -72,6 +75,8 @@ def cmd_vm_run(args: argparse.Namespace) -> int:
     if not cmd:
         raise InputError("vm run: no command given", hint="scenario vm run --disk 256M -- lsblk")
     err = Console(stderr=True)
+    sets = dict(o.split("=", 1) for o in backend.overrides(args))
+    backend.select_for(validate(Path("vm run"), VmChoice, sets, list(sets)))
     with tempfile.TemporaryDirectory(
         prefix="crashlab-disks-", dir=os.environ.get("CRASHLAB_WORK")
     ) as tmp:

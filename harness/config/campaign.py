@@ -17,6 +17,7 @@ from pydantic import Field, model_validator
 
 from harness.config import scenario, settings
 from harness.config.settings import Settings, canonical_json, problem
+from harness.config.vm import Backend
 from harness.errors import InputError
 
 DEFAULT_MAX_FAILURES = 2
@@ -56,6 +57,13 @@ class CampaignFile(Settings):
     stall_factor: float = Field(DEFAULT_STALL_FACTOR, gt=0)
     stall_floor: float = Field(DEFAULT_STALL_FLOOR, gt=0)
     run: tuple[RunSpec, ...] = Field(min_length=1)
+    # Applied to every element before its own `set` (harness/config/vm.py).
+    backend: Backend | None = Field(None, description="the VM backend of every element")
+    libvirt_uri: str | None = Field(None, description="libvirt URI of every element")
+
+    def vm_overrides(self) -> tuple[str, ...]:
+        keys = (("backend", self.backend), ("libvirt_uri", self.libvirt_uri))
+        return tuple(f"{k}={v}" for k, v in keys if v is not None)
 
 
 @dataclass(frozen=True)
@@ -97,9 +105,10 @@ class Campaign:
         return hashlib.sha256(keys.encode()).hexdigest()[:16]
 
 
-def load(path: Path) -> Campaign:
+def load(path: Path, last: Sequence[str] = ()) -> Campaign:
     """Read and validate a campaign file; every element's scenario is loaded with its
-    overrides, so a bad name or ``--set`` is reported before anything runs.
+    overrides, so a bad name or ``--set`` is reported before anything runs. ``last`` are
+    overrides after every element's own (``--backend`` on the command line).
 
     :raise InputError: naming the file, the key and the bad value.
     """
@@ -119,7 +128,7 @@ def load(path: Path) -> Campaign:
             raise InputError(f"{path}: run[{i}].scenario: {e.message}", hint=e.hint) from None
         axes = [[f"{k}={_set_value(v)}" for v in values] for k, values in run.matrix.items()]
         for combo in itertools.product(*axes):
-            overrides = (*run.set, *combo)
+            overrides = (*f.vm_overrides(), *run.set, *combo, *last)
             sc = _load_scenario(path, i, run.scenario, overrides)
             seeds = run.seeds or tuple(sc.seed + r for r in range(run.repetitions))
             for seed in seeds:

@@ -14,6 +14,7 @@ from harness import paths
 from harness.config import settings
 from harness.config.settings import Settings, Size, problem, size_text
 from harness.config.states import StateSpec
+from harness.config.vm import VmChoice
 from harness.errors import InputError
 
 if TYPE_CHECKING:
@@ -262,7 +263,7 @@ class RecorderSpec(Settings):
     type: RecorderType = RecorderType.DM_LOG_WRITES
 
 
-class Scenario(Settings):
+class Scenario(VmChoice):
     """A crash-replay scenario (``kind = "crash"``, the default)."""
 
     name: str

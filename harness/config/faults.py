@@ -19,6 +19,7 @@ from harness.config import settings
 from harness.config.crash import OpsWorkload
 from harness.config.crash import Scenario as CrashScenario
 from harness.config.settings import Settings, Size, problem
+from harness.config.vm import VmChoice
 
 
 class FsCell(Settings):
@@ -68,7 +69,7 @@ DEFAULT_CELLS: tuple[dict[str, Any], ...] = (
 )
 
 
-class FaultsScenario(Settings):
+class FaultsScenario(VmChoice):
     name: str
     path: Path
     description: str

@@ -23,6 +23,7 @@ from pydantic import Field, field_validator, model_validator
 from harness import paths, proc
 from harness.config import settings
 from harness.config.settings import Settings, Size, problem, size_text
+from harness.config.vm import VmChoice
 from harness.errors import InputError
 
 MiB = 1 << 20
@@ -132,7 +133,7 @@ class Crash(Settings):
         return tuple(m for m in METHODS if m in methods)  # each once, in a fixed order
 
 
-class RecoveryScenario(Settings):
+class RecoveryScenario(VmChoice):
     name: str
     path: Path
     description: str

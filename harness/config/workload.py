@@ -19,6 +19,7 @@ from pydantic import Field, field_validator, model_validator
 from harness import paths
 from harness.config import settings
 from harness.config.settings import Settings, Size, problem, size_text
+from harness.config.vm import VmChoice
 
 MiB = 1 << 20
 DATA_MODE_FS = ("ext3", "ext4")
@@ -156,7 +157,7 @@ class FioSpec(Settings):
         return {"SIZE": str(self.size), "RUNTIME": str(self.runtime)}
 
 
-class WorkloadScenario(Settings):
+class WorkloadScenario(VmChoice):
     name: str
     path: Path
     description: str

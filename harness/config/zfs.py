@@ -57,6 +57,7 @@ from faults.disk import LABEL_BYTES, DiskFault, FaultKind, When
 from harness import paths
 from harness.config import settings
 from harness.config.settings import Settings, Size, parse_size, problem, size_text
+from harness.config.vm import VmChoice
 
 MiB = 1 << 20
 # ZFS refuses vdevs under 64 MiB; the labels and metaslabs want some room besides.
@@ -236,7 +237,7 @@ class Cell:
         return " ".join([f"{p.layout} x{p.disks} fill {self.fill:g}%", *extra])
 
 
-class ZfsScenario(Settings):
+class ZfsScenario(VmChoice):
     """A ZFS scenario (``kind = "zfs"``): scrub, resilver or pool crash states."""
 
     name: str

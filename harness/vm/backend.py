@@ -1,7 +1,10 @@
 """What the lab needs from a virtual machine, independent of how it is started.
 
-Direct QEMU (``harness.qemu``) is the only backend today; a libvirt backend can implement
-the same two types. Callers use ``start_guest()`` and a ``Guest``; nothing else.
+Two backends implement it: direct QEMU (``harness.vm.qemu``, the default) and libvirt
+(``harness.vm.libvirt``, a transient domain). Callers use ``start_guest()`` and a
+``Guest``; nothing else. Which backend ``start_guest`` uses is chosen once per run by
+``select()`` (the CLI does it from the scenario's ``backend`` key, ``--backend`` or
+``CRASHLAB_BACKEND``); without a choice, ``CRASHLAB_BACKEND`` or QEMU.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from harness.config.vm import DEFAULT_LIBVIRT_URI
+from harness.config.vm import Backend as BackendName
 from harness.vm.agent import ExecResult
 
 
@@ -75,8 +80,51 @@ class Backend(Protocol):
     def start(self, spec: GuestSpec) -> AbstractContextManager[Guest]: ...
 
 
-def start_guest(spec: GuestSpec) -> AbstractContextManager[Guest]:
-    """Boot a fresh disposable guest with the default backend (direct QEMU)."""
+@dataclass(frozen=True)
+class Selection:
+    backend: BackendName = BackendName.QEMU
+    libvirt_uri: str = DEFAULT_LIBVIRT_URI
+
+
+_selected: Selection | None = None
+
+
+def select(backend: BackendName | str, libvirt_uri: str = DEFAULT_LIBVIRT_URI) -> None:
+    """The backend every later ``start_guest()`` of this process uses."""
+    global _selected
+    _selected = Selection(BackendName(backend), libvirt_uri)
+
+
+def selected() -> Selection:
+    """What ``select()`` chose; else ``CRASHLAB_BACKEND`` / ``CRASHLAB_LIBVIRT_URI``."""
+    if _selected is not None:
+        return _selected
+    import os
+
+    from harness.errors import InputError
+
+    name = os.environ.get("CRASHLAB_BACKEND") or BackendName.QEMU
+    if name not in set(BackendName):
+        raise InputError(
+            f"CRASHLAB_BACKEND={name!r}: unknown backend",
+            hint="one of " + ", ".join(BackendName),
+        )
+    return Selection(
+        BackendName(name), os.environ.get("CRASHLAB_LIBVIRT_URI") or DEFAULT_LIBVIRT_URI
+    )
+
+
+def backend() -> Backend:
+    sel = selected()
+    if sel.backend is BackendName.LIBVIRT:
+        from harness.vm.libvirt import LibvirtBackend
+
+        return LibvirtBackend(sel.libvirt_uri)
     from harness.vm.qemu import QemuBackend
 
-    return QemuBackend().start(spec)
+    return QemuBackend()
+
+
+def start_guest(spec: GuestSpec) -> AbstractContextManager[Guest]:
+    """Boot a fresh disposable guest with the selected backend (``select()``)."""
+    return backend().start(spec)

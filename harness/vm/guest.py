@@ -1,0 +1,253 @@
+"""What every backend's guest shares: the guest agent as the command channel, the console
+scanned for panics and oopses, hang and boot-failure detection, and the boot retried once.
+
+A backend supplies how its VM is started and stopped and three answers about it:
+``_alive()`` (is the VM still running), ``_gone()`` (why not, in a few words) and
+``_failure_text()`` (what it printed, for a boot failure).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shlex
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from harness.errors import (
+    GuestAgentError,
+    GuestBootFailed,
+    GuestPanic,
+    GuestTimeout,
+    HarnessError,
+)
+from harness.vm import console
+from harness.vm.agent import Agent, ExecResult
+from harness.vm.backend import GuestSpec
+
+log = logging.getLogger("crashlab.qemu")
+# Boots tried before a guest that does not answer is the lab's timeout (``boot()``).
+BOOT_ATTEMPTS = 2
+
+GUEST_ENV = {"DM_DISABLE_UDEV": "1", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
+
+
+def kernel_cmdline(spec: GuestSpec) -> str:
+    """The guest kernel's command line, the same on every backend."""
+    cmdline = [
+        "console=ttyS0",
+        "root=/dev/vda",
+        "rw",
+        "init=/sbin/crashlab-init",
+        "loglevel=4",
+        "panic=-1",
+        "tsc=reliable",
+        "mitigations=off",
+        # Emulated hardware has no use for these probes, and they cost seconds under TCG.
+        "i8042.noaux",
+        "i8042.nokbd",
+        "i8042.nopnp",
+        "random.trust_cpu=on",
+    ]
+    if spec.udev:
+        cmdline.append("crashlab.udev=1")
+    cmdline += list(spec.extra_cmdline)
+    return " ".join(cmdline)
+
+
+class AgentGuest:
+    """A running guest driven through qemu-guest-agent; subclasses start and stop it."""
+
+    spec: GuestSpec
+    accelerator: str
+    console_log: Path
+
+    def __init__(self, spec: GuestSpec, accelerator: str, console_log: Path, agent: Agent):
+        self.spec = spec
+        self.accelerator = accelerator
+        self.console_log = console_log
+        self.agent = agent
+        self._started = 0.0
+        self._ready = 0.0
+        self._console = console.Reader(console_log)
+        self._hung = False  # a command timed out: the guest is not asked to sync at shutdown
+
+    # -- what a backend answers -------------------------------------------------------------
+    def _alive(self) -> bool:
+        raise NotImplementedError
+
+    def _gone(self) -> str:
+        """Why the VM is no longer running (an exit status, a domain state)."""
+        raise NotImplementedError
+
+    def _failure_text(self) -> str:
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        raise NotImplementedError
+
+    # -- booting ------------------------------------------------------------------------------
+    def _wait_for_agent(self) -> None:
+        deadline = time.monotonic() + self.spec.boot_timeout
+        while True:
+            self._check_alive("the guest stopped while booting")
+            self._check_console()
+            try:
+                self.agent.sync(timeout=1.0)
+                self._ready = time.monotonic()
+                return
+            except GuestTimeout:
+                if time.monotonic() > deadline:
+                    raise GuestTimeout(
+                        f"the guest did not answer within {self.spec.boot_timeout:g} s of boot",
+                        console=console.tail(self.console_log),
+                        hint="a hang while booting: see the console tail above",
+                    ) from None
+            except GuestAgentError:
+                # The channel can reset while the guest opens the port; reconnect (QEMU
+                # may refuse for a moment). A VM that died is caught at the loop's top.
+                self.agent.close()
+                time.sleep(0.05)
+                with contextlib.suppress(GuestAgentError):
+                    self.agent.connect()
+                if time.monotonic() > deadline:
+                    raise GuestBootFailed(
+                        "the guest agent channel kept failing while booting",
+                        console=self._failure_text(),
+                    ) from None
+
+    def _check_alive(self, what: str) -> None:
+        if self._alive():
+            return
+        # The whole unread console, not a tail of it: a panic's stack trace can push its
+        # first line out of any fixed window (seen once in CI: exit status 0, no panic line).
+        found = console.scan(self._console.unseen(final=True))
+        if found is not None and found.trouble is console.Trouble.PANIC:
+            raise GuestPanic(f"kernel panic: {found.line}", console=console.tail(self.console_log))
+        raise GuestBootFailed(f"{what} ({self._gone()})", console=self._failure_text())
+
+    def _check_console(self) -> None:
+        """Raise GuestPanic for a panic or an oops that appeared since the last look."""
+        found = console.scan(self._console.unseen())
+        if found is not None:
+            raise GuestPanic(
+                f"kernel {found.trouble.value}: {found.line}",
+                console=console.tail(self.console_log),
+            )
+
+    def _raise_if_dead_or_panicked(self, grace: float = 5.0) -> None:
+        """The channel failed: a dying kernel takes a moment (seconds under TCG) to print
+        its panic and for the VM to stop, so look for either for ``grace`` seconds before
+        calling it a plain channel failure or hang."""
+        deadline = time.monotonic() + grace
+        while True:
+            self._check_alive("the guest stopped")
+            self._check_console()
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.1)
+
+    # -- the Guest protocol -------------------------------------------------------------------
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        input: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        check: bool = False,
+    ) -> ExecResult:
+        """Run ``argv`` in the guest. A hang raises GuestTimeout, a panic GuestPanic;
+        the command's own failure is its exit status (or HarnessError with check)."""
+        self._check_alive("the guest is gone")
+        try:
+            r = self.agent.exec(
+                list(argv),
+                input=input,
+                env={**GUEST_ENV, **(env or {})},
+                timeout=timeout or self.spec.command_timeout,
+            )
+        except GuestTimeout as e:
+            self._hung = True
+            self._raise_if_dead_or_panicked()
+            raise GuestTimeout(
+                e.message,
+                console=console.tail(self.console_log),
+                hint="a hang: the guest stopped answering",
+            ) from None
+        except GuestAgentError:
+            self._raise_if_dead_or_panicked()
+            raise
+        self._check_console()
+        if check and not r.ok:
+            raise HarnessError(
+                f"guest command failed with exit status {r.exitcode}: {argv[0]}",
+                detail="$ " + shlex.join(argv) + "\n" + (r.err or r.out).strip()[-2000:],
+            )
+        return r
+
+    def write_file(self, path: str, data: bytes) -> None:
+        self.agent.write_file(path, data)
+
+    def read_file(self, path: str) -> bytes:
+        return self.agent.read_file(path)
+
+    def disk(self, serial: str) -> str:
+        return f"/dev/disk/by-id/virtio-{serial}"
+
+    def boot_seconds(self) -> float:
+        return self._ready - self._started
+
+
+G = TypeVar("G", bound=AgentGuest)
+
+
+@contextlib.contextmanager
+def workdir_for(spec: GuestSpec) -> Iterator[Path]:
+    """The guest's work directory (console log, sockets); checks its disks exist first."""
+    for d in spec.disks:
+        if not d.path.exists():
+            raise HarnessError(f"disk image {d.path} does not exist")
+    if spec.workdir is not None:
+        spec.workdir.mkdir(parents=True, exist_ok=True)
+        yield spec.workdir
+        return
+    # Unix socket paths must stay short (108 bytes): keep them under /tmp.
+    with tempfile.TemporaryDirectory(prefix="crashlab-vm-") as tmp:
+        yield Path(tmp)
+
+
+def boot(make: Callable[[Path], G], launch: Callable[[G], None], workdir: Path) -> Iterator[G]:
+    """Launch a guest; a boot that never reaches the agent is tried once more in a fresh
+    VM. No command has run yet, so a second boot changes nothing the experiment measures,
+    and a one-off hang of the emulator (seen once in ~120 TCG boots of a CI run) is not
+    worth a harness failure; a second hang is one, with its console. The guest is shut
+    down however the caller's block ends."""
+    for attempt in range(BOOT_ATTEMPTS):
+        where = workdir if attempt == 0 else workdir / f"boot{attempt + 1}"
+        where.mkdir(parents=True, exist_ok=True)
+        guest = make(where)
+        try:
+            launch(guest)
+        except GuestTimeout as e:
+            guest.kill()
+            guest.shutdown()
+            if attempt + 1 == BOOT_ATTEMPTS:
+                raise
+            log.warning("%s; booting a fresh guest once more", e.message)
+            continue
+        except BaseException:
+            guest.shutdown()
+            raise
+        try:
+            yield guest
+        finally:
+            guest.shutdown()
+        return
+    raise AssertionError("unreachable")

@@ -1,0 +1,290 @@
+"""The libvirt backend: the same guest as ``harness.vm.qemu``, as a transient libvirt domain.
+
+Labs that manage their VMs with libvirt see the lab's guests with ``virsh list``, on this
+host or a remote one (``--libvirt-uri qemu+ssh://HOST/system``). The domain is made from
+generated XML (``domain_xml``): direct kernel boot of the cached image, q35, no NIC, the
+root disk and snapshot disks as libvirt ``<transient/>`` overlays, extra disks by serial,
+the guest-agent channel and the serial console to a file. It is started with
+``VIR_DOMAIN_START_AUTODESTROY``: libvirtd destroys it when our connection closes, so a
+killed harness leaves no domain behind either.
+
+The agent is reached through libvirt (``qemuAgentCommand``), which owns the channel and
+works for remote URIs too; the console file, the panic and hang detection and the boot
+retry are the shared ones of ``harness.vm.guest``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from harness.errors import GuestAgentError, GuestBootFailed, GuestError, GuestTimeout, HarnessError
+from harness.image.build import Image, require_image
+from harness.vm import accel, console, libvirtd
+from harness.vm.agent import Agent
+from harness.vm.backend import Disk, GuestSpec
+from harness.vm.guest import AgentGuest, boot, kernel_cmdline, workdir_for
+
+# As in qemu.py: the first disks sit on the root PCIe bus, the rest behind
+# PCIe-to-PCI bridges of 31 slots each (slots 1-3: agent channel, RNG, root disk); each
+# bridge sits in a root port of its own (controllers 1 and 2, 3 and 4, ...).
+_ROOT_BUS_DISKS = 20
+_FIRST_DISK_SLOT = 4
+
+
+def domain_xml(image: Image, spec: GuestSpec, accelerator: str, workdir: Path, name: str) -> str:
+    """The domain: what ``qemu.qemu_argv`` gives QEMU, in libvirt's words."""
+    kvm = accelerator == "kvm"
+    dom = ET.Element("domain", type="kvm" if kvm else "qemu")
+    _el(dom, "name", name)
+    _el(dom, "memory", str(spec.memory_mb), unit="MiB")
+    _el(dom, "vcpu", str(spec.cpus))
+    os_ = _el(dom, "os")
+    _el(os_, "type", "hvm", arch="x86_64", machine="q35")
+    _el(os_, "kernel", str(image.kernel))
+    _el(os_, "initrd", str(image.initrd))
+    _el(os_, "cmdline", kernel_cmdline(spec))
+    features = _el(dom, "features")
+    _el(features, "acpi")
+    _el(features, "apic")
+    # -cpu host under KVM, -cpu max under TCG, as accel.machine_argv does.
+    _el(dom, "cpu", mode="host-passthrough" if kvm else "maximum")
+    # -no-reboot: panic=-1 reboots at once, and a reboot ends the domain.
+    for event in ("on_poweroff", "on_reboot", "on_crash"):
+        _el(dom, event, "destroy")
+    dev = _el(dom, "devices")
+    _el(dev, "controller", type="usb", model="none")
+    _pci(_el(dev, "controller", type="virtio-serial", index="0"), 0, 1)
+    serial = _el(dev, "serial", type="file")
+    _el(serial, "source", path=str(workdir / "console.log"))
+    _el(serial, "target", port="0")
+    agent = _el(dev, "channel", type="unix")
+    _el(agent, "source", mode="bind")
+    _el(agent, "target", type="virtio", name="org.qemu.guest_agent.0")
+    rng = _el(dev, "rng", model="virtio")
+    _el(rng, "backend", "/dev/urandom", model="random")
+    _pci(rng, 0, 2)
+    root = Disk(image.rootfs, "crashlab-root", format="qcow2", snapshot=True)
+    _disk(dev, root, "vda", bus=0, slot=3)
+    for i, d in enumerate(spec.disks):
+        if d.blklogwrites is not None:
+            raise HarnessError(
+                f"disk {d.serial}: QEMU's blklogwrites recorder is not available on the "
+                "libvirt backend (libvirt has no such disk driver)",
+                hint="run this scenario with --backend qemu (or recorder.type=dm-log-writes)",
+            )
+        if i < _ROOT_BUS_DISKS:
+            bus, slot = 0, _FIRST_DISK_SLOT + i
+        else:
+            bridge, index = divmod(i - _ROOT_BUS_DISKS, 31)
+            bus, slot = 2 * bridge + 2, index + 1
+            if index == 0:
+                # libvirt plugs a pcie-to-pci-bridge into a root port, not into pcie.0.
+                port = _el(
+                    dev, "controller", type="pci", index=str(bus - 1), model="pcie-root-port"
+                )
+                _pci(port, 0, _FIRST_DISK_SLOT + _ROOT_BUS_DISKS + bridge)
+                ctl = _el(dev, "controller", type="pci", index=str(bus), model="pcie-to-pci-bridge")
+                _pci(ctl, bus - 1, 0)
+        _disk(dev, d, _target(i + 1), bus=bus, slot=slot)
+    _el(dev, "memballoon", model="none")
+    # QEMU runs as root, as the qemu backend's does: the cached image and the disks are
+    # root's files, and relabelling them for a libvirt-qemu user would change them for
+    # every other guest sharing them.
+    seclabel = _el(dom, "seclabel", type="static", model="dac", relabel="no")
+    _el(seclabel, "label", "+0:+0")
+    ET.indent(dom)
+    return ET.tostring(dom, encoding="unicode")
+
+
+def _el(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
+    e = ET.SubElement(parent, tag, attrs)
+    if text is not None:
+        e.text = text
+    return e
+
+
+def _pci(parent: ET.Element, bus: int, slot: int) -> None:
+    _el(parent, "address", type="pci", domain="0x0000", bus=f"{bus:#04x}", slot=f"{slot:#04x}")
+
+
+def _target(i: int) -> str:
+    """vda, vdb, ... vdz, vdaa: libvirt wants a target name; the guest uses serials."""
+    letters = ""
+    i += 1
+    while i:
+        i, r = divmod(i - 1, 26)
+        letters = chr(ord("a") + r) + letters
+    return "vd" + letters
+
+
+def _disk(dev: ET.Element, d: Disk, target: str, *, bus: int, slot: int) -> None:
+    disk = _el(dev, "disk", type="file", device="disk")
+    # cache='none' is QEMU's cache.direct=on: a completed guest write is in the host file,
+    # which is what a crash (kill) leaves. Overlays are throw-away: writeback is enough.
+    direct = d.format == "raw" and not d.snapshot
+    _el(
+        disk,
+        "driver",
+        name="qemu",
+        type=d.format,
+        cache="none" if direct else "writeback",
+        io="threads",
+    )
+    _el(disk, "source", file=str(d.path))
+    _el(disk, "target", dev=target, bus="virtio")
+    _el(disk, "serial", d.serial)
+    if d.readonly:
+        _el(disk, "readonly")
+    if d.snapshot:
+        _el(disk, "transient")
+    _pci(disk, bus, slot)
+
+
+class LibvirtAgent(Agent):
+    """qemu-guest-agent through libvirt: libvirtd owns the channel, so there is no socket
+    of ours; the calls of ``Agent`` (exec, files) go through ``qemuAgentCommand``."""
+
+    def __init__(self, name: str):
+        super().__init__(Path(f"libvirt:{name}"))
+        self.domain: Any = None
+
+    def connect(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def sync(self, timeout: float) -> None:
+        start = time.monotonic()
+        try:
+            self.call("guest-ping", timeout=timeout)
+        except GuestTimeout:
+            # libvirt says "not connected" at once while the guest boots: poll, not spin.
+            time.sleep(max(0.0, min(0.02, timeout - (time.monotonic() - start))))
+            raise
+
+    def call(
+        self, command: str, arguments: dict[str, Any] | None = None, *, timeout: float = 30
+    ) -> Any:
+        libvirt = libvirtd.module()
+        import libvirt_qemu
+
+        if self.domain is None:
+            raise GuestAgentError("guest agent: the domain is not running")
+        msg: dict[str, Any] = {"execute": command}
+        if arguments:
+            msg["arguments"] = arguments
+        try:
+            reply = libvirt_qemu.qemuAgentCommand(
+                self.domain, json.dumps(msg), max(1, math.ceil(timeout)), 0
+            )
+        except libvirt.libvirtError as e:
+            raise self._error(libvirt, command, e) from None
+        return json.loads(reply).get("return")
+
+    def _error(self, libvirt: Any, command: str, e: Any) -> GuestError:
+        if e.get_error_code() == libvirt.VIR_ERR_AGENT_UNRESPONSIVE:
+            return GuestTimeout(f"guest agent did not answer in time ({e})")
+        with contextlib.suppress(libvirt.libvirtError):
+            state, reason = self.domain.state()
+            if state == libvirt.VIR_DOMAIN_PAUSED:
+                # Paused (by virsh suspend, or by QEMU on a host I/O error): it cannot
+                # answer, which for the lab is a hang, not a broken channel.
+                return GuestTimeout(f"the domain is paused (reason {reason}): {command} unanswered")
+        return GuestAgentError(f"guest agent: {command} failed: {e}")
+
+
+class LibvirtGuest(AgentGuest):
+    def __init__(
+        self, conn: Any, uri: str, image: Image, spec: GuestSpec, accelerator: str, workdir: Path
+    ):
+        self.name = f"crashlab-{uuid.uuid4().hex[:12]}"
+        self.agent: LibvirtAgent = LibvirtAgent(self.name)
+        super().__init__(spec, accelerator, workdir / "console.log", self.agent)
+        self.conn = conn
+        self.uri = uri
+        self.workdir = workdir
+        self.xml = domain_xml(image, spec, accelerator, workdir, self.name)
+        self.domain: Any = None
+
+    def launch(self) -> None:
+        libvirt = libvirtd.module()
+        xml_path = self.workdir / "domain.xml"
+        xml_path.write_text(self.xml)
+        self._started = time.monotonic()
+        try:
+            self.domain = self.conn.createXML(self.xml, libvirt.VIR_DOMAIN_START_AUTODESTROY)
+        except libvirt.libvirtError as e:
+            raise GuestBootFailed(
+                f"libvirt could not start domain {self.name} on {self.uri}: {e}",
+                console=self._failure_text(),
+            ) from None
+        self.agent.domain = self.domain
+        self._wait_for_agent()
+
+    def _alive(self) -> bool:
+        if self.domain is None:
+            return False
+        try:
+            return bool(self.domain.isActive())
+        except libvirtd.module().libvirtError:
+            return False  # a transient domain that stopped is gone from libvirt
+
+    def _gone(self) -> str:
+        return f"libvirt domain {self.name} is no longer running"
+
+    def _failure_text(self) -> str:
+        qemu_log = Path("/var/log/libvirt/qemu") / f"{self.name}.log"
+        out = console.tail(qemu_log, 30) if libvirtd.is_local_system(self.uri) else ""
+        return "\n".join(
+            [
+                f"$ virsh -c {self.uri} create {self.workdir / 'domain.xml'}",
+                out,
+                "--- console ---",
+                console.tail(self.console_log),
+            ]
+        )
+
+    def kill(self) -> None:
+        """Pull the plug: virDomainDestroy stops QEMU at once (SIGTERM, then SIGKILL); the
+        guest syncs nothing, so the disks hold what QEMU had written: the crash state."""
+        if self.domain is not None:
+            with contextlib.suppress(libvirtd.module().libvirtError):
+                self.domain.destroy()
+
+    def shutdown(self) -> None:
+        """Sync the guest, then destroy the domain (transient: then it is gone)."""
+        if self._alive() and not self._hung:  # a hung guest would not answer the sync
+            with contextlib.suppress(GuestError, OSError):
+                self.agent.exec(["/bin/sync"], timeout=20)
+        self.kill()
+
+
+class LibvirtBackend:
+    name = "libvirt"
+
+    def __init__(self, uri: str = libvirtd.DEFAULT_URI):
+        self.uri = uri
+
+    @contextlib.contextmanager
+    def start(self, spec: GuestSpec, image: Image | None = None) -> Iterator[LibvirtGuest]:
+        image = image or require_image()
+        accelerator = accel.choose(image)
+        conn = libvirtd.connect(self.uri)
+        try:
+            with workdir_for(spec) as workdir:
+                yield from boot(
+                    lambda where: LibvirtGuest(conn, self.uri, image, spec, accelerator, where),
+                    LibvirtGuest.launch,
+                    workdir,
+                )
+        finally:
+            conn.close()

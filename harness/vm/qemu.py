@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import proc
-from harness.errors import GuestBootFailed, GuestError
+from harness.errors import GuestAgentError, GuestBootFailed, GuestError
 from harness.image.build import Image, require_image
 from harness.vm import accel, console
 from harness.vm.agent import Agent
@@ -118,7 +118,10 @@ class QemuGuest(AgentGuest):
             proc.spawn(self.argv, output=self.workdir / "qemu.out")
         )
         self._wait_for_socket(self.workdir / "qga.sock", 10)
-        self.agent.connect()
+        # The socket file exists from QEMU's bind(), a moment before its listen(): a refused
+        # connection (seen once in CI) is retried by _wait_for_agent, like a channel reset.
+        with contextlib.suppress(GuestAgentError):
+            self.agent.connect()
         self._wait_for_agent()
 
     def _wait_for_socket(self, path: Path, timeout: float) -> None:

@@ -46,6 +46,9 @@ class ExecResult:
 
 
 class Agent:
+    # Bytes per guest-file-write / guest-file-read call.
+    chunk = _CHUNK
+
     def __init__(self, path: Path):
         self.path = path
         self._sock: socket.socket | None = None
@@ -141,8 +144,8 @@ class Agent:
     def write_file(self, path: str, data: bytes, *, timeout: float = 120) -> None:
         handle = self.call("guest-file-open", {"path": path, "mode": "wb"}, timeout=timeout)
         try:
-            for off in range(0, len(data), _CHUNK):
-                chunk = base64.b64encode(data[off : off + _CHUNK]).decode()
+            for off in range(0, len(data), self.chunk):
+                chunk = base64.b64encode(data[off : off + self.chunk]).decode()
                 self.call("guest-file-write", {"handle": handle, "buf-b64": chunk}, timeout=timeout)
         finally:
             self.call("guest-file-close", {"handle": handle}, timeout=timeout)
@@ -153,7 +156,7 @@ class Agent:
         try:
             while True:
                 r = self.call(
-                    "guest-file-read", {"handle": handle, "count": _CHUNK}, timeout=timeout
+                    "guest-file-read", {"handle": handle, "count": self.chunk}, timeout=timeout
                 )
                 parts.append(base64.b64decode(r.get("buf-b64", "")))
                 if r.get("eof") or not r.get("count"):

@@ -152,6 +152,10 @@ class LibvirtAgent(Agent):
     """qemu-guest-agent through libvirt: libvirtd owns the channel, so there is no socket
     of ours; the calls of ``Agent`` (exec, files) go through ``qemuAgentCommand``."""
 
+    # Measured here: a 64 KiB guest-file-write answers in 0.04 s, a 256 KiB one never (and
+    # libvirt then calls the agent "not available" for good): files go in 48 KiB pieces.
+    chunk = 48 << 10
+
     def __init__(self, name: str):
         super().__init__(Path(f"libvirt:{name}"))
         self.domain: Any = None

@@ -2,8 +2,8 @@
 
 Each repetition of each cell runs on fresh sparse disks (copies of the cell's one fill,
 ``basefill``); repetitions on the same disk files share one guest (``kept``: export,
-restore, import), which leaks no pool state (ARC, event queue) between them. The scan is timed three
-ways, kept side by side in ``zfs_scans``: from the events (``seconds``, to one kernel
+restore, import), which leaks no pool state (ARC, event queue) between them. The scan
+is timed three ways, kept side by side in ``zfs_scans``: from the events (``seconds``, to one kernel
 tick), from ``zpool status`` (whole seconds, what the seed's authors had), and by the
 guest's clock around ``zpool scrub/replace`` + ``zpool wait`` (``wall_seconds``, which
 includes process start-up). Throughput is bytes repaired per second for a resilver
@@ -158,6 +158,22 @@ class ZfsScan(lifecycle.Experiment):
 
     def check(self, todo: Sequence[lifecycle.Item]) -> Iterator[tuple[Rep, Measurement]]:
         run = self.run
+        try:
+            yield from self._each(todo)
+        finally:
+            # Also when the run stops early (an error, or the lifecycle closing this
+            # generator): the kept guest is not left running until the process exits.
+            if self.kept is not None:
+                self.kept.close()
+        if self.kept is not None:
+            shutil.rmtree(run.dir / "disks", ignore_errors=True)
+        # Every repetition has its result: the kept fills are no longer needed (an
+        # interrupted run keeps them for its resume).
+        for kept_fill in run.dir.glob("base-p*"):
+            shutil.rmtree(kept_fill, ignore_errors=True)
+
+    def _each(self, todo: Sequence[lifecycle.Item]) -> Iterator[tuple[Rep, Measurement]]:
+        run = self.run
         for n, rep in enumerate(r for r in todo if isinstance(r, Rep)):
             run.progress(f"{rep.cell.label()} #{rep.repetition + 1}", n, len(todo))
             base = None
@@ -172,13 +188,6 @@ class ZfsScan(lifecycle.Experiment):
                 m = self._run_kept(rep, base)
             m.expected_loss = expected_loss(self.sc, rep.cell)
             yield rep, m
-        if self.kept is not None:
-            self.kept.close()
-            shutil.rmtree(run.dir / "disks", ignore_errors=True)
-        # Every repetition has its result: the kept fills are no longer needed (an
-        # interrupted run keeps them for its resume).
-        for kept_fill in run.dir.glob("base-p*"):
-            shutil.rmtree(kept_fill, ignore_errors=True)
 
     def _run_kept(self, rep: Rep, base: Filled) -> Measurement:
         """A repetition in the kept guest, on the run's one set of disk files."""

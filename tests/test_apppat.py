@@ -5,6 +5,7 @@ from real guests in tests/test_patterns_vm.py."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import sqlite3
@@ -15,6 +16,7 @@ import pytest
 
 from harness.guest import apppat, oracle, sqlitepat
 from harness.store.db import RunKind, Store
+from tests.synth import run_results_cli
 
 
 def run(tmp: Path, pattern: str, seed: int = 3, **extra: str) -> dict[str, Any]:
@@ -189,3 +191,14 @@ def test_patterns_table_and_summary_count_states_per_class(tmp_path: Path) -> No
     out = patterns.plot_patterns(st, ["mount_options", "pattern"], tmp_path / "p.png")
     assert out.stat().st_size > 1000
     st.close()
+    # Export carries the classes too: one row per (state, file), cell and metrics as columns.
+    csv_out = tmp_path / "obs.csv"
+    argv = ["results", "export", run_id, "--observations", "--db", str(tmp_path / "lab.sqlite")]
+    assert run_results_cli([*argv, "-o", str(csv_out)]) == 0
+    rows = list(csv.DictReader(csv_out.open()))
+    assert len(rows) == 9 and rows[0]["item"] == "s0:r-0"
+    assert [r["class"] for r in rows[:8]].count("empty") == 2
+    assert rows[0]["pattern"] == "rename without fsync" and rows[-1]["row"] == "1"
+    assert run_results_cli([*argv, "--format", "json", "-o", str(tmp_path / "o.json")]) == 0
+    data = json.loads((tmp_path / "o.json").read_text())
+    assert data["runs"][0]["id"] == run_id and data["observations"][6]["class"] == "empty"

@@ -101,6 +101,12 @@ def register(sub: Any) -> None:
     export.add_argument("runs", nargs="+", metavar="RUN", help="run ids or unique prefixes")
     export.add_argument("--format", choices=("csv", "json"), default="csv")
     export.add_argument(
+        "--observations",
+        action="store_true",
+        help="the runs' observations instead: the pattern class of each (state, file), and"
+        " the items of the recovery, faults and ZFS kinds, their cell and metrics as columns",
+    )
+    export.add_argument(
         "-o", "--output", type=Path, default=None, metavar="FILE", help="default: stdout"
     )
     export.set_defaults(func=cmd_export)
@@ -286,14 +292,16 @@ def cmd_table(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    what = "observations" if args.observations else "states"
+    export = query.export_observations if args.observations else query.export_states
     with _open(args) as store:
-        columns, rows = query.export_states(store, args.runs)
+        columns, rows = export(store, args.runs)
         runs = [store.run(r).to_json() for r in dict.fromkeys(r["run_id"] for r in rows)]
     out = args.output.open("w", newline="") if args.output else None
     try:
         stream: Any = out or sys.stdout
         if args.format == "json":
-            json.dump({"runs": runs, "states": rows}, stream, indent=2)
+            json.dump({"runs": runs, what: rows}, stream, indent=2)
             stream.write("\n")
         else:
             w = csv.DictWriter(stream, fieldnames=columns, lineterminator="\n")
@@ -303,7 +311,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         if out:
             out.close()
     if args.output:
-        _console().print(f"{len(rows)} crash states -> {args.output}")
+        noun = "observations" if args.observations else "crash states"
+        _console().print(f"{len(rows)} {noun} -> {args.output}")
     return 0
 
 

@@ -33,6 +33,7 @@ crash states with three phases each at about a quarter of a second
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -402,3 +403,26 @@ def export_states(store: Store, runs: Sequence[str]) -> tuple[list[str], list[di
         t = times.get((r["run_id"], r["state_id"]), {})
         r.update({p: t.get(p) for p in phases})
     return [*EXPORT_COLUMNS, *phases], rows
+
+
+def export_observations(
+    store: Store, runs: Sequence[str]
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """One row per observation of ``runs`` (the items of kinds that store no crash-state
+    table of their own, and the per-target classes of the application patterns): run_id,
+    item and outcome, then every key of the item's cell and metrics as a column of its own
+    (a cell key wins over a metric of the same name; nested values as JSON text).
+
+    :raise InputError: an unknown or ambiguous run id.
+    """
+    rows: list[dict[str, Any]] = []
+    for run_id in dict.fromkeys(store.resolve_run_id(r) for r in runs):
+        for o in store.observations(run_id):
+            flat = {k: _scalar(v) for k, v in (o["metrics"] | o["cell"]).items()}
+            rows.append({"run_id": run_id, "item": o["item"], "outcome": o["outcome"]} | flat)
+    columns = list(dict.fromkeys(k for r in rows for k in r)) or ["run_id", "item", "outcome"]
+    return columns, rows
+
+
+def _scalar(value: Any) -> Any:
+    return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else value

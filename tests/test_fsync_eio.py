@@ -51,6 +51,17 @@ def test_flakey_tables() -> None:
     ]  # fmt: skip
     corrupt = FlakeyFault(FlakeyMode.CORRUPT, nth=32, direction="w", value=1, flags=("meta",))
     assert corrupt.features() == ["5", "corrupt_bio_byte", "32", "w", "1", str(1 << 12)]
+    flapping = scenario.load("fsync-eio", ("fault.up=2", "fault.down=1")).fault.fault()
+    assert flapping.table_args("/dev/vdb")[2:4] == ["2", "1"]
+    assert flapping.to_dict() == {"kind": "flakey", "mode": "error_writes", "up": 2, "down": 1}
+
+
+def test_an_interval_needs_both_halves_and_fsync_eio() -> None:
+    with pytest.raises(InputError, match=r"fault\.down") as e:
+        scenario.load("fsync-eio", ("fault.up=2",))
+    assert "neither" in (e.value.hint or "")
+    with pytest.raises(InputError, match=r"fault\.up.*fsync-eio"):
+        scenario.load("flakey-drop-remount", ("fault.up=2", "fault.down=1"))
 
 
 def test_bad_fault_mode_is_input_error() -> None:

@@ -47,9 +47,28 @@ class FlakeySpec(Settings):
     flags: tuple[Literal["meta", "sync", "fua", "preflush"], ...] = Field(
         (), description="corrupt_bio_byte: only bios with these flags (meta: REQ_META)"
     )
+    up: int = Field(
+        0, ge=0, description="fsync-eio: a flapping disk, healthy for up s then faulty for down s"
+    )
+    down: int = Field(0, ge=0, description="fsync-eio: seconds faulty of each up/down cycle")
+
+    @model_validator(mode="after")
+    def _interval(self) -> FlakeySpec:
+        # dm-flakey needs both: up 0 is "always faulty" (a switched fault, the default),
+        # down 0 "never faulty", which would measure nothing.
+        if bool(self.up) != bool(self.down):
+            raise problem(
+                f"up = {self.up} and down = {self.down}: an interval needs both",
+                "set both (e.g. up = 2, down = 1) for a flapping disk, or neither for a"
+                " fault that holds from the switch on",
+                key="down" if self.up else "up",
+            )
+        return self
 
     def fault(self) -> FlakeyFault:
-        return FlakeyFault(self.mode, self.nth, self.direction, self.value, self.flags)
+        return FlakeyFault(
+            self.mode, self.nth, self.direction, self.value, self.flags, self.up, self.down
+        )
 
 
 # Which switched modes each experiment can judge.
@@ -111,6 +130,14 @@ class FaultsScenario(VmChoice):
     @model_validator(mode="after")
     def _drop_remount_cells(self) -> FaultsScenario:
         modes = MODES[self.experiment]
+        if self.fault.up and self.experiment != "fsync-eio":
+            # A fault that comes and goes is no crash model (drop-remount) and leaves
+            # dm-dust's bad blocks alone: only fsync-eio measures a flapping disk.
+            raise problem(
+                f"{self.experiment} needs a fault that holds: up/down intervals are for fsync-eio",
+                "remove fault.up and fault.down",
+                key="fault.up",
+            )
         if self.fault.mode not in modes:
             raise problem(
                 f"{self.experiment} cannot switch on {self.fault.mode}",

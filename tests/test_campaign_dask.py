@@ -248,11 +248,13 @@ def test_a_campaign_on_two_workers_with_one_killed(
     )
 
     def kill_when_both_run() -> None:
-        scratch = paths.cache_dir() / "dask"
+        """SIGKILL worker 0 15 s after the second element began (its guest is up)."""
+        scratch, started = paths.cache_dir() / "dask", time.time()
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and camp.poll() is None:
-            logs = list(scratch.glob("*/*/element.log")) if scratch.exists() else []
-            if len(logs) >= 2 and min(p.stat().st_mtime for p in logs) < time.time() - 15:
+            jobs = scratch.glob("*/*/job.json") if scratch.exists() else []  # one per attempt
+            begun = sorted(t for p in jobs if (t := p.stat().st_mtime) > started)
+            if len(begun) >= 2 and begun[1] < time.time() - 15:
                 os.killpg(workers[0].pid, signal.SIGKILL)
                 return
             time.sleep(0.5)

@@ -39,6 +39,7 @@ from harness import paths, proc
 from harness.image import build
 from harness.store.db import RunStatus, Store
 from harness.store.merge import snapshot
+from harness.vm import backend
 
 # The child enforces the stall budget itself; this is the backstop if it cannot.
 BACKSTOP = 120.0
@@ -170,7 +171,6 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m harness.experiments.campaign_worker JOB.json``: run the element into
     the store beside JOB.json and write ``result.json`` there (run id, error)."""
-    from harness.cli import backend
     from harness.config import scenario
     from harness.experiments import lifecycle
     from harness.experiments.campaign import failure
@@ -182,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result: dict[str, str | None] = {"run_id": None, "error": None}
     try:
         sc = scenario.load(job.scenario, tuple(job.overrides))
-        backend.select_for(sc)
+        backend.select(sc.backend, sc.libvirt_uri)
         db = path.parent / "lab.sqlite"
         result["run_id"] = lifecycle.execute(sc, db=db, seed=job.seed, budget=job.budget).run_id
     except (lifecycle.Stalled, Exception) as e:

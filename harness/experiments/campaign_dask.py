@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.campaign import Campaign, Element
-from harness.errors import HarnessError
+from harness.errors import HarnessError, InputError
 from harness.experiments import campaign_worker
 from harness.experiments.campaign import CampaignReport, Engine, Plan, View, failure
 from harness.experiments.campaign_worker import Attempt, Job
@@ -95,8 +95,9 @@ class DaskEngine(Engine):
                     continue
                 done, _ = wait(list(inflight), return_when="FIRST_COMPLETED")  # type: ignore[no-untyped-call]
                 for fut in done:
-                    el, t0 = inflight.pop(fut)
+                    el, t0 = inflight[fut]
                     self._finish(st, cid, el, fut, t0, near)
+                    del inflight[fut]  # only now: an abort in _finish leaves it pending
                     self.view.finished(self._row(st, cid, el), plan.eta())
                     queue.append(el)
         except BaseException:
@@ -181,7 +182,15 @@ class DaskEngine(Engine):
             with tempfile.TemporaryDirectory(prefix="crashlab-merge-") as d:
                 src = Path(d) / "scratch.sqlite"
                 src.write_bytes(a.store)
-                st.merge_run(src, a.run_id, [also])
+                try:
+                    st.merge_run(src, a.run_id, [also])
+                except InputError as e:
+                    raise HarnessError(
+                        f"the run of {el.label} from the Dask worker on {a.host} cannot be"
+                        " merged into this store",
+                        detail=e.message,
+                        hint="run the same crashlab version on every lab host",
+                    ) from None
         else:
             st.execute(*also)
         if a.error is None:

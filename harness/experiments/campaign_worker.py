@@ -34,10 +34,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from harness import paths, proc
 from harness.image import build
-from harness.store.db import RunStatus, Store
+from harness.store.db import RunStatus, Store, canonical_json
 from harness.store.merge import snapshot
 from harness.vm import backend
 
@@ -164,6 +165,22 @@ def _run_of(db: Path, pid: int) -> str | None:
 # --- the child -------------------------------------------------------------------------
 
 
+def _finished_earlier(db: Path, sc: Any, job: Job) -> str | None:
+    """A run of this element that an earlier attempt finished here but whose result never
+    reached the campaign (it was killed, or lost the scheduler, meanwhile): the result
+    is that run, not a second one."""
+    if not db.exists():
+        return None
+    seed = sc.seed if job.seed is None else job.seed
+    with Store.open(db, create=False) as st:
+        rows = st.execute(
+            "SELECT id FROM runs WHERE scenario = ? AND params = ? AND seed IS ?"
+            " AND image_hash = ? AND status = 'done' ORDER BY started_at DESC LIMIT 1",
+            (sc.name, canonical_json(sc.resolved()), seed, job.image_hash),
+        )
+    return str(rows[0][0]) if rows else None
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -184,7 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sc = scenario.load(job.scenario, tuple(job.overrides))
         backend.select(sc.backend, sc.libvirt_uri)
         db = path.parent / "lab.sqlite"
-        result["run_id"] = lifecycle.execute(sc, db=db, seed=job.seed, budget=job.budget).run_id
+        result["run_id"] = _finished_earlier(db, sc, job) or (
+            lifecycle.execute(sc, db=db, seed=job.seed, budget=job.budget).run_id
+        )
     except (lifecycle.Stalled, Exception) as e:
         result["error"] = failure(e, job.budget)
     except KeyboardInterrupt:

@@ -7,12 +7,15 @@ scheduler stop the campaign with exit 3. The campaign with real guests is marked
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import sqlite3
 import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -176,7 +179,9 @@ class KillOnFirst:
 
 
 def test_a_worker_killed_mid_campaign_loses_nothing(
-    tmp_path: Path, scheduler: str, workers: list[subprocess.Popen[bytes]]  # noqa: F811
+    tmp_path: Path,
+    scheduler: str,  # noqa: F811 -- the fixture
+    workers: list[subprocess.Popen[bytes]],
 ) -> None:
     cache = fake_cache(tmp_path / "cache")
     workers += [worker(scheduler, cache), worker(scheduler, cache)]
@@ -197,6 +202,52 @@ def test_a_worker_killed_mid_campaign_loses_nothing(
     assert {r.run_id for r in report.rows} == set(
         str(x[0]) for x in sqlite3.connect(db).execute("SELECT id FROM runs")
     )
+
+
+def test_a_killed_campaign_resumes_where_it_stopped(
+    tmp_path: Path,
+    scheduler: str,  # noqa: F811 -- the fixture
+    workers: list[subprocess.Popen[bytes]],
+) -> None:
+    """SIGKILL the campaign's process (the one writer) once an element is done; run it
+    again: the finished elements stay, the ones it had on workers count an interruption
+    and run again, nothing is twice."""
+    cache = fake_cache(tmp_path / "cache")
+    workers += [worker(scheduler, cache), worker(scheduler, cache)]
+    f, db = small_campaign(tmp_path, 6), tmp_path / "lab.sqlite"
+    script = textwrap.dedent(f"""
+        import sys; sys.path[:0] = [{str(REPO)!r}, {str(REPO / "tests")!r}]
+        from pathlib import Path
+        from test_campaign_dask import stand_in
+        from harness.check import distributed
+        from harness.config import campaign
+        from harness.experiments.campaign_dask import DaskEngine
+        with distributed.client({scheduler!r}) as c:
+            c.wait_for_workers(2, timeout=60)
+            DaskEngine(campaign.load(Path({str(f)!r})), Path({str(db)!r}), c,
+                       task=stand_in()).run()
+    """)
+    first = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and first.poll() is None:
+        with contextlib.suppress(sqlite3.Error), contextlib.closing(sqlite3.connect(db)) as c:
+            if c.execute("SELECT 1 FROM campaign_elements WHERE status = 'done'").fetchall():
+                break
+        time.sleep(0.2)
+    first.kill()
+    assert first.wait(timeout=30) == -signal.SIGKILL
+    with Store.open(db, create=False) as st:
+        before = dict(st.execute("SELECT key, run_id FROM campaign_elements WHERE status = 'done'"))
+        [(running,)] = st.execute("SELECT count(*) FROM campaign_elements WHERE status = 'running'")
+    assert 0 < len(before) < 6 and running
+    with distributed.client(scheduler) as c:
+        report = campaign_dask.DaskEngine(config_campaign.load(f), db, c, task=stand_in()).run()
+    assert report.resumed and [r.status for r in report.rows] == [ElementStatus.DONE] * 6
+    assert sum(r.interruptions for r in report.rows) == running
+    assert all(before[r.element.key] == r.run_id for r in report.rows if r.element.key in before)
+    with Store.open(db, create=False) as st:
+        [(runs,)] = st.execute("SELECT count(*) FROM runs")
+    assert runs == 6 and duplicates(db) == 0
 
 
 def test_a_worker_without_the_image_stops_the_campaign(

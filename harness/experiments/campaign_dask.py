@@ -28,6 +28,7 @@ and how its run reaches the store:
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import tempfile
 import time
@@ -106,7 +107,9 @@ class DaskEngine(Engine):
                 self._set(st, cid, el, "status = 'pending', pid = NULL")
             self.client.cancel(list(inflight))
             raise
-        self.client.run(campaign_worker.forget, cid)
+        # The scratch stores are no longer needed; a worker that went away keeps its own.
+        with contextlib.suppress(Exception):
+            self.client.run(campaign_worker.forget, cid, on_error="ignore")
 
     def _probe(self) -> None:
         """Every worker has the campaign's guest image, or the campaign does not start.

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import cloudpickle
+import dask
 import pytest
 import test_store
 from test_dask import BIN, scheduler  # noqa: F401 -- the fixture
@@ -248,6 +249,36 @@ def test_a_killed_campaign_resumes_where_it_stopped(
     with Store.open(db, create=False) as st:
         [(runs,)] = st.execute("SELECT count(*) FROM runs")
     assert runs == 6 and duplicates(db) == 0
+
+
+def failing(why: str | None) -> Callable[[Job], Attempt]:
+    """A task that fails its element (``why``), or, with None, kills its worker."""
+
+    def task(job: Job) -> Attempt:
+        if why is None:
+            os._exit(9)
+        return Attempt("127.0.0.1", None, why, None, None, 0.1)
+
+    return task
+
+
+def test_failures_and_dead_workers_keep_their_meaning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """max_failures and max_interruptions quarantine as on one host: a failed attempt is a
+    failure, a task that kills its worker every time (KilledWorker) an interruption."""
+    monkeypatch.setenv("CRASHLAB_CACHE", str(fake_cache(tmp_path / "cache")))
+    f = small_campaign(tmp_path, 1)
+    f.write_text("max_failures = 2\nmax_interruptions = 2\n" + f.read_text())
+    camp, db = config_campaign.load(f), tmp_path / "lab.sqlite"
+    once = dask.config.set({"distributed.scheduler.allowed-failures": 0})
+    with once, distributed.client("local:1") as c:
+        why = "timeout: stalled past its budget of 600 s"
+        [row] = campaign_dask.DaskEngine(camp, db, c, task=failing(why)).run(new=True).rows
+        assert (row.status, row.failures, row.last_error) == ("quarantined", 2, why)
+        [row] = campaign_dask.DaskEngine(camp, db, c, task=failing(None)).run(new=True).rows
+    assert (row.status, row.failures, row.interruptions) == ("quarantined", 0, 2)
+    assert "died each time" in (row.last_error or "")
 
 
 def test_a_worker_without_the_image_stops_the_campaign(

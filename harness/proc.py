@@ -118,9 +118,12 @@ class Child:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
-    def wait(self) -> int:
-        """Block until the child exits by itself; its exit status."""
-        return self.popen.wait()
+    def wait(self, timeout: float | None = None) -> int:
+        """Block until the child exits by itself; its exit status.
+
+        :raise subprocess.TimeoutExpired: still running after ``timeout`` seconds.
+        """
+        return self.popen.wait(timeout)
 
     def read_output(self) -> str:
         if self.output is None or not self.output.exists():

@@ -16,12 +16,14 @@ from rich.table import Table
 from rich.text import Text
 
 from harness import outcome, paths
+from harness.check import distributed
 from harness.cli import backend
 from harness.config import campaign as config_campaign
 from harness.config import scenario
 from harness.config.campaign import Element
+from harness.config.crash import parse_dask_target
 from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK
-from harness.experiments import campaign
+from harness.experiments import campaign, campaign_dask
 from harness.report import runlog
 from harness.store.db import Store
 
@@ -50,6 +52,13 @@ def register(sub: Any) -> None:
         "--new", action="store_true", help="start a fresh campaign even if one is unfinished"
     )
     run.add_argument("--dry-run", action="store_true", help="list the elements, run nothing")
+    run.add_argument(
+        "--dask",
+        metavar="TARGET",
+        default=None,
+        help="run the elements as Dask tasks: local:N starts N local workers,"
+        " tcp://HOST:PORT uses a running `dask scheduler` (workers on each lab host)",
+    )
     backend.add_options(run)
     run.set_defaults(func=cmd_run)
     status = csub.add_parser("status", parents=[common], help="the latest campaign's elements")
@@ -63,6 +72,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         _print_plan(camp)
         return EXIT_OK
     view = RichView()
+    if args.dask:
+        parse_dask_target(args.dask)
+        with distributed.client(args.dask) as client, view:
+            dask_engine = campaign_dask.DaskEngine(
+                camp, db, client, view=view, after_element=_write_log
+            )
+            report = dask_engine.run(new=args.new)
+        return summarize(report)
     engine = campaign.Engine(camp, db, runner=_run_element, view=view, after_element=_write_log)
     with view:
         report = engine.run(new=args.new)
@@ -238,11 +255,10 @@ class RichView:
         self.quarantined = 0
         self.eta = 0.0
         self.eta_at = time.monotonic()
-        self.current = ""
+        # label -> (started, expected seconds, stall budget): one on a single host, as
+        # many as the cluster has workers with --dask.
+        self.running: dict[str, tuple[float, float, float | None]] = {}
         self.what = ""
-        self.expected = 0.0
-        self.budget: float | None = None
-        self.started = time.monotonic()
 
     def __enter__(self) -> RichView:
         self.live.__enter__()
@@ -259,15 +275,14 @@ class RichView:
             + (f", [red]{self.quarantined} quarantined[/]" if self.quarantined else "")
             + f"  ETA {_fmt(left)} (learnt from earlier runs)"
         )
-        elapsed = time.monotonic() - self.started
-        budget = f", stall budget {_fmt(self.budget)}" if self.budget else ""
-        now = Text.from_markup(
-            f"  now: [cyan]{self.current}[/]  {_fmt(elapsed)} of ~{_fmt(self.expected)}{budget}"
-            f"\n  {self.what}"
-            if self.current
-            else ""
-        )
-        return Group(head, now)
+        lines = []
+        for label, (started, expected, budget) in self.running.items():
+            limit = f", stall budget {_fmt(budget)}" if budget else ""
+            elapsed = _fmt(time.monotonic() - started)
+            lines.append(f"  now: [cyan]{label}[/]  {elapsed} of ~{_fmt(expected)}{limit}")
+        if len(self.running) == 1 and self.what:
+            lines.append(f"  {self.what}")
+        return Group(head, Text.from_markup("\n".join(lines)))
 
     def _refresh(self) -> None:
         self.live.update(self._render())
@@ -282,8 +297,8 @@ class RichView:
         self._refresh()
 
     def element(self, row: campaign.ElementRow, expected: float, budget: float | None) -> None:
-        self.current, self.what = row.element.label, "starting"
-        self.expected, self.budget, self.started = expected, budget, time.monotonic()
+        self.running[row.element.label] = (time.monotonic(), expected, budget)
+        self.what = "starting"
         self._refresh()
 
     def progress(self, what: str, done: int, total: int) -> None:
@@ -296,7 +311,7 @@ class RichView:
         if row.status == "quarantined":
             self.quarantined += 1
         self.eta, self.eta_at = eta, time.monotonic()
-        self.current = ""
+        self.running.pop(row.element.label, None)
         mark = {"done": "[green]done[/]", "quarantined": "[bold red]quarantined[/]"}.get(
             row.status, f"[yellow]{row.status}[/] (will retry): {row.last_error}"
         )

@@ -162,6 +162,15 @@ class CampaignReport:
         return [r for r in self.rows if r.status is status]
 
 
+def failure(e: BaseException, budget: float | None) -> str:
+    """What an element's failed attempt says in ``last_error``."""
+    if isinstance(e, Stalled):
+        return f"timeout: stalled past its budget of {budget or 0:.0f} s"
+    if isinstance(e, CrashlabError):
+        return f"{type(e).__name__}: {e.message}"
+    return f"{type(e).__name__}: {e}"
+
+
 def run_scenario_element(el: Element, ctx: ElementContext) -> str:
     """The default runner: the scenario on the run lifecycle, which resumes an unfinished
     run of the same element."""
@@ -289,69 +298,76 @@ class Engine:
         return next(r for r in self.rows(st, cid) if r.element.key == el.key)
 
     def _set(self, st: Store, cid: str, el: Element, sql: str, args: Sequence[Any] = ()) -> None:
-        st.execute(
+        st.execute(*self._update(cid, el, sql, args))
+
+    @staticmethod
+    def _update(
+        cid: str, el: Element, sql: str, args: Sequence[Any] = ()
+    ) -> tuple[str, tuple[Any, ...]]:
+        return (
             f"UPDATE campaign_elements SET {sql} WHERE campaign_id = ? AND key = ?",
             (*args, cid, el.key),
         )
 
     # -- the loop
 
-    def _run_elements(self, st: Store, report: CampaignReport) -> None:
-        c, cid = self.campaign, report.campaign_id
-        hist = {name: history(st, name) for name in {e.scenario for e in c.elements}}
+    def _plan(self, st: Store, cid: str) -> Plan:
+        hist = {name: history(st, name) for name in {e.scenario for e in self.campaign.elements}}
         expected_all = [h.expected for h in hist.values() if h.expected is not None]
         fallback = statistics.median(expected_all) if expected_all else DEFAULT_EXPECTED
+        return Plan(self, st, cid, hist, fallback)
 
-        def expected(el: Element) -> float:
-            return hist[el.scenario].expected or fallback
-
-        def eta() -> float:
-            return sum(
-                expected(r.element)
-                for r in self.rows(st, cid)
-                if r.status not in (ElementStatus.DONE, ElementStatus.QUARANTINED)
-            )
-
+    def _run_elements(self, st: Store, report: CampaignReport) -> None:
+        cid = report.campaign_id
+        plan = self._plan(st, cid)
         rows = self.rows(st, cid)
-        self.view.start(c, rows, eta())
+        self.view.start(self.campaign, rows, plan.eta())
         for row in rows:
             el = row.element
-            if row.status is ElementStatus.RUNNING:
-                # Left running by a harness that was killed: an interruption, not a failure.
-                self._set(
-                    st,
-                    cid,
-                    el,
-                    "status = 'failed', interruptions = interruptions + 1,"
-                    " last_error = 'interrupted: the harness was killed during this run'",
-                )
-            while True:
-                row = self._row(st, cid, el)
-                if row.status in (ElementStatus.DONE, ElementStatus.QUARANTINED):
-                    break
-                if row.failures >= c.max_failures or row.interruptions >= c.max_interruptions:
-                    self._set(st, cid, el, "status = 'quarantined', finished_at = ?", (utc_now(),))
-                    self.view.finished(self._row(st, cid, el), eta())
-                    break
-                self._attempt(st, cid, el, expected(el), hist[el.scenario], report)
-                self.view.finished(self._row(st, cid, el), eta())
+            self._recover(st, cid, row)
+            while not self._settled(st, cid, el, plan):
+                self._attempt(st, cid, el, plan, report)
+                self.view.finished(self._row(st, cid, el), plan.eta())
 
-    def _attempt(
-        self,
-        st: Store,
-        cid: str,
-        el: Element,
-        expected: float,
-        hist: History,
-        report: CampaignReport,
-    ) -> None:
-        c = self.campaign
-        budget = hist.stall_budget(c.stall_factor, c.stall_floor)
+    def _recover(self, st: Store, cid: str, row: ElementRow) -> None:
+        if row.status is ElementStatus.RUNNING:
+            # Left running by a harness that was killed: an interruption, not a failure.
+            self._set(
+                st,
+                cid,
+                row.element,
+                "status = 'failed', interruptions = interruptions + 1,"
+                " last_error = 'interrupted: the harness was killed during this run'",
+            )
+
+    def _settled(self, st: Store, cid: str, el: Element, plan: Plan) -> bool:
+        """Whether ``el`` needs no further attempt; quarantines it when it has used up its
+        failures or interruptions."""
+        c, row = self.campaign, self._row(st, cid, el)
+        if row.status in (ElementStatus.DONE, ElementStatus.QUARANTINED):
+            return True
+        if row.failures >= c.max_failures or row.interruptions >= c.max_interruptions:
+            self._set(st, cid, el, "status = 'quarantined', finished_at = ?", (utc_now(),))
+            self.view.finished(self._row(st, cid, el), plan.eta())
+            return True
+        return False
+
+    def _begin(
+        self, st: Store, cid: str, el: Element, plan: Plan, report: CampaignReport
+    ) -> float | None:
+        """Mark ``el`` running and show it; its stall budget."""
+        budget = plan.budget(el)
         self._set(
             st, cid, el, "status = 'running', pid = ?, started_at = ?", (os.getpid(), utc_now())
         )
         report.ran += 1
-        self.view.element(self._row(st, cid, el), expected, budget)
+        self.view.element(self._row(st, cid, el), plan.expected(el), budget)
+        return budget
+
+    def _attempt(
+        self, st: Store, cid: str, el: Element, plan: Plan, report: CampaignReport
+    ) -> None:
+        budget = self._begin(st, cid, el, plan, report)
         ctx = ElementContext(self.db, self.view.progress, budget)
         t0 = time.monotonic()
         try:
@@ -361,32 +377,65 @@ class Engine:
             # A person stopped it: not the element's fault, so not an interruption either.
             self._set(st, cid, el, "status = 'pending', pid = NULL")
             raise
-        except Stalled:
-            self._fail(st, cid, el, f"timeout: stalled past its budget of {budget:.0f} s", t0)
+        except (Stalled, Exception) as e:  # a bug in a runner is a harness failure, not a loop
+            self._fail(st, cid, el, failure(e, budget), t0)
             return
-        except CrashlabError as e:
-            self._fail(st, cid, el, f"{type(e).__name__}: {e.message}", t0)
-            return
-        except Exception as e:  # a bug in a runner is a harness failure, not a loop
-            self._fail(st, cid, el, f"{type(e).__name__}: {e}", t0)
-            return
-        self._set(
-            st,
-            cid,
-            el,
+        self._set(st, cid, el, *self._done(run_id, time.monotonic() - t0))
+        self._after(st, cid, el)
+
+    @staticmethod
+    def _done(run_id: str, seconds: float) -> tuple[str, tuple[Any, ...]]:
+        return (
             "status = 'done', run_id = ?, seconds = ?, finished_at = ?, pid = NULL",
-            (run_id, round(time.monotonic() - t0, 2), utc_now()),
+            (run_id, round(seconds, 2), utc_now()),
         )
+
+    def _after(self, st: Store, cid: str, el: Element) -> None:
         if self.after_element:
             self.after_element(st, self._row(st, cid, el))
 
     def _fail(self, st: Store, cid: str, el: Element, error: str, t0: float) -> None:
-        self._set(
-            st,
+        st.execute(*self._failed(cid, el, error, time.monotonic() - t0))
+
+    @classmethod
+    def _failed(
+        cls, cid: str, el: Element, error: str, seconds: float, *, counter: str = "failures"
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The statement that counts a failed attempt (or, with ``counter``, an
+        interruption); never over a done element, so a late failure of a duplicate attempt
+        changes nothing."""
+        sql, args = cls._update(
             cid,
             el,
-            "status = 'failed', failures = failures + 1, last_error = ?, seconds = ?, pid = NULL",
-            (error[:1000], round(time.monotonic() - t0, 2)),
+            f"status = 'failed', {counter} = {counter} + 1, last_error = ?, seconds = ?,"
+            " pid = NULL",
+            (error[:1000], round(seconds, 2)),
+        )
+        return sql + " AND status != 'done'", args
+
+
+@dataclass
+class Plan:
+    """What history says of a campaign's elements: expected durations, stall budgets."""
+
+    engine: Engine
+    st: Store
+    cid: str
+    hist: dict[str, History]
+    fallback: float
+
+    def expected(self, el: Element) -> float:
+        return self.hist[el.scenario].expected or self.fallback
+
+    def budget(self, el: Element) -> float | None:
+        c = self.engine.campaign
+        return self.hist[el.scenario].stall_budget(c.stall_factor, c.stall_floor)
+
+    def eta(self) -> float:
+        return sum(
+            self.expected(r.element)
+            for r in self.engine.rows(self.st, self.cid)
+            if r.status not in (ElementStatus.DONE, ElementStatus.QUARANTINED)
         )
 
 

@@ -24,6 +24,7 @@ from typing import Any, Self
 
 from harness.errors import InputError
 from harness.outcome import Outcome, is_harness, reduce
+from harness.store import merge
 from harness.store.model import (
     APPLICATION_ID,
     OUTPUT_EXCERPT,
@@ -347,6 +348,17 @@ class Store(StoreReads):
                     utc_now(),
                 ),
             )
+
+    def merge_run(
+        self, src: Path, run_id: str, also: Sequence[tuple[str, Sequence[object]]] = ()
+    ) -> int:
+        """Merge run ``run_id`` from the store file ``src`` (a worker's scratch store) and
+        run ``also`` in the same transaction; rows added (``merge.py``: it only adds).
+
+        :raise InputError: ``src`` is not a store this crashlab can read.
+        """
+        Store.open(src, create=False).close()  # refused or migrated like any store
+        return merge.merge(self._conn, "BEGIN IMMEDIATE", src, run_id, also)
 
     # -- resuming
 

@@ -88,7 +88,10 @@ def test_classify_tells_each_kind_of_target_apart() -> None:
     assert apppat.classify_bytes(None, old, new) == "missing"
     assert apppat.classify_bytes(new[:5000], old, new) == "partial"
     assert apppat.classify_bytes(mix, old, new) == "partial"
-    assert apppat.classify_bytes(bytes(10000), old, new) == "garbage"
+    assert apppat.classify_bytes(bytes(10000), old, new) == "zeros"  # size, no data
+    assert apppat.classify_bytes(new[:9000] + bytes(500), old, new) == "zeros"
+    assert apppat.classify_bytes(new[:9000] + bytes(500) + b"x", old, new) == "garbage"
+    assert apppat.classify_bytes(bytes(len(new) + 1), old, new) == "garbage"  # too long
     assert apppat.classify_bytes(new + b"x", old, new) == "garbage"
 
 

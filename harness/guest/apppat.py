@@ -16,7 +16,8 @@ rename promise, and that is what decides ``data_loss``). On top, the oracle gets
 ``targets``: per target file its case, its old and new content (regenerated from the
 seed) and where its update begins. ``classify`` says what a mounted crash state holds
 of each target: ``new``, ``old``, ``empty``, ``partial`` (a prefix of, or a block-wise
-mix of, old and new), ``missing`` or ``garbage`` -- a measurement, not a verdict.
+mix of, old and new), ``zeros`` (a prefix followed by NUL bytes up to the file's size),
+``missing`` or ``garbage`` -- a measurement, not a verdict.
 
 Cases are interleaved (each case's first file, then each case's second, ...), so the
 fsyncs of the later cases commit the journal while earlier un-fsync'd replaces may
@@ -153,6 +154,12 @@ def classify_bytes(data: bytes | None, old: bytes, new: bytes) -> str:
         for o in range(0, len(data), BLOCK)
     ):
         return "partial"  # every block is the old or the new one: a mix
+    head = data.rstrip(b"\0")
+    if len(data) <= max(len(old), len(new)) and (new.startswith(head) or old.startswith(head)):
+        # The size reached the disk before the bytes it covers: what an append inside an
+        # allocated block or a delayed allocation leaves (the "NUL bytes after a crash"
+        # of XFS and ext4 folklore); the contents are random, so a NUL tail is not theirs.
+        return "zeros"
     return "garbage"
 
 

@@ -2,7 +2,7 @@
 each target file, counted per cell.
 
 The crash experiment stores one observation per (crash state, target) with the target's
-class (``harness/guest/apppat.py``: new, old, partial, empty, missing, garbage; SQLite:
+class (``harness/guest/apppat.py``: new, old, partial, empty, zeros, missing, garbage; SQLite:
 committed, rolled-back, corrupt, missing). This module makes them
 
 * a grouped table: ``scenario results table patterns --by fs,mount_options,pattern``
@@ -26,7 +26,8 @@ from harness.store.db import Store
 
 # Best first; a class not listed here comes after these.
 CLASSES = (
-    "new", "committed", "old", "rolled-back", "partial", "empty", "missing", "garbage", "corrupt",
+    "new", "committed", "old", "rolled-back", "partial", "empty", "zeros", "missing", "garbage",
+    "corrupt",
 )  # fmt: skip
 # What a class means, in the summary's words.
 SAID = {
@@ -36,6 +37,7 @@ SAID = {
     "rolled-back": "lost committed transactions",
     "partial": "held a partial write",
     "empty": "left the file empty",
+    "zeros": "left NUL bytes where data was due",
     "missing": "lost the file's name",
     "garbage": "left garbage in the file",
     "corrupt": "left the database corrupt",

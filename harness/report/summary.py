@@ -136,6 +136,8 @@ def _drop_body(console: Console, r: lifecycle.Report) -> None:
         f"fault: {r.scenario.fault.mode} from the return of sync points {s['drop_points']}"
     )
     console.print(t)
+    if not s["cross_checked"]:  # cross_check = false (a measurement, not a crash model)
+        return
     console.print(
         f"the two crash models agree on {s['agree']} of {s['cross_checked']} points"
         + (

@@ -10,9 +10,10 @@ import pytest
 
 from faults.dm import FlakeyFault, FlakeyMode, healthy_table_args
 from harness.config import scenario
+from harness.config.faults import FaultsScenario
 from harness.errors import InputError
 from harness.experiments import lifecycle
-from harness.experiments.faults import FsyncEio, judge
+from harness.experiments.faults import FsyncEio, eio_args, judge
 from harness.image import build as image
 from harness.store.db import Store
 
@@ -51,9 +52,14 @@ def test_flakey_tables() -> None:
     ]  # fmt: skip
     corrupt = FlakeyFault(FlakeyMode.CORRUPT, nth=32, direction="w", value=1, flags=("meta",))
     assert corrupt.features() == ["5", "corrupt_bio_byte", "32", "w", "1", str(1 << 12)]
-    flapping = scenario.load("fsync-eio", ("fault.up=2", "fault.down=1")).fault.fault()
+    flappy = scenario.load("fsync-eio", ("fault.up=2", "fault.down=1"))
+    assert isinstance(flappy, FaultsScenario)
+    flapping = flappy.fault.fault()
     assert flapping.table_args("/dev/vdb")[2:4] == ["2", "1"]
     assert flapping.to_dict() == {"kind": "flakey", "mode": "error_writes", "up": 2, "down": 1}
+    # The guest probe is told, so it can put fsync-1 in a down window and fsync-2 after.
+    args = eio_args(flappy.filesystems[0], flappy, "/dev/vdb")
+    assert args[args.index("--flap") + 1] == "2,1"
 
 
 def test_an_interval_needs_both_halves_and_fsync_eio() -> None:

@@ -48,7 +48,10 @@ class FlakeySpec(Settings):
         (), description="corrupt_bio_byte: only bios with these flags (meta: REQ_META)"
     )
     up: int = Field(
-        0, ge=0, description="fsync-eio: a flapping disk, healthy for up s then faulty for down s"
+        0,
+        ge=0,
+        description="fsync-eio: a flapping disk, healthy for up s then faulty for down s;"
+        " fsync-1 falls in the first faulty window, fsync-2 in the next healthy one",
     )
     down: int = Field(0, ge=0, description="fsync-eio: seconds faulty of each up/down cycle")
 

@@ -124,7 +124,7 @@ class FsyncEio(lifecycle.Observed):
 
     def probe(self, g: Guest, fs: FsCell, devs: list[str]) -> dict[str, Any]:
         """Run the guest program on the cell's devices: its facts and the verdict."""
-        args = _eio_args(fs, self.sc, devs[0])
+        args = eio_args(fs, self.sc, devs[0])
         facts = _guest_program(g, "eioprobe.py", args, self.sc.timeout * 12 + 120)
         return {**facts, **judge(facts)}
 
@@ -139,7 +139,7 @@ class FsyncEio(lifecycle.Observed):
         return {"filesystems": len(self.cells), "fault": str(self.sc.fault.mode)}
 
 
-def _eio_args(fs: FsCell, sc: FaultsScenario, dev: str) -> list[str]:
+def eio_args(fs: FsCell, sc: FaultsScenario, dev: str) -> list[str]:
     sectors = sc.disk_size // 512
     healthy = " ".join(["0", str(sectors), "flakey", *healthy_table_args(dev)])
     faulty = " ".join(["0", str(sectors), "flakey", *sc.fault.fault().table_args(dev)])
@@ -151,6 +151,7 @@ def _eio_args(fs: FsCell, sc: FaultsScenario, dev: str) -> list[str]:
         "--fs", fs.type, "--mkfs", json.dumps(mkfs), "--mount-opts", ",".join(fs.mount_options),
         "--healthy", healthy, "--faulty", faulty, "--failmode", failmode,
         "--timeout", str(sc.timeout),
+        *(["--flap", f"{sc.fault.up},{sc.fault.down}"] if sc.fault.up else []),
     ]  # fmt: skip
 
 

@@ -207,7 +207,13 @@ class Probe:
         self.call("fsync-old", lambda: os.fsync(fd))
         os.pwrite(fd, NEW * SIZE, 0)  # buffered, not yet durable
         self.reload("fault-on", a.faulty)
-        for n in (1, 2):
+        up, down = a.flap or (0, 0)
+        t0 = time.monotonic()  # just after dm-flakey's constructor started its clock
+        for n, due in ((1, up), (2, up + down)):
+            # A flapping disk (up s healthy, then down s failing, from the load on):
+            # fsync-1 inside the first failing window, fsync-2 once the disk is back --
+            # the transient error of fsyncgate: is it reported again, or forgotten?
+            time.sleep(max(0.0, t0 + due + (0.2 if due else 0) - time.monotonic()))
             self.call(f"fsync-{n}", lambda: os.fsync(fd))
 
         def reopen_fsync() -> None:
@@ -254,6 +260,14 @@ def main() -> int:
     ap.add_argument("--faulty", required=True, help="the dm table of the fault")
     ap.add_argument("--failmode", default="continue")
     ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument(
+        "--flap",
+        type=lambda v: tuple(int(x) for x in v.split(",")),
+        default=None,
+        metavar="UP,DOWN",
+        help="the faulty table flaps (dm-flakey intervals): fsync-1 in a down window,"
+        " fsync-2 in the next up one",
+    )
     args = ap.parse_args()
     sh(["dmesg", "-C"])
     print(json.dumps(Probe(args).run()))

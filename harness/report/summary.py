@@ -105,7 +105,9 @@ def _eio_body(console: Console, r: lifecycle.Report) -> None:
     for o in obs:
         row = o["metrics"].get("row", {})
         t.add_row(o["item"], *(str(row.get(c, "-")) for c in cols[1:-1]), o["outcome"])
-    console.print(f"fault: {r.scenario.fault.mode} after the first fsync")
+    f = r.scenario.fault
+    flap = f", flapping: up {f.up} s, down {f.down} s (fsync-2 after it came back)" if f.up else ""
+    console.print(f"fault: {f.mode} after the first fsync{flap}")
     console.print(t)
 
 

@@ -68,6 +68,22 @@ class Guest(Protocol):
 
     def disk(self, serial: str) -> str: ...
 
+    def attach_disk(self, disk: Disk, *, timeout: float = 60.0) -> str:
+        """Hot-plug ``disk`` into the running guest (raw or qcow2, read-only or not; not
+        ``snapshot`` nor ``blklogwrites``); returns its path there, ``disk(serial)``.
+
+        :raise InputError: a bad or already used serial, an option hotplug cannot do.
+        :raise HarnessError: the file is missing, no free hotplug port, the VM refused.
+        :raise GuestTimeout: the guest did not see the disk within ``timeout``.
+        """
+
+    def detach_disk(self, serial: str, *, timeout: float = 60.0) -> None:
+        """Unplug a disk ``attach_disk`` added; returns once the guest has let it go.
+
+        :raise InputError: ``serial`` is not a hot-plugged disk of this guest.
+        :raise GuestTimeout: the guest did not release it within ``timeout``.
+        """
+
     def boot_seconds(self) -> float: ...
 
     def kill(self) -> None:

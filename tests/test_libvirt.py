@@ -16,6 +16,7 @@ from harness.errors import HarnessError, InputError
 from harness.image.build import Image
 from harness.vm import backend, libvirtd
 from harness.vm.backend import Disk, GuestSpec
+from harness.vm.guest import HOTPLUG_PORTS
 from harness.vm.libvirt import LibvirtBackend, _target, domain_xml
 from harness.vm.qemu import QemuBackend, qemu_argv
 
@@ -121,6 +122,25 @@ def test_many_disks_go_behind_bridges_with_unique_addresses(img: Image, tmp_path
     assert [b.get("index") for b in bridges] == ["2", "4"]  # 40 disks past the root bus
     targets = [t.get("dev") for t in dom.iterfind("devices/disk/target")]
     assert len(set(targets)) == 61
+
+
+def test_spare_root_ports_for_hotplug_leave_disks_where_they_were(
+    img: Image, tmp_path: Path
+) -> None:
+    """Both backends add HOTPLUG_PORTS root ports after everything else: a boot-time
+    disk's address does not depend on them."""
+    spec = _spec(tmp_path, n=60)
+    dom = _parse(domain_xml(img, spec, "tcg", tmp_path, "crashlab-t"))
+    ports = dom.findall("devices/controller[@model='pcie-root-port']")
+    # Two bridges' root ports (indexes 1, 3), then the spare ones, which libvirt places.
+    spare = [p for p in ports if p.find("address") is None]
+    assert [p.get("index") for p in spare] == [str(5 + n) for n in range(HOTPLUG_PORTS)]
+    argv = qemu_argv(img, spec, "tcg", tmp_path)
+    devices = [argv[i + 1] for i, a in enumerate(argv) if a == "-device"]
+    assert devices[-HOTPLUG_PORTS:] == [
+        f"pcie-root-port,id=hp{n},bus=pcie.0,chassis={n + 1}" for n in range(HOTPLUG_PORTS)
+    ]
+    assert not any("pcie-root-port" in d for d in devices[:-HOTPLUG_PORTS])
 
 
 def test_target_names() -> None:

@@ -15,8 +15,7 @@ from harness.config.vm import Backend
 from harness.errors import HarnessError, InputError
 from harness.image.build import Image
 from harness.vm import backend, libvirtd
-from harness.vm.backend import Disk, GuestSpec
-from harness.vm.guest import HOTPLUG_PORTS
+from harness.vm.backend import HOTPLUG_PORTS, Disk, GuestSpec
 from harness.vm.libvirt import LibvirtBackend, _target, domain_xml
 from harness.vm.qemu import QemuBackend, qemu_argv
 

@@ -19,6 +19,9 @@ from harness.config.vm import DEFAULT_LIBVIRT_URI
 from harness.config.vm import Backend as BackendName
 from harness.vm.agent import ExecResult
 
+# Spare root ports a guest gets by default (``GuestSpec.hotplug_ports``).
+HOTPLUG_PORTS = 4
+
 
 @dataclass(frozen=True)
 class Disk:
@@ -46,6 +49,9 @@ class GuestSpec:
     # Where the console log and sockets go; a temporary directory if None.
     workdir: Path | None = None
     extra_cmdline: Sequence[str] = field(default_factory=tuple)
+    # Spare PCIe root ports for disks plugged while the guest runs (``attach_disk``): the
+    # root bus, where the boot-time disks sit, has no hotplug on q35. One disk each.
+    hotplug_ports: int = HOTPLUG_PORTS
 
 
 class Guest(Protocol):

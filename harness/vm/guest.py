@@ -4,7 +4,7 @@ scanned for panics and oopses, hang and boot-failure detection, and the boot ret
 A backend supplies how its VM is started and stopped and three answers about it:
 ``_alive()`` (is the VM still running), ``_gone()`` (why not, in a few words) and
 ``_failure_text()`` (what it printed, for a boot failure); for disk hotplug, ``_plug()``
-and ``_unplug()`` into one of its ``HOTPLUG_PORTS`` spare PCIe root ports.
+and ``_unplug()`` into one of its spare PCIe root ports (``GuestSpec.hotplug_ports``).
 """
 
 from __future__ import annotations
@@ -36,9 +36,6 @@ log = logging.getLogger("crashlab.qemu")
 # Boots tried before a guest that does not answer is the lab's timeout (``boot()``).
 BOOT_ATTEMPTS = 2
 
-# Spare PCIe root ports for disks plugged while the guest runs: the root bus itself (where
-# the boot-time disks sit) has no hotplug on q35. Each holds one disk.
-HOTPLUG_PORTS = 4
 # virtio-blk serials are 20 bytes; the serial also names QEMU nodes and a guest symlink.
 _SERIAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,19}")
 # The guest has no udev by default, so nothing else makes a plugged disk's by-id link
@@ -289,11 +286,11 @@ class AgentGuest:
             raise InputError(f"disk {disk.serial}: format {disk.format!r} is not raw or qcow2")
         if not disk.path.is_file():
             raise HarnessError(f"disk image {disk.path} does not exist (or is not a file)")
-        if len(self.hotplugged) >= HOTPLUG_PORTS:
+        if len(self.hotplugged) >= self.spec.hotplug_ports:
             raise HarnessError(
-                f"cannot attach disk {disk.serial}: all {HOTPLUG_PORTS} hotplug ports of the "
-                "guest hold a disk",
-                hint="detach a hot-plugged disk first",
+                f"cannot attach disk {disk.serial}: all {self.spec.hotplug_ports} hotplug ports "
+                "of the guest hold a disk",
+                hint="detach a hot-plugged disk first, or boot with more GuestSpec.hotplug_ports",
             )
 
     def _await_disk(self, serial: str, *, present: bool, timeout: float) -> None:

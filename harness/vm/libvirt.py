@@ -30,7 +30,7 @@ from harness.image.build import Image, require_image
 from harness.vm import accel, console, libvirtd
 from harness.vm.agent import Agent
 from harness.vm.backend import Disk, GuestSpec
-from harness.vm.guest import HOTPLUG_PORTS, AgentGuest, boot, kernel_cmdline, workdir_for
+from harness.vm.guest import AgentGuest, boot, kernel_cmdline, workdir_for
 
 # As in qemu.py: the first disks sit on the root PCIe bus, the rest behind
 # PCIe-to-PCI bridges of 31 slots each (slots 1-3: agent channel, RNG, root disk); each
@@ -98,7 +98,7 @@ def domain_xml(image: Image, spec: GuestSpec, accelerator: str, workdir: Path, n
     # hotplug), after the bridges' controllers; libvirt gives them free slots, so every
     # device above keeps its address.
     first = 2 * _bridges(len(spec.disks)) + 1
-    for n in range(HOTPLUG_PORTS):
+    for n in range(spec.hotplug_ports):
         _el(dev, "controller", type="pci", index=str(first + n), model="pcie-root-port")
     _el(dev, "memballoon", model="none")
     # QEMU runs as root, as the qemu backend's does: the cached image and the disks are

@@ -22,7 +22,7 @@ from harness.image.build import Image, require_image
 from harness.vm import accel, console
 from harness.vm.agent import Agent
 from harness.vm.backend import Disk, GuestSpec
-from harness.vm.guest import HOTPLUG_PORTS, AgentGuest, boot, kernel_cmdline, workdir_for
+from harness.vm.guest import AgentGuest, boot, kernel_cmdline, workdir_for
 
 
 def qemu_argv(image: Image, spec: GuestSpec, accelerator: str, workdir: Path) -> list[str]:
@@ -73,7 +73,7 @@ def qemu_argv(image: Image, spec: GuestSpec, accelerator: str, workdir: Path) ->
         argv += ["-device", f"virtio-blk-pci,drive=d{i},serial={d.serial}{slot}"]
     # Last, so they take the next free slots and every disk above keeps its address.
     # Each port needs a chassis number of its own.
-    for n in range(HOTPLUG_PORTS):
+    for n in range(spec.hotplug_ports):
         argv += ["-device", f"pcie-root-port,id=hp{n},bus=pcie.0,chassis={n + 1}"]
     return argv
 
@@ -202,7 +202,7 @@ class QemuGuest(AgentGuest):
         from qemu.qmp import QMPError
 
         used = {self._ports[s] for s in self.hotplugged if s in self._ports}
-        port = next(f"hp{n}" for n in range(HOTPLUG_PORTS) if f"hp{n}" not in used)
+        port = next(f"hp{n}" for n in range(self.spec.hotplug_ports) if f"hp{n}" not in used)
         node = f"hp-{disk.serial}"
         # As for boot-time disks: a raw disk written through (a kill leaves what the guest
         # wrote), a qcow2 one through the host's cache.

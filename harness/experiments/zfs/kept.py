@@ -8,8 +8,7 @@ host copies the next repetition's filled disks over the same files (the same ino
 QEMU sees the new contents), and the guest drops what it cached of the old ones (the
 buffer cache ``zpool import`` reads labels through, and the partition tables) before
 importing. What could leak between repetitions does not: export evicts the pool from the
-ARC, the event queue is cleared before each fault, the spare disks a resilver replaced
-onto are unplugged after the export and the next repetition plugs them in blank again.
+ARC, the event queue is cleared before each fault, the spare disks are blank again.
 A repetition that fails throws its guest away: the next one boots a fresh guest.
 """
 
@@ -36,14 +35,12 @@ class KeptGuest:
         self._stack = contextlib.ExitStack()
         self._guest: Guest | None = None
         self._key: tuple[tuple[str, Path, int], ...] = ()
-        self._disks: pool.DiskSet | None = None  # the current repetition's
         self.boots = 0
 
     def get(self, disks: pool.DiskSet, phases: dict[str, float]) -> Guest:
         """A guest with ``disks`` attached and nothing of theirs cached: the kept one when
         the disks are the same files, else a fresh boot (``phases`` gets its cost)."""
         key = tuple((d.serial, d.path, d.path.stat().st_size) for d in disks.all())
-        self._disks = disks
         if self._guest is not None and key == self._key:
             t = time.monotonic()
             forget_disks(self._guest, disks)
@@ -63,12 +60,9 @@ class KeptGuest:
         if ok:
             try:
                 pool.run(self._guest, ["zpool", "export", pool.POOL])
-                # The replaced-onto disks are pulled; the next repetition inserts blank ones.
-                if self._disks is not None:
-                    pool.pull_spares(self._guest, self._disks)
                 return
             except HarnessError as e:  # the measurement is stored; only the guest is lost
-                log.warning("export or unplug failed, the next repetition boots afresh: %s", e)
+                log.warning("zpool export failed, the next repetition boots afresh: %s", e)
         self.close()
 
     def close(self) -> None:
@@ -81,7 +75,7 @@ def forget_disks(g: Guest, disks: pool.DiskSet) -> None:
     """Drop the guest's cached blocks and partition tables of ``disks`` (their files were
     rewritten by the host), let udev redo their links, and clear the last repetition's
     events (the scan is timed from the events that follow)."""
-    nodes = " ".join(g.disk(d.serial) for d in disks.boot())
+    nodes = " ".join(g.disk(d.serial) for d in disks.all())
     script = (
         f"for d in {nodes}; do blockdev --flushbufs $d; blockdev --rereadpt $d 2>/dev/null;"
         f" done; udevadm settle --timeout=30; zpool events -c >/dev/null"

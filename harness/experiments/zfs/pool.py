@@ -16,7 +16,7 @@ from faults.disk import DiskFault
 from harness.config.zfs import Cell, Layout, PoolSpec, ZfsScenario
 from harness.errors import HarnessError
 from harness.experiments.zfs import parse
-from harness.vm.backend import HOTPLUG_PORTS, Disk, Guest, GuestSpec, start_guest
+from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 POOL = "tank"
 MOUNT = "/tank"
@@ -31,19 +31,13 @@ ZEVENT_LEN_MAX = 1 << 20
 @dataclass(frozen=True)
 class DiskSet:
     data: tuple[Disk, ...]
-    # Fresh disks a lost disk is replaced with: not in the guest at boot, but hot-plugged
-    # just before `zpool replace` (``insert_spares``), as an operator inserts a new disk.
-    spares: tuple[Disk, ...]
+    spares: tuple[Disk, ...]  # fresh disks a lost disk is replaced with
     cache: Disk | None
     log: Disk | None
 
     def all(self) -> tuple[Disk, ...]:
-        return self.boot() + self.spares
-
-    def boot(self) -> tuple[Disk, ...]:
-        """The disks the guest boots with: all but the spares."""
         extra = tuple(d for d in (self.cache, self.log) if d is not None)
-        return self.data + extra
+        return self.data + self.spares + extra
 
 
 def make_disks(directory: Path, cell: Cell, fault: DiskFault, *, spares: bool = True) -> DiskSet:
@@ -126,11 +120,7 @@ def guest(sc: ZfsScenario, disks: DiskSet, phases: dict[str, float]) -> Iterator
     """A guest with ZFS loaded; boot, module load and teardown go into ``phases``."""
     t = time.monotonic()
     spec = GuestSpec(
-        disks=disks.boot(),
-        udev=True,
-        memory_mb=sc.memory_mb,
-        command_timeout=sc.timeout,
-        hotplug_ports=max(HOTPLUG_PORTS, len(disks.spares)),
+        disks=disks.all(), udev=True, memory_mb=sc.memory_mb, command_timeout=sc.timeout
     )
     with start_guest(spec) as g:
         phases["boot"] = phases.get("boot", 0.0) + time.monotonic() - t
@@ -142,21 +132,6 @@ def guest(sc: ZfsScenario, disks: DiskSet, phases: dict[str, float]) -> Iterator
         finally:
             t_down = time.monotonic()
     phases["teardown"] = phases.get("teardown", 0.0) + time.monotonic() - t_down
-
-
-def insert_spares(g: Guest, disks: DiskSet) -> None:
-    """Hot-plug the blank spares, and let udev finish with them (it probes a new disk and
-    makes its links) so the resilver that follows starts on a quiet guest."""
-    for d in disks.spares:
-        g.attach_disk(d)
-    if disks.spares:
-        run(g, ["udevadm", "settle", "--timeout=30"])
-
-
-def pull_spares(g: Guest, disks: DiskSet) -> None:
-    """Unplug the spares ``insert_spares`` plugged (the pool exported first)."""
-    for d in disks.spares:
-        g.detach_disk(d.serial)
 
 
 def run(g: Guest, argv: list[str], *, timeout: float = 300) -> str:

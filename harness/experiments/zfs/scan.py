@@ -313,11 +313,6 @@ def run_once(
             if fault.when is not When.OFFLINE:
                 pool.run(g, ["zpool", "events", "-c"])
                 damage = damage_now()
-            # The new disks go in after the fault and before the load and the sampler
-            # start: the load runs, and the scan is timed, on a guest that has them.
-            t = time.monotonic()
-            pool.insert_spares(g, disks)
-            lap("hotplug", t)
             if sc.progress_interval:
                 progress.start(g, sc.progress_interval)
             if cell.load:

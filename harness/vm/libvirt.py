@@ -253,6 +253,12 @@ class LibvirtGuest(AgentGuest):
             raise GuestBootFailed(
                 f"libvirt could not start domain {self.name} on {self.uri}: {e}",
                 console=self._failure_text(),
+                # The usual cause on another host: a path of ours that it does not have.
+                hint=None
+                if libvirtd.is_local_system(self.uri)
+                else "a libvirt host opens the kernel, the disks and the console file at the "
+                "paths they have here: they must be on a filesystem it shares at the same "
+                f"paths (the image cache, the run's work files, {self.workdir})",
             ) from None
         self.agent.domain = self.domain
         self._wait_for_agent()

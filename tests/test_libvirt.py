@@ -126,9 +126,14 @@ def test_many_disks_go_behind_bridges_with_unique_addresses(img: Image, tmp_path
 def test_spare_root_ports_for_hotplug_leave_disks_where_they_were(
     img: Image, tmp_path: Path
 ) -> None:
-    """Both backends add HOTPLUG_PORTS root ports after everything else: a boot-time
-    disk's address does not depend on them."""
-    spec = _spec(tmp_path, n=60)
+    """Both backends add the spare root ports asked for after everything else: a boot-time
+    disk's address does not depend on them; none are added unless asked for."""
+    for n, bridge_ports in ((3, 0), (60, 2)):
+        spec = _spec(tmp_path, n=n)
+        dom = _parse(domain_xml(img, spec, "tcg", tmp_path, "crashlab-t"))
+        assert len(dom.findall("devices/controller[@model='pcie-root-port']")) == bridge_ports
+        assert not any("pcie-root-port" in a for a in qemu_argv(img, spec, "tcg", tmp_path))
+    spec = _spec(tmp_path, n=60, hotplug_ports=HOTPLUG_PORTS)
     dom = _parse(domain_xml(img, spec, "tcg", tmp_path, "crashlab-t"))
     ports = dom.findall("devices/controller[@model='pcie-root-port']")
     # Two bridges' root ports (indexes 1, 3), then the spare ones, which libvirt places.

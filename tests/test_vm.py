@@ -85,7 +85,8 @@ def test_disk_hotplug(tmp_path: Path, vm_backend: str) -> None:
         with open(p, "wb") as f:
             f.truncate(48 << 20)
     seen = ["sh", "-c", "cat /sys/block/vd*/serial; echo; ls /dev/disk/by-id/"]
-    with start_guest(GuestSpec(disks=(Disk(boot_disk, "boot"),))) as guest:
+    spec = GuestSpec(disks=(Disk(boot_disk, "boot"),), hotplug_ports=1)
+    with start_guest(spec) as guest:
         path = guest.attach_disk(Disk(hot, "hot"))
         assert path == guest.disk("hot")
         assert guest.run(["blockdev", "--getsize64", path], check=True).out.strip() == str(48 << 20)
@@ -95,6 +96,8 @@ def test_disk_hotplug(tmp_path: Path, vm_backend: str) -> None:
         # Bad requests change nothing in the guest.
         with pytest.raises(InputError, match="already in use"):
             guest.attach_disk(Disk(hot, "boot"))
+        with pytest.raises(HarnessError, match="all 1 hotplug ports"):
+            guest.attach_disk(Disk(boot_disk, "more"))
         with pytest.raises(HarnessError, match="does not exist"):
             guest.attach_disk(Disk(tmp_path / "missing.raw", "gone"))
         with pytest.raises(InputError, match="not hot-plugged") as exc:

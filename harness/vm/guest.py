@@ -286,11 +286,16 @@ class AgentGuest:
             raise InputError(f"disk {disk.serial}: format {disk.format!r} is not raw or qcow2")
         if not disk.path.is_file():
             raise HarnessError(f"disk image {disk.path} does not exist (or is not a file)")
+        if self.spec.hotplug_ports == 0:
+            raise HarnessError(
+                f"cannot attach disk {disk.serial}: the guest was booted without hotplug ports",
+                hint="boot it with GuestSpec(hotplug_ports=N) (harness.vm.backend.HOTPLUG_PORTS)",
+            )
         if len(self.hotplugged) >= self.spec.hotplug_ports:
             raise HarnessError(
                 f"cannot attach disk {disk.serial}: all {self.spec.hotplug_ports} hotplug ports "
                 "of the guest hold a disk",
-                hint="detach a hot-plugged disk first, or boot with more GuestSpec.hotplug_ports",
+                hint="detach a hot-plugged disk first, or boot with more hotplug_ports",
             )
 
     def _await_disk(self, serial: str, *, present: bool, timeout: float) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from harness.image import build as image
 from harness.vm import backend, libvirtd
 from harness.vm.backend import GuestSpec, start_guest
 from harness.vm.libvirt import LibvirtGuest
+from tests.test_vm import crashlab_domains
 
 pytestmark = pytest.mark.vm
 
@@ -121,20 +121,10 @@ def sshd() -> Iterator[Sshd]:
             yield Sshd(uri, d / "sshd.log")
 
 
-def _domains() -> list[str]:
-    r = subprocess.run(
-        ["virsh", "-c", "qemu:///system", "list", "--all", "--name"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return [n for n in r.stdout.split() if n.startswith("crashlab-")]
-
-
 def test_guest_over_qemu_ssh(guest_image: image.Image, sshd: Sshd) -> None:
     """Boot a guest through the ssh transport, run a command in it, and leave no
     domain behind."""
-    before = _domains()
+    before = crashlab_domains()
     backend.select("libvirt", sshd.uri)
     try:
         t = time.monotonic()
@@ -143,10 +133,10 @@ def test_guest_over_qemu_ssh(guest_image: image.Image, sshd: Sshd) -> None:
             assert guest.run(["uname", "-n"], check=True).out.strip() == "crashlab"
             booted = time.monotonic() - t
             # The domain is this host's libvirtd's, reached through ssh.
-            assert guest.name in _domains()
+            assert guest.name in crashlab_domains()
     finally:
         backend._selected = None
-    assert _domains() == before
+    assert crashlab_domains() == before
     # It did go through ssh: our sshd let our key in.
     assert "Accepted publickey for root" in sshd.log.read_text()
     print(f"boot to command over qemu+ssh: {booted:.1f} s")

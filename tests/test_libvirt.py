@@ -15,7 +15,7 @@ from harness.config.vm import Backend
 from harness.errors import HarnessError, InputError
 from harness.image.build import Image
 from harness.vm import backend, libvirtd
-from harness.vm.backend import Disk, GuestSpec
+from harness.vm.backend import HOTPLUG_PORTS, Disk, GuestSpec
 from harness.vm.libvirt import LibvirtBackend, _target, domain_xml
 from harness.vm.qemu import QemuBackend, qemu_argv
 
@@ -121,6 +121,30 @@ def test_many_disks_go_behind_bridges_with_unique_addresses(img: Image, tmp_path
     assert [b.get("index") for b in bridges] == ["2", "4"]  # 40 disks past the root bus
     targets = [t.get("dev") for t in dom.iterfind("devices/disk/target")]
     assert len(set(targets)) == 61
+
+
+def test_spare_root_ports_for_hotplug_leave_disks_where_they_were(
+    img: Image, tmp_path: Path
+) -> None:
+    """Both backends add the spare root ports asked for after everything else: a boot-time
+    disk's address does not depend on them; none are added unless asked for."""
+    for n, bridge_ports in ((3, 0), (60, 2)):
+        spec = _spec(tmp_path, n=n)
+        dom = _parse(domain_xml(img, spec, "tcg", tmp_path, "crashlab-t"))
+        assert len(dom.findall("devices/controller[@model='pcie-root-port']")) == bridge_ports
+        assert not any("pcie-root-port" in a for a in qemu_argv(img, spec, "tcg", tmp_path))
+    spec = _spec(tmp_path, n=60, hotplug_ports=HOTPLUG_PORTS)
+    dom = _parse(domain_xml(img, spec, "tcg", tmp_path, "crashlab-t"))
+    ports = dom.findall("devices/controller[@model='pcie-root-port']")
+    # Two bridges' root ports (indexes 1, 3), then the spare ones, which libvirt places.
+    spare = [p for p in ports if p.find("address") is None]
+    assert [p.get("index") for p in spare] == [str(5 + n) for n in range(HOTPLUG_PORTS)]
+    argv = qemu_argv(img, spec, "tcg", tmp_path)
+    devices = [argv[i + 1] for i, a in enumerate(argv) if a == "-device"]
+    assert devices[-HOTPLUG_PORTS:] == [
+        f"pcie-root-port,id=hp{n},bus=pcie.0,chassis={n + 1}" for n in range(HOTPLUG_PORTS)
+    ]
+    assert not any("pcie-root-port" in d for d in devices[:-HOTPLUG_PORTS])
 
 
 def test_target_names() -> None:

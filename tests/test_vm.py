@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import GuestBootFailed, GuestPanic, GuestTimeout
+from harness.errors import GuestBootFailed, GuestPanic, GuestTimeout, HarnessError, InputError
 from harness.image import build as image
 from harness.vm import backend
 from harness.vm.backend import Disk, GuestSpec, start_guest
@@ -74,6 +74,48 @@ def test_command_disks_and_files(guest_image: image.Image, tmp_path: Path, vm_ba
     with open(disk, "rb") as f:
         f.seek(512)
         assert f.read(8) == b"crashlab"
+
+
+def test_disk_hotplug(tmp_path: Path, vm_backend: str) -> None:
+    """A disk plugged into the running guest is found by its serial like a boot-time one,
+    holds what the guest writes, and is gone from the guest once unplugged."""
+    boot_disk = tmp_path / "boot.raw"
+    hot = tmp_path / "hot.raw"
+    for p in (boot_disk, hot):
+        with open(p, "wb") as f:
+            f.truncate(48 << 20)
+    seen = ["sh", "-c", "cat /sys/block/vd*/serial; echo; ls /dev/disk/by-id/"]
+    spec = GuestSpec(disks=(Disk(boot_disk, "boot"),), hotplug_ports=1)
+    with start_guest(spec) as guest:
+        path = guest.attach_disk(Disk(hot, "hot"))
+        assert path == guest.disk("hot")
+        assert guest.run(["blockdev", "--getsize64", path], check=True).out.strip() == str(48 << 20)
+        guest.run(
+            ["sh", "-c", f"printf hotplug | dd of={path} bs=512 seek=3 conv=fsync"], check=True
+        )
+        # Bad requests change nothing in the guest.
+        with pytest.raises(InputError, match="already in use"):
+            guest.attach_disk(Disk(hot, "boot"))
+        with pytest.raises(HarnessError, match="all 1 hotplug ports"):
+            guest.attach_disk(Disk(boot_disk, "more"))
+        with pytest.raises(HarnessError, match="does not exist"):
+            guest.attach_disk(Disk(tmp_path / "missing.raw", "gone"))
+        with pytest.raises(InputError, match="not hot-plugged") as exc:
+            guest.detach_disk("boot")
+        assert "root PCIe bus" in (exc.value.hint or "")
+        guest.detach_disk("hot")
+        out = guest.run(seen, check=True).out
+        assert "hot" not in out and "virtio-boot" in out
+        # The port is free again: the same file under another serial, read-only.
+        path = guest.attach_disk(Disk(hot, "again", readonly=True))
+        assert guest.run(["blockdev", "--getro", path], check=True).out.strip() == "1"
+        r = guest.run(["dd", f"if={path}", "bs=512", "skip=3", "count=1", "status=none"])
+        assert r.out.startswith("hotplug")
+        guest.detach_disk("again")
+        assert "again" not in guest.run(seen, check=True).out
+    with open(hot, "rb") as f:
+        f.seek(3 * 512)
+        assert f.read(7) == b"hotplug"
 
 
 def test_panic_is_reported_as_panic(vm_backend: str) -> None:

@@ -3,13 +3,16 @@ scanned for panics and oopses, hang and boot-failure detection, and the boot ret
 
 A backend supplies how its VM is started and stopped and three answers about it:
 ``_alive()`` (is the VM still running), ``_gone()`` (why not, in a few words) and
-``_failure_text()`` (what it printed, for a boot failure).
+``_failure_text()`` (what it printed, for a boot failure); for disk hotplug, ``_plug()``
+and ``_unplug()`` into one of its spare PCIe root ports (``GuestSpec.hotplug_ports``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import re
 import shlex
 import tempfile
 import time
@@ -23,14 +26,38 @@ from harness.errors import (
     GuestPanic,
     GuestTimeout,
     HarnessError,
+    InputError,
 )
 from harness.vm import console
 from harness.vm.agent import Agent, ExecResult
-from harness.vm.backend import GuestSpec
+from harness.vm.backend import Disk, GuestSpec
 
 log = logging.getLogger("crashlab.qemu")
 # Boots tried before a guest that does not answer is the lab's timeout (``boot()``).
 BOOT_ATTEMPTS = 2
+
+# virtio-blk serials are 20 bytes; the serial also names QEMU nodes and a guest symlink.
+_SERIAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,19}")
+# The guest has no udev by default, so nothing else makes a plugged disk's by-id link
+# (init makes them once, at boot): wait for the serial in sysfs, then link it the way
+# images/init does; on unplug, wait for it to go and drop the link. $1 serial, $2 1 to
+# wait for it to appear or 0 to go, $3 seconds. Builtins only (`read`, not `cat` or
+# `date`): no fork per look, which under TCG is most of the cost. sysfs serials have no
+# newline, so `read` fails at EOF with the value read: its status is ignored.
+_WAIT_DISK = r"""s=$1 want=$2 link=/dev/disk/by-id/virtio-$1
+read -r up _ < /proc/uptime; end=$((${up%.*} + $3))
+while :; do
+    dev=
+    for d in /sys/block/vd*; do
+        x=; read -r x < "$d/serial" 2>/dev/null; [ "$x" = "$s" ] && dev=${d##*/}
+    done
+    if [ "$want" = 1 ] && [ -n "$dev" ] && [ -b "/dev/$dev" ]; then
+        ln -sf "../../$dev" "$link"; exit 0
+    fi
+    if [ "$want" = 0 ] && [ -z "$dev" ]; then rm -f "$link"; exit 0; fi
+    read -r up _ < /proc/uptime; [ "${up%.*}" -ge "$end" ] && exit 1
+    sleep 0.05
+done"""
 
 GUEST_ENV = {"DM_DISABLE_UDEV": "1", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
 
@@ -74,6 +101,7 @@ class AgentGuest:
         self._ready = 0.0
         self._console = console.Reader(console_log)
         self._hung = False  # a command timed out: the guest is not asked to sync at shutdown
+        self.hotplugged: dict[str, Disk] = {}  # serial -> a disk attach_disk plugged in
 
     # -- what a backend answers -------------------------------------------------------------
     def _alive(self) -> bool:
@@ -90,6 +118,14 @@ class AgentGuest:
         raise NotImplementedError
 
     def shutdown(self) -> None:
+        raise NotImplementedError
+
+    def _plug(self, disk: Disk) -> None:
+        """Plug ``disk`` into a free spare port (checked by ``attach_disk``)."""
+        raise NotImplementedError
+
+    def _unplug(self, serial: str, timeout: float) -> None:
+        """Unplug a plugged disk; return once the VM has let go of it."""
         raise NotImplementedError
 
     # -- booting ------------------------------------------------------------------------------
@@ -203,6 +239,77 @@ class AgentGuest:
 
     def boot_seconds(self) -> float:
         return self._ready - self._started
+
+    # -- disk hotplug ---------------------------------------------------------------------------
+    def attach_disk(self, disk: Disk, *, timeout: float = 60.0) -> str:
+        """Hot-plug ``disk``; see ``backend.Guest.attach_disk``."""
+        self._check_pluggable(disk)
+        self._check_alive("the guest is gone")
+        self._plug(disk)
+        self.hotplugged[disk.serial] = disk
+        self._await_disk(disk.serial, present=True, timeout=timeout)
+        return self.disk(disk.serial)
+
+    def detach_disk(self, serial: str, *, timeout: float = 60.0) -> None:
+        """Unplug a hot-plugged disk; see ``backend.Guest.detach_disk``."""
+        if serial not in self.hotplugged:
+            booted = {d.serial for d in self.spec.disks}
+            raise InputError(
+                f"disk {serial!r} was not hot-plugged into this guest",
+                hint="boot-time disks sit on the root PCIe bus, which has no hotplug"
+                if serial in booted
+                else "attach it with attach_disk first",
+            )
+        self._check_alive("the guest is gone")
+        self._unplug(serial, timeout)
+        del self.hotplugged[serial]
+        self._await_disk(serial, present=False, timeout=timeout)
+
+    def _check_pluggable(self, disk: Disk) -> None:
+        if not _SERIAL.fullmatch(disk.serial):
+            raise InputError(
+                f"disk serial {disk.serial!r} cannot be hot-plugged",
+                hint="1-20 characters of A-Z a-z 0-9 . _ - (virtio-blk serials are 20 bytes)",
+            )
+        in_use = {"crashlab-root", *(d.serial for d in self.spec.disks), *self.hotplugged}
+        if disk.serial in in_use:
+            raise InputError(
+                f"disk serial {disk.serial!r} is already in use in this guest",
+                hint="detach that disk first, or pick another serial",
+            )
+        if disk.snapshot or disk.blklogwrites is not None:
+            raise InputError(
+                f"disk {disk.serial}: snapshot and blklogwrites disks cannot be hot-plugged",
+                hint="give them to the guest at boot (GuestSpec.disks)",
+            )
+        if disk.format not in ("raw", "qcow2"):
+            raise InputError(f"disk {disk.serial}: format {disk.format!r} is not raw or qcow2")
+        if not disk.path.is_file():
+            raise HarnessError(f"disk image {disk.path} does not exist (or is not a file)")
+        if self.spec.hotplug_ports == 0:
+            raise HarnessError(
+                f"cannot attach disk {disk.serial}: the guest was booted without hotplug ports",
+                hint="boot it with GuestSpec(hotplug_ports=N) (harness.vm.backend.HOTPLUG_PORTS)",
+            )
+        if len(self.hotplugged) >= self.spec.hotplug_ports:
+            raise HarnessError(
+                f"cannot attach disk {disk.serial}: all {self.spec.hotplug_ports} hotplug ports "
+                "of the guest hold a disk",
+                hint="detach a hot-plugged disk first, or boot with more hotplug_ports",
+            )
+
+    def _await_disk(self, serial: str, *, present: bool, timeout: float) -> None:
+        seconds = str(max(1, math.ceil(timeout)))
+        argv = ["sh", "-c", _WAIT_DISK, "sh", serial, "1" if present else "0", seconds]
+        # The loop's own sleeps are the timeout; the agent's is only its backstop.
+        r = self.run(argv, timeout=timeout + 30)
+        if r.exitcode != 0:
+            raise GuestTimeout(
+                f"disk {serial}: the guest did not see it "
+                f"{'appear' if present else 'go'} within {timeout:g} s",
+                console=console.tail(self.console_log),
+                hint="see the console tail for the kernel's PCI hotplug messages",
+            )
 
 
 G = TypeVar("G", bound=AgentGuest)

@@ -94,6 +94,12 @@ def domain_xml(image: Image, spec: GuestSpec, accelerator: str, workdir: Path, n
                 ctl = _el(dev, "controller", type="pci", index=str(bus), model="pcie-to-pci-bridge")
                 _pci(ctl, bus - 1, 0)
         _disk(dev, d, _target(i + 1), bus=bus, slot=slot)
+    # Spare root ports for disks plugged while the guest runs (the root bus has no
+    # hotplug), after the bridges' controllers; libvirt gives them free slots, so every
+    # device above keeps its address.
+    first = 2 * _bridges(len(spec.disks)) + 1
+    for n in range(spec.hotplug_ports):
+        _el(dev, "controller", type="pci", index=str(first + n), model="pcie-root-port")
     _el(dev, "memballoon", model="none")
     # QEMU runs as root, as the qemu backend's does: the cached image and the disks are
     # root's files, and relabelling them for a libvirt-qemu user would change them for
@@ -126,7 +132,20 @@ def _target(i: int) -> str:
 
 
 def _disk(dev: ET.Element, d: Disk, target: str, *, bus: int, slot: int) -> None:
-    disk = _el(dev, "disk", type="file", device="disk")
+    disk = disk_element(d, target)
+    dev.append(disk)
+    _pci(disk, bus, slot)
+
+
+def _bridges(disks: int) -> int:
+    """PCIe-to-PCI bridges for ``disks`` disks past the root bus's."""
+    return -(-max(0, disks - _ROOT_BUS_DISKS) // 31)
+
+
+def disk_element(d: Disk, target: str) -> ET.Element:
+    """A ``<disk>`` without an address: a boot-time disk gets one from ``_disk``, a
+    hot-plugged one from libvirt (a free root port)."""
+    disk = ET.Element("disk", type="file", device="disk")
     # cache='none' is QEMU's cache.direct=on: a completed guest write is in the host file,
     # which is what a crash (kill) leaves. Overlays are throw-away: writeback is enough.
     direct = d.format == "raw" and not d.snapshot
@@ -145,7 +164,7 @@ def _disk(dev: ET.Element, d: Disk, target: str, *, bus: int, slot: int) -> None
         _el(disk, "readonly")
     if d.snapshot:
         _el(disk, "transient")
-    _pci(disk, bus, slot)
+    return disk
 
 
 class LibvirtAgent(Agent):
@@ -218,6 +237,10 @@ class LibvirtGuest(AgentGuest):
         self.workdir = workdir
         self.xml = domain_xml(image, spec, accelerator, workdir, self.name)
         self.domain: Any = None
+        # A hot-plugged disk's <disk> as attached (detach names the same device); its
+        # target name is never reused while the domain lives.
+        self._plugged: dict[str, str] = {}
+        self._next_target = len(spec.disks) + 1
 
     def launch(self) -> None:
         libvirt = libvirtd.module()
@@ -230,6 +253,12 @@ class LibvirtGuest(AgentGuest):
             raise GuestBootFailed(
                 f"libvirt could not start domain {self.name} on {self.uri}: {e}",
                 console=self._failure_text(),
+                # The usual cause on another host: a path of ours that it does not have.
+                hint=None
+                if libvirtd.is_local_system(self.uri)
+                else "a libvirt host opens the kernel, the disks and the console file at the "
+                "paths they have here: they must be on a filesystem it shares at the same "
+                f"paths (the image cache, the run's work files, {self.workdir})",
             ) from None
         self.agent.domain = self.domain
         self._wait_for_agent()
@@ -256,6 +285,42 @@ class LibvirtGuest(AgentGuest):
                 console.tail(self.console_log),
             ]
         )
+
+    def _plug(self, disk: Disk) -> None:
+        libvirt = libvirtd.module()
+        xml = ET.tostring(disk_element(disk, _target(self._next_target)), encoding="unicode")
+        try:
+            self.domain.attachDeviceFlags(xml, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+        except libvirt.libvirtError as e:
+            raise HarnessError(
+                f"libvirt could not attach disk {disk.serial} to {self.name}: {e}"
+            ) from None
+        self._next_target += 1
+        self._plugged[disk.serial] = xml
+
+    def _unplug(self, serial: str, timeout: float) -> None:
+        """libvirt waits a few seconds for the guest to eject the device and may return
+        before it has: the domain's live XML says when the disk is gone."""
+        libvirt = libvirtd.module()
+        try:
+            self.domain.detachDeviceFlags(self._plugged[serial], libvirt.VIR_DOMAIN_AFFECT_LIVE)
+        except libvirt.libvirtError as e:
+            raise HarnessError(
+                f"libvirt could not detach disk {serial} from {self.name}: {e}"
+            ) from None
+        deadline = time.monotonic() + timeout
+        while serial in self._live_serials():
+            if time.monotonic() > deadline:
+                raise GuestTimeout(
+                    f"disk {serial}: the guest did not release it within {timeout:g} s",
+                    console=console.tail(self.console_log),
+                )
+            time.sleep(0.05)
+        del self._plugged[serial]
+
+    def _live_serials(self) -> set[str]:
+        dom = ET.fromstring(self.domain.XMLDesc(0))
+        return {s.text or "" for s in dom.iterfind("devices/disk/serial")}
 
     def kill(self) -> None:
         """Pull the plug: virDomainDestroy stops QEMU at once (SIGTERM, then SIGKILL); the

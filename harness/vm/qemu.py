@@ -12,11 +12,12 @@ import contextlib
 import shlex
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from harness import proc
-from harness.errors import GuestAgentError, GuestBootFailed, GuestError
+from harness.errors import GuestAgentError, GuestBootFailed, GuestError, GuestTimeout, HarnessError
 from harness.image.build import Image, require_image
 from harness.vm import accel, console
 from harness.vm.agent import Agent
@@ -70,6 +71,10 @@ def qemu_argv(image: Image, spec: GuestSpec, accelerator: str, workdir: Path) ->
         slot = _slot(i, argv)  # may add a bridge to argv first
         argv += ["-drive", ",".join(opts)]
         argv += ["-device", f"virtio-blk-pci,drive=d{i},serial={d.serial}{slot}"]
+    # Last, so they take the next free slots and every disk above keeps its address.
+    # Each port needs a chassis number of its own.
+    for n in range(spec.hotplug_ports):
+        argv += ["-device", f"pcie-root-port,id=hp{n},bus=pcie.0,chassis={n + 1}"]
     return argv
 
 
@@ -109,6 +114,7 @@ class QemuGuest(AgentGuest):
         self.argv = qemu_argv(image, spec, accelerator, workdir)
         self.proc: proc.Child | None = None
         self._children = contextlib.ExitStack()
+        self._ports: dict[str, str] = {}  # serial -> the root port a hot-plugged disk is in
 
     # -- lifecycle ------------------------------------------------------------------------
     def launch(self) -> None:
@@ -163,13 +169,8 @@ class QemuGuest(AgentGuest):
             with contextlib.suppress(GuestError, OSError):
                 self.agent.exec(["/bin/sync"], timeout=20)
         self.agent.close()
-        with contextlib.suppress(Exception):
-            from qemu.qmp.legacy import QEMUMonitorProtocol
-
-            qmp = QEMUMonitorProtocol(str(self.workdir / "qmp.sock"))
-            qmp.connect()
+        with contextlib.suppress(Exception), self._monitor() as qmp:
             qmp.cmd("quit")
-            qmp.close()
         # Asked to quit over QMP: give it 10 s to go by itself, then it is killed.
         self.proc.stop(10, terminate=False)
         self._children.close()
@@ -185,14 +186,87 @@ class QemuGuest(AgentGuest):
     def qmp(self, command: str, **arguments: Any) -> Any:
         """One QMP command on a fresh connection (QMP is rarely needed; the agent is the
         command channel)."""
+        with self._monitor() as qmp:
+            return qmp.cmd(command, **arguments)
+
+    def _monitor(self) -> AbstractContextManager[Any]:
+        """A fresh QMP connection, closed at the block's end."""
         from qemu.qmp.legacy import QEMUMonitorProtocol
 
         qmp = QEMUMonitorProtocol(str(self.workdir / "qmp.sock"))
         qmp.connect()
-        try:
-            return qmp.cmd(command, **arguments)
-        finally:
-            qmp.close()
+        return contextlib.closing(qmp)
+
+    # -- disk hotplug: a block node, then a virtio-blk device on a spare root port -----------
+    def _plug(self, disk: Disk) -> None:
+        from qemu.qmp import QMPError
+
+        used = {self._ports[s] for s in self.hotplugged if s in self._ports}
+        port = next(f"hp{n}" for n in range(self.spec.hotplug_ports) if f"hp{n}" not in used)
+        node = f"hp-{disk.serial}"
+        # As for boot-time disks: a raw disk written through (a kill leaves what the guest
+        # wrote), a qcow2 one through the host's cache.
+        direct = disk.format == "raw"
+        file = {"driver": "file", "filename": str(disk.path), "aio": "threads"}
+        with self._monitor() as qmp:
+            try:
+                qmp.cmd(
+                    "blockdev-add",
+                    **{
+                        "driver": disk.format,
+                        "node-name": node,
+                        "read-only": disk.readonly,
+                        "cache": {"direct": direct},
+                        "file": {**file, "cache": {"direct": direct}},
+                    },
+                )
+            except QMPError as e:
+                raise HarnessError(f"QEMU could not open disk {disk.path}: {e}") from None
+            try:
+                qmp.cmd(
+                    "device_add",
+                    driver="virtio-blk-pci",
+                    id=node,
+                    drive=node,
+                    serial=disk.serial,
+                    bus=port,
+                )
+            except QMPError as e:
+                with contextlib.suppress(QMPError):
+                    qmp.cmd("blockdev-del", **{"node-name": node})
+                raise HarnessError(f"QEMU could not plug disk {disk.serial}: {e}") from None
+        self._ports[disk.serial] = port
+
+    def _unplug(self, serial: str, timeout: float) -> None:
+        """``device_del`` asks the guest to eject the device; only its DEVICE_DELETED
+        event says it is gone and the block node free to delete."""
+        from qemu.qmp import QMPError
+
+        node = f"hp-{serial}"
+        deadline = time.monotonic() + timeout
+        with self._monitor() as qmp:
+            try:
+                qmp.cmd("device_del", id=node)
+            except QMPError as e:
+                raise HarnessError(f"QEMU could not unplug disk {serial}: {e}") from None
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise GuestTimeout(
+                        f"disk {serial}: the guest did not release it within {timeout:g} s "
+                        "(no DEVICE_DELETED)",
+                        console=console.tail(self.console_log),
+                    )
+                with contextlib.suppress(TimeoutError):
+                    event = qmp.pull_event(wait=float(left))
+                    if (
+                        event is not None
+                        and event.get("event") == "DEVICE_DELETED"
+                        and event.get("data", {}).get("device") == node
+                    ):
+                        break
+            qmp.cmd("blockdev-del", **{"node-name": node})
+        del self._ports[serial]
 
 
 class QemuBackend:

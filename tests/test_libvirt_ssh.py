@@ -1,0 +1,142 @@
+"""The libvirt backend over libvirt's remote transport: ``qemu+ssh://`` to a private sshd
+on a free loopback port, with a throw-away host key and user key (no second host here,
+but the same path a lab host's URI takes: ssh, then virt-ssh-helper on the far side).
+
+Nothing of the host's ssh setup is read or changed: the URI's ``command=`` is a wrapper
+that gives ssh its own config (this key, a known_hosts holding only our host key, strict
+checking), so no ``no_verify`` either. Skipped, with the reason, where sshd cannot run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from harness import proc
+from harness.image import build as image
+from harness.vm import backend, libvirtd
+from harness.vm.backend import GuestSpec, start_guest
+from harness.vm.libvirt import LibvirtGuest
+from tests.test_vm import crashlab_domains
+
+pytestmark = pytest.mark.vm
+
+SSHD = Path("/usr/sbin/sshd")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _sshd_config(d: Path, port: int) -> str:
+    return "\n".join(
+        [
+            f"Port {port}",
+            "ListenAddress 127.0.0.1",
+            f"HostKey {d / 'host_key'}",
+            f"PidFile {d / 'sshd.pid'}",
+            f"AuthorizedKeysFile {d / 'authorized_keys'}",
+            "PermitRootLogin prohibit-password",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            # The throw-away directory is /tmp's, not a home directory sshd would vouch for.
+            "StrictModes no",
+            "",
+        ]
+    )
+
+
+def _ssh_wrapper(d: Path, port: int) -> Path:
+    """``ssh`` as libvirt will call it, with our config in front (``-F``)."""
+    host_pub = (d / "host_key.pub").read_text().split()
+    (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
+    (d / "ssh_config").write_text(
+        "\n".join(
+            [
+                "Host *",
+                f"  IdentityFile {d / 'id'}",
+                "  IdentitiesOnly yes",
+                f"  UserKnownHostsFile {d / 'known_hosts'}",
+                "  GlobalKnownHostsFile /dev/null",
+                "  StrictHostKeyChecking yes",
+                "  BatchMode yes",
+                "",
+            ]
+        )
+    )
+    wrapper = d / "ssh"
+    wrapper.write_text(f'#!/bin/sh\nexec ssh -F {d / "ssh_config"} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+@dataclass(frozen=True)
+class Sshd:
+    uri: str  # a qemu+ssh URI for this host's libvirtd through the private sshd
+    log: Path
+
+
+@pytest.fixture
+def sshd() -> Iterator[Sshd]:
+    """A private sshd on a free loopback port, and the URI that goes through it."""
+    if not SSHD.exists() or shutil.which("ssh") is None:
+        pytest.skip("openssh-server / openssh-client are not installed (scripts/install-host-deps)")
+    if os.geteuid() != 0:
+        pytest.skip("a private sshd for root@127.0.0.1 needs root")
+    # sshd refuses to start without its privilege separation directory.
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    # The local daemon must answer first: a remote URI is never started by the lab.
+    libvirtd.connect().close()
+    with tempfile.TemporaryDirectory(prefix="crashlab-ssh-") as tmp:
+        d = Path(tmp)
+        for key in ("host_key", "id"):
+            proc.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", d / key])
+        shutil.copy(d / "id.pub", d / "authorized_keys")
+        port = _free_port()
+        (d / "sshd_config").write_text(_sshd_config(d, port))
+        argv = [SSHD, "-D", "-e", "-f", d / "sshd_config"]
+        with proc.spawn(argv, output=d / "sshd.log", die_with_parent=True) as child:
+            deadline = time.monotonic() + 10
+            while True:
+                if not child.alive():
+                    pytest.skip(f"sshd did not start: {child.read_output().strip()[-500:]}")
+                with socket.socket() as s:
+                    if s.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                if time.monotonic() > deadline:
+                    pytest.skip(f"sshd did not listen on 127.0.0.1:{port} within 10 s")
+                time.sleep(0.05)
+            uri = f"qemu+ssh://root@127.0.0.1:{port}/system?command={_ssh_wrapper(d, port)}"
+            yield Sshd(uri, d / "sshd.log")
+
+
+def test_guest_over_qemu_ssh(guest_image: image.Image, sshd: Sshd) -> None:
+    """Boot a guest through the ssh transport, run a command in it, and leave no
+    domain behind."""
+    before = crashlab_domains()
+    backend.select("libvirt", sshd.uri)
+    try:
+        t = time.monotonic()
+        with start_guest(GuestSpec()) as guest:
+            assert isinstance(guest, LibvirtGuest) and guest.uri == sshd.uri
+            assert guest.run(["uname", "-n"], check=True).out.strip() == "crashlab"
+            booted = time.monotonic() - t
+            # The domain is this host's libvirtd's, reached through ssh.
+            assert guest.name in crashlab_domains()
+    finally:
+        backend._selected = None
+    assert crashlab_domains() == before
+    # It did go through ssh: our sshd let our key in.
+    assert "Accepted publickey for root" in sshd.log.read_text()
+    print(f"boot to command over qemu+ssh: {booted:.1f} s")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from harness.experiments.zfs.fits import MB, linear_fit, sweep_summary
+from harness.experiments.zfs.fits import MB, cell_label, linear_fit, sweep_summary
 from harness.experiments.zfs.progress import eta_errors, eta_seconds, points
 
 
@@ -45,6 +45,19 @@ def test_a_cell_whose_repetitions_spread_is_flagged() -> None:
     flagged = sweep_summary(scans)["spread_flagged"]
     assert list(flagged) == ["raidz1 fill 25%"]
     assert flagged["raidz1 fill 25%"]["max"] == 6.8
+
+
+def test_cells_of_a_factor_sweep_are_told_apart_by_the_factor() -> None:
+    # A width sweep at one fill: "raidz1 fill 50%" alone would lump x3, x5 and x7
+    # together and flag their different times as one cell's spread (it did, measured).
+    cells = [{"layout": "raidz1", "fill": 50.0, "disks": d, "ashift": 12} for d in (3, 5, 7)]
+    labels = [cell_label("raidz1", 50.0, c, cells) for c in cells]
+    assert labels == [
+        "raidz1 fill 50% disks=3",
+        "raidz1 fill 50% disks=5",
+        "raidz1 fill 50% disks=7",
+    ]
+    assert cell_label("mirror", 25.0, cells[0], cells[:1]) == "mirror fill 25%"
 
 
 def test_the_harness_share_is_time_outside_the_scan_over_the_scan() -> None:

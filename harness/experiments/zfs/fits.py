@@ -40,15 +40,21 @@ def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float] | N
 def rows(st: Store, run_id: str) -> list[dict[str, Any]]:
     """The run's scans: cell, layout, seconds, bytes moved and the harness phases."""
     out = []
-    for item, kind, layout, fill, seconds, issued, processed, phases, curve in st.execute(
-        "SELECT item, kind, layout, fill_target, seconds, issued, processed, phases, progress"
-        " FROM zfs_scans WHERE run_id = ? ORDER BY id",
-        (run_id,),
+    found = list(
+        st.execute(
+            "SELECT item, kind, layout, fill_target, seconds, issued, processed, phases,"
+            " progress, cell FROM zfs_scans WHERE run_id = ? ORDER BY id",
+            (run_id,),
+        )
+    )
+    cells = [json.loads(c or "{}") for *_, c in found]
+    for (item, kind, layout, fill, seconds, issued, processed, phases, curve, _), cell in zip(
+        found, cells, strict=True
     ):
         moved = processed if kind == "resilver" else issued
         out.append(
             {
-                "cell": f"{layout} fill {fill:g}%" if fill is not None else layout,
+                "cell": cell_label(layout, fill, cell, cells),
                 "layout": layout,
                 "item": item,
                 "seconds": float(seconds),
@@ -58,6 +64,20 @@ def rows(st: Store, run_id: str) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def cell_label(
+    layout: str, fill: float | None, cell: Mapping[str, Any], cells: Sequence[Mapping[str, Any]]
+) -> str:
+    """``layout fill N%``, plus every other key of the cell whose value differs between the
+    run's cells (a width or cache sweep), so repetitions are grouped by their own cell."""
+    varying = [
+        k
+        for k in cell
+        if k not in ("layout", "fill") and len({json.dumps(c.get(k)) for c in cells}) > 1
+    ]
+    base = f"{layout} fill {fill:g}%" if fill is not None else layout
+    return " ".join([base, *(f"{k}={cell[k]}" for k in sorted(varying))])
 
 
 def sweep_summary(scans: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -311,8 +311,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         if out:
             out.close()
     if args.output:
-        noun = "observations" if args.observations else "crash states"
-        _console().print(f"{len(rows)} {noun} -> {args.output}")
+        _console().print(f"{len(rows)} {what.replace('states', 'crash states')} -> {args.output}")
     return 0
 
 

@@ -166,9 +166,16 @@ def flip_bits(path: Path, count: int, *, seed: int, labels: bool = False) -> Dam
 
 
 def wipe(path: Path) -> Damage:
-    """Zero the whole disk, labels included: ZFS sees a blank disk."""
-    d = zero_range(path, 0, path.stat().st_size)
-    return Damage(str(path), FaultKind.WIPE, d.ranges)
+    """Zero the whole disk, labels included: ZFS sees a blank disk.
+
+    Truncated to nothing and back to its size rather than written over: a file of holes
+    reads as zeros, in a millisecond where writing a GiB of zeros took 1.8 s, and it is
+    the same inode, so a guest that has the disk open reads the zeros too.
+    """
+    size = path.stat().st_size
+    os.truncate(path, 0)
+    os.truncate(path, size)
+    return Damage(str(path), FaultKind.WIPE, ((0, size),) if size else ())
 
 
 def apply(fault: DiskFault, disks: Sequence[Path]) -> list[Damage]:

@@ -48,8 +48,8 @@ def test_scrub_repairs_zeros_on_one_disk(guest_image: image.Image, tmp_path: Pat
 
 def test_a_sweep_fills_each_pool_once(guest_image: image.Image, tmp_path: Path) -> None:
     """Two fills of one pool come from one fill that stopped at each on its way up (the
-    25 % disks kept, then filled on to 50 %); each scan starts from copies of those, and
-    the second runs in the first one's guest: an import, no boot, no create, no fill.
+    25 % disks kept, then filled on to 50 %); each scan starts from overlays on those,
+    plugged into the guest the fill was made in: an import, no boot, no create, no fill.
     The kept fills are gone once both results are stored."""
     sc = scenario.load(
         "resilver-sweep-ci", ('sweep.layout=["raidz1"]', "sweep.fill=[25, 50]", "repeat=1")
@@ -66,13 +66,14 @@ def test_a_sweep_fills_each_pool_once(guest_image: image.Image, tmp_path: Path) 
         # our queue length; the drop counter itself counts from the module's load)
         assert m.seconds_source == "events"
         assert {"restore", "import", "scan"} <= set(m.phases) and "fill" not in m.phases
-    # One guest for both scans: the second imported the copies in the first's guest.
-    first, second = r.experiment.measurements
-    assert "boot" in first.phases and "boot" not in second.phases and "forget" in second.phases
+    # One guest for the fill and both scans: their disks were plugged in and out of it.
+    for m in (a, b):
+        assert "boot" not in m.phases and {"plug", "unplug"} <= set(m.phases)
     assert r.experiment.kept is not None and r.experiment.kept.boots == 1
     costs = r.experiment.fills
     assert len(costs) == 2 and all("fill" in c for c in costs.values())
     assert sum("create" in c for c in costs.values()) == 1  # one pool made, one ladder
+    assert sum("boot" in c for c in costs.values()) == 1  # the run's one boot
     assert not list(lifecycle.run_dir(r.run_id).glob("base-*"))
     with store.Store.open(db, create=False) as st:
         summary = json.loads(st.execute("SELECT summary FROM runs")[0][0])

@@ -262,12 +262,12 @@ class ZfsScenario(VmChoice):
     load_job: str = Field(DEFAULT_LOAD_JOB, description="the fio job of the background load")
     fill_once: bool = Field(
         True,
-        description="fill each cell once; every repetition starts from copies of its disks",
+        description="fill each cell once; every repetition starts from overlays on its disks",
     )
     keep_guest: bool = Field(
         True,
-        description="with fill_once: repetitions on the same disks share one guest (export,"
-        " restore the disks, import) instead of a boot each",
+        description="with fill_once: the fills and repetitions share one guest, their disks"
+        " plugged in and out of it, instead of a boot each",
     )
     ashift: int = Field(DEFAULT_ASHIFT, ge=9, le=16, description="9 (512 B) to 16 (64 KiB)")
     recordsize: Size = DEFAULT_RECORDSIZE

@@ -1,15 +1,17 @@
-"""One guest kept across the repetitions of a sweep: export, restore the disks, import.
+"""The run's one guest: every fill's and every repetition's disks plugged in and out of it.
 
-With the cells filled once (``basefill``) a repetition's fixed cost is mostly the guest's
-boot under TCG (10-22 s here, against a 5-35 s scan at 1 GiB disks). Repetitions whose
-disks are the same files (every cell of a sweep over layouts and fills: same count and
-size of disks) so run in one guest: at the end of a repetition the pool is exported, the
-host copies the next repetition's filled disks over the same files (the same inodes, so
-QEMU sees the new contents), and the guest drops what it cached of the old ones (the
-buffer cache ``zpool import`` reads labels through, and the partition tables) before
-importing. What could leak between repetitions does not: export evicts the pool from the
-ARC, the event queue is cleared before each fault, the spare disks are blank again.
-A repetition that fails throws its guest away: the next one boots a fresh guest.
+With the cells filled once (``basefill``) a repetition's fixed cost was mostly the guest's
+boot under TCG (10-22 s here, against a 5-35 s scan at 1 GiB disks), and then the copies
+of the filled disks over the files the guest kept open (5.6 s of a 25 s repetition at
+1 GiB). So the guest boots once, with spare PCIe ports and no pool disk, and each ladder
+of fills and each repetition hot-plugs its disks: a repetition's are qcow2 overlays on
+the kept fill (``basefill.restore``), made in milliseconds instead of copied. Unplugged
+disks leave nothing cached in the guest, and new disks of another count or size plug in
+as well as the same ones, so every cell of a sweep (widths, cache and log disks
+included) shares the one boot. What else could leak between repetitions does not: the
+pool is exported (which evicts it from the ARC) before its disks go, and the event queue
+is cleared before each fault. A repetition that fails throws the guest away: the next
+one boots a fresh guest.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from pathlib import Path
 
 from harness.config.zfs import ZfsScenario
 from harness.errors import HarnessError
@@ -28,56 +29,54 @@ log = logging.getLogger("crashlab.zfs")
 
 
 class KeptGuest:
-    """The guest of the last repetition, while the next one's disks are the same files."""
+    """The guest of the run, booted on first use with ``ports`` hotplug ports."""
 
-    def __init__(self, sc: ZfsScenario):
+    def __init__(self, sc: ZfsScenario, ports: int):
         self.sc = sc
+        self.ports = ports
         self._stack = contextlib.ExitStack()
         self._guest: Guest | None = None
-        self._key: tuple[tuple[str, Path, int], ...] = ()
+        self._plugged: list[str] = []
         self.boots = 0
 
-    def get(self, disks: pool.DiskSet, phases: dict[str, float]) -> Guest:
-        """A guest with ``disks`` attached and nothing of theirs cached: the kept one when
-        the disks are the same files, else a fresh boot (``phases`` gets its cost)."""
-        key = tuple((d.serial, d.path, d.path.stat().st_size) for d in disks.all())
-        if self._guest is not None and key == self._key:
-            t = time.monotonic()
-            forget_disks(self._guest, disks)
-            phases["forget"] = time.monotonic() - t
-            return self._guest
-        self.close()
-        self._guest = self._stack.enter_context(pool.guest(self.sc, disks, phases))
-        self._key = key
-        self.boots += 1
-        return self._guest
+    def plug(self, disks: pool.DiskSet, phases: dict[str, float]) -> Guest:
+        """The guest with ``disks`` plugged in (booted first if there is none; ``phases``
+        gets the boot's and the plugging's cost) and an empty event queue."""
+        if self._guest is None:
+            self._guest = self._stack.enter_context(
+                pool.guest(self.sc, (), phases, hotplug_ports=self.ports)
+            )
+            self.boots += 1
+        g = self._guest
+        t = time.monotonic()
+        for d in disks.all():
+            g.attach_disk(d)
+            self._plugged.append(d.serial)
+        # udev makes the partitions' by-id links `zpool import -d` looks through.
+        pool.run(g, ["sh", "-c", "udevadm settle --timeout=30; zpool events -c >/dev/null"])
+        phases["plug"] = phases.get("plug", 0.0) + time.monotonic() - t
+        return g
 
-    def release(self, *, ok: bool) -> None:
-        """End of a repetition: export the pool for the next one, or (``ok`` false, the
-        guest's state unknown) throw the guest away."""
+    def release(self, *, ok: bool, phases: dict[str, float] | None = None) -> None:
+        """End of a repetition or a fill: export the pool and unplug its disks, or (``ok``
+        false, the guest's state unknown) throw the guest away."""
         if self._guest is None:
             return
         if ok:
+            t = time.monotonic()
             try:
                 pool.run(self._guest, ["zpool", "export", pool.POOL])
+                while self._plugged:
+                    self._guest.detach_disk(self._plugged[-1])
+                    self._plugged.pop()
+                if phases is not None:
+                    phases["unplug"] = time.monotonic() - t
                 return
             except HarnessError as e:  # the measurement is stored; only the guest is lost
-                log.warning("zpool export failed, the next repetition boots afresh: %s", e)
+                log.warning("export or unplug failed, the next repetition boots afresh: %s", e)
         self.close()
 
     def close(self) -> None:
         self._guest = None
-        self._key = ()
+        self._plugged = []
         self._stack.close()
-
-
-def forget_disks(g: Guest, disks: pool.DiskSet) -> None:
-    """Drop the guest's cached blocks and partition tables of ``disks`` (their files were
-    rewritten by the host), let udev redo their links, and clear the last repetition's
-    events (the scan is timed from the events that follow)."""
-    nodes = " ".join(g.disk(d.serial) for d in disks.all())
-    script = (
-        f"for d in {nodes}; do blockdev --flushbufs $d; blockdev --rereadpt $d 2>/dev/null;"
-        f" done; udevadm settle --timeout=30; zpool events -c >/dev/null"
-    )
-    pool.run(g, ["sh", "-c", script])

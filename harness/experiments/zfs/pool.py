@@ -6,6 +6,8 @@ Everything here is argv lists run through ``Guest.run``; parsing lives in ``pars
 from __future__ import annotations
 
 import contextlib
+import os
+import random
 import shlex
 import time
 from collections.abc import Iterator, Sequence
@@ -23,6 +25,8 @@ MOUNT = "/tank"
 # One fill file per GiB: a single huge file would be one object with one dnode; several
 # files look more like a real pool, and a failure says how far the fill got.
 FILL_CHUNK = 1 << 30
+# The disk the fill copies from: FILL_CHUNK bytes of seeded random data made on the host.
+SOURCE_SERIAL = "zsrc"
 # The event queue defaults to 512 entries; a damaged disk yields thousands of checksum
 # ereports, and a full queue would drop the scan_start we time from.
 ZEVENT_LEN_MAX = 1 << 20
@@ -34,10 +38,14 @@ class DiskSet:
     spares: tuple[Disk, ...]  # fresh disks a lost disk is replaced with
     cache: Disk | None
     log: Disk | None
+    source: Disk | None = None  # what a fill copies from (``fill_source``), read-only
+
+    def pool(self) -> tuple[Disk, ...]:
+        """The disks a made pool lives on: what a kept fill keeps."""
+        return self.data + tuple(d for d in (self.cache, self.log) if d is not None)
 
     def all(self) -> tuple[Disk, ...]:
-        extra = tuple(d for d in (self.cache, self.log) if d is not None)
-        return self.data + self.spares + extra
+        return self.pool() + self.spares + ((self.source,) if self.source else ())
 
 
 def make_disks(directory: Path, cell: Cell, fault: DiskFault, *, spares: bool = True) -> DiskSet:
@@ -47,20 +55,52 @@ def make_disks(directory: Path, cell: Cell, fault: DiskFault, *, spares: bool = 
 
     def disk(serial: str) -> Disk:
         path = directory / f"{serial}.raw"
-        # Emptied in place, not unlinked: a kept guest (``kept``) has this inode open.
         with open(path, "wb") as f:
             f.truncate(cell.pool.disk_size)
         return Disk(path, serial)
 
     p = cell.pool
-    # A distributed spare is space on the pool's own disks: no new disk to rebuild onto.
-    lost = len(fault.disks) if fault.loses_disks and spares and not p.distributed_spare else 0
     return DiskSet(
         tuple(disk(f"zd{i}") for i in range(p.disks)),
-        tuple(disk(f"zs{i}") for i in range(lost)),
+        tuple(disk(f"zs{i}") for i in range(_spares(cell, fault) if spares else 0)),
         disk("zc0") if p.cache else None,
         disk("zl0") if p.log else None,
     )
+
+
+def _spares(cell: Cell, fault: DiskFault) -> int:
+    """One new disk per lost one. A distributed spare is space on the pool's own disks:
+    no new disk to rebuild onto."""
+    lost = fault.loses_disks and not cell.pool.distributed_spare
+    return len(fault.disks) if lost else 0
+
+
+def disk_count(cell: Cell, fault: DiskFault) -> int:
+    """The most disks a guest holds at once for ``cell``: ``make_disks``'s and a fill
+    source."""
+    p = cell.pool
+    return p.disks + _spares(cell, fault) + int(p.cache) + int(p.log) + 1
+
+
+def fill_source(directory: Path, seed: int) -> Disk:
+    """A read-only disk of ``FILL_CHUNK`` seeded random bytes, made once per directory
+    and seed, that ``fill`` copies into the pool.
+
+    Filling is what a sweep's cells cost most under TCG, and making incompressible data
+    in the guest was most of it: openssl's AES-CTR ran at ~20 MB/s there, whatever the
+    layout, against ~300 MB/s for Python's generator on the host. Every fill file is a
+    copy of the same bytes; with compression and dedup off ZFS stores each in full.
+    """
+    path = directory / f"fill-source-{seed}.raw"
+    if not path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        rng = random.Random(seed)
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            for _ in range(FILL_CHUNK >> 24):
+                f.write(rng.randbytes(1 << 24))
+        os.replace(tmp, path)  # a half-written source is never taken for a whole one
+    return Disk(path, SOURCE_SERIAL, readonly=True)
 
 
 def vdev_args(layout: Layout, devices: list[str], draid_spares: int = 0) -> list[str]:
@@ -116,11 +156,17 @@ def import_argv() -> list[str]:
 
 
 @contextlib.contextmanager
-def guest(sc: ZfsScenario, disks: DiskSet, phases: dict[str, float]) -> Iterator[Guest]:
+def guest(
+    sc: ZfsScenario, disks: Sequence[Disk], phases: dict[str, float], *, hotplug_ports: int = 0
+) -> Iterator[Guest]:
     """A guest with ZFS loaded; boot, module load and teardown go into ``phases``."""
     t = time.monotonic()
     spec = GuestSpec(
-        disks=disks.all(), udev=True, memory_mb=sc.memory_mb, command_timeout=sc.timeout
+        disks=disks,
+        udev=True,
+        memory_mb=sc.memory_mb,
+        command_timeout=sc.timeout,
+        hotplug_ports=hotplug_ports,
     )
     with start_guest(spec) as g:
         phases["boot"] = phases.get("boot", 0.0) + time.monotonic() - t
@@ -167,23 +213,18 @@ def used_available(g: Guest) -> tuple[int, int]:
     return parse.parse_used_available(out)
 
 
-def fill(g: Guest, nbytes: int, seed: int, *, timeout: float, name: str = "fill") -> int:
-    """Write ``nbytes`` of incompressible data into the pool; returns the bytes written.
-
-    AES-CTR keystream from openssl is ~10x faster than the guest's /dev/urandom under TCG
-    and is as incompressible; the password makes it reproducible per seed and file. The
-    files are ``name-0000``, ``name-0001``, ... (a fill continued under another name
-    adds to the pool).
-    """
+def fill(g: Guest, nbytes: int, *, timeout: float, name: str = "fill") -> int:
+    """Write ``nbytes`` of incompressible data into the pool from the attached fill
+    source (``fill_source``); returns the bytes written. The files are ``name-0000``,
+    ``name-0001``, ... (a fill continued under another name adds to the pool)."""
+    source = g.disk(SOURCE_SERIAL)
     written = 0
     i = 0
     while written < nbytes:
         n = min(FILL_CHUNK, nbytes - written)
-        script = (
-            f"openssl enc -aes-128-ctr -pbkdf2 -nosalt -pass pass:crashlab-{seed}-{name}{i}"
-            f" </dev/zero 2>/dev/null | head -c {n} > {MOUNT}/{name}-{i:04d}"
-        )
-        run(g, ["sh", "-c", script], timeout=timeout)
+        # O_DIRECT reads: the source does not crowd the ARC out of the guest's memory.
+        argv = ["dd", f"if={source}", f"of={MOUNT}/{name}-{i:04d}", "bs=1M", f"count={n}"]
+        run(g, [*argv, "iflag=direct,count_bytes", "status=none"], timeout=timeout)
         written += n
         i += 1
     run(g, ["zpool", "sync", POOL])

@@ -144,7 +144,8 @@ class ZfsScan(lifecycle.Experiment):
         # Repetitions interleaved across cells: a noisy spell on the host spreads over
         # every cell instead of biasing the one that happened to run then.
         self.reps = [Rep(i, cell, r) for r in range(self.sc.repeat) for i, cell in enumerate(cells)]
-        self.kept = kept.KeptGuest(self.sc) if self.sc.keep_guest else None
+        ports = max(pool.disk_count(c, self.sc.fault) for c in cells)
+        self.kept = kept.KeptGuest(self.sc, ports) if self.sc.keep_guest else None
 
     def items(self) -> Sequence[Rep]:
         return self.reps
@@ -171,6 +172,8 @@ class ZfsScan(lifecycle.Experiment):
         # interrupted run keeps them for its resume).
         for kept_fill in run.dir.glob("base-p*"):
             shutil.rmtree(kept_fill, ignore_errors=True)
+        for source in run.dir.glob("fill-source-*"):
+            source.unlink()
 
     def _each(self, todo: Sequence[lifecycle.Item]) -> Iterator[tuple[Rep, Measurement]]:
         run = self.run
@@ -180,7 +183,8 @@ class ZfsScan(lifecycle.Experiment):
             # Something to share: repetitions, or fills of one pool on one ladder.
             if self.sc.fill_once and (self.sc.repeat > 1 or len(self._ladder(rep.cell)) > 1):
                 run.progress(f"{rep.cell.label()}: filling once", n, len(todo))
-                base = basefill.base(self.sc, self._ladder(rep.cell), rep.cell, run.seed * 1000)
+                ladder = self._ladder(rep.cell)
+                base = basefill.base(self.sc, ladder, rep.cell, run.seed * 1000, self.kept)
                 self.fills[rep.cell.label()] = base.seconds
             if base is None or self.kept is None:
                 m = run_once(self.sc, rep.cell, rep.repetition, run.seed, run.dir / rep.id, base)
@@ -192,7 +196,7 @@ class ZfsScan(lifecycle.Experiment):
     def _run_kept(self, rep: Rep, base: Filled) -> Measurement:
         """A repetition in the kept guest, on the run's one set of disk files."""
         assert self.kept is not None
-        ok = False
+        m = None
         try:
             m = run_once(
                 self.sc,
@@ -203,10 +207,9 @@ class ZfsScan(lifecycle.Experiment):
                 base,
                 self.kept,
             )
-            ok = True
             return m
         finally:
-            self.kept.release(ok=ok)
+            self.kept.release(ok=m is not None, phases=m.phases if m else None)
 
     def _ladder(self, cell: Cell) -> list[tuple[Cell, Path]]:
         """Every fill of ``cell``'s pool in this run, lowest first, each with the directory
@@ -263,12 +266,11 @@ def run_once(
     keeper: kept.KeptGuest | None = None,
 ) -> Measurement:
     """One repetition in fresh guests; the disk files are deleted afterwards. With
-    ``base`` (the cell filled once, ``basefill``) the repetition starts from copies of the
-    filled disks: import instead of create + fill, in ``keeper``'s guest if given (the
-    disk files then stay for the next repetition)."""
+    ``base`` (the cell filled once, ``basefill``) the repetition starts from the filled
+    disks (overlays on them, ``basefill.restore``): import instead of create + fill, in
+    ``keeper``'s guest if given."""
     phases: dict[str, float] = {}
     disks = pool.make_disks(rdir, cell, sc.fault)
-    paths_ = [d.path for d in disks.data]
     fault = sc.fault
 
     def lap(name: str, t: float) -> float:
@@ -278,7 +280,7 @@ def run_once(
 
     def damage_now() -> list[faults.Damage]:
         t = time.monotonic()
-        done = faults.apply(fault, paths_)
+        done = faults.apply(fault, [d.path for d in disks.data])
         lap("fault", t)
         return done
 
@@ -286,26 +288,29 @@ def run_once(
         with contextlib.ExitStack() as stack:
             if base is not None:
                 t = time.monotonic()
-                basefill.restore(base, disks)
+                disks = basefill.restore(base, disks, fault)
                 lap("restore", t)
                 damage = damage_now() if fault.when is When.OFFLINE else []
                 if keeper is not None:
-                    g = keeper.get(disks, phases)
+                    g = keeper.plug(disks, phases)
                 else:
-                    g = stack.enter_context(pool.guest(sc, disks, phases))
+                    g = stack.enter_context(pool.guest(sc, disks.all(), phases))
                 t = time.monotonic()
                 pool.run(g, pool.import_argv())
                 lap("import", t)
                 filled = base
             else:
-                g = stack.enter_context(pool.guest(sc, disks, phases))
-                filled = basefill.create_and_fill(g, cell, disks, seed * 1000 + rep, sc, phases)
+                disks = dataclasses.replace(
+                    disks, source=pool.fill_source(rdir.parent, seed * 1000)
+                )
+                g = stack.enter_context(pool.guest(sc, disks.all(), phases))
+                filled = basefill.create_and_fill(g, cell, disks, sc, phases)
                 damage = []
                 if fault.when is When.OFFLINE:
                     pool.run(g, ["zpool", "export", pool.POOL])
                     stack.close()
                     damage = damage_now()
-                    g = stack.enter_context(pool.guest(sc, disks, phases))
+                    g = stack.enter_context(pool.guest(sc, disks.all(), phases))
                     t = time.monotonic()
                     pool.run(g, pool.import_argv())
                     lap("import", t)
@@ -359,6 +364,7 @@ def run_once(
         if keeper is None:
             for d in disks.all():
                 d.path.unlink(missing_ok=True)
+            shutil.rmtree(rdir, ignore_errors=True)
 
 
 def _scan(g: Guest, sc: ZfsScenario, cell: Cell, disks: pool.DiskSet) -> float:

@@ -24,7 +24,8 @@ POOL = "tank"
 MOUNT = "/tank"
 # One fill file per GiB: a single huge file would be one object with one dnode; several
 # files look more like a real pool, and a failure says how far the fill got.
-FILL_CHUNK = 1 << 30
+MiB = 1 << 20
+FILL_CHUNK = 1024 * MiB
 # The disk the fill copies from: FILL_CHUNK bytes of seeded random data made on the host.
 SOURCE_SERIAL = "zsrc"
 # The event queue defaults to 512 entries; a damaged disk yields thousands of checksum
@@ -218,13 +219,15 @@ def fill(g: Guest, nbytes: int, *, timeout: float, name: str = "fill") -> int:
     source (``fill_source``); returns the bytes written. The files are ``name-0000``,
     ``name-0001``, ... (a fill continued under another name adds to the pool)."""
     source = g.disk(SOURCE_SERIAL)
+    # Whole MiB: O_DIRECT reads (the source must not crowd the ARC out of the guest's
+    # memory) are of whole blocks.
+    nbytes -= nbytes % MiB
     written = 0
     i = 0
     while written < nbytes:
         n = min(FILL_CHUNK, nbytes - written)
-        # O_DIRECT reads: the source does not crowd the ARC out of the guest's memory.
-        argv = ["dd", f"if={source}", f"of={MOUNT}/{name}-{i:04d}", "bs=1M", f"count={n}"]
-        run(g, [*argv, "iflag=direct,count_bytes", "status=none"], timeout=timeout)
+        argv = ["dd", f"if={source}", f"of={MOUNT}/{name}-{i:04d}", "bs=1M", f"count={n // MiB}"]
+        run(g, [*argv, "iflag=direct", "status=none"], timeout=timeout)
         written += n
         i += 1
     run(g, ["zpool", "sync", POOL])

@@ -34,6 +34,11 @@ def test_recovery_by_fs_and_mode(db: tuple[Path, dict[str, str]]) -> None:
     assert fsck.p50 == pytest.approx(0.35)  # between 0.3 and 0.4
     assert list(ordered.stats) == ["fsck", "mount"]  # phase order of the Phase enum
     assert t.outcomes == ["consistent", "repaired", "data_loss"]  # severity order
+    # Asking for the split field as a key changes nothing: the statistics split by phase
+    # already, and the per-item outcome counts have no phase to group by.
+    with Store.open(path) as st:
+        again = query.grouped(st, "recovery", ["fs", "phase", "data_mode"])
+    assert again.by == t.by and [g.counts for g in again.groups] == [g.counts for g in t.groups]
 
 
 def test_group_by_kernel_param_and_local_fields(db: tuple[Path, dict[str, str]]) -> None:

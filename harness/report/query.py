@@ -249,6 +249,9 @@ def grouped(store: Store, name: str, by: Sequence[str], runs: Sequence[str] = ()
     :raise InputError: unknown kind, field or run id.
     """
     k = kind(name)
+    # The split field already splits the statistics; as a key it would also split the
+    # outcome counts, which are per item, not per phase, into rows of n = 0.
+    by = [f for f in by if f != k.split]
     by = [*by, *(f for f in k.always_by if f not in by)]
     fields = resolve_fields(store, k, by)
     values, counts = collect(store, k, fields, runs)

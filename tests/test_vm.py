@@ -118,6 +118,27 @@ def test_disk_hotplug(tmp_path: Path, vm_backend: str) -> None:
         assert f.read(7) == b"hotplug"
 
 
+def test_disks_plug_in_and_out_together(tmp_path: Path, vm_backend: str) -> None:
+    """Several disks plugged with one wait, each at its serial with its own size, and
+    unplugged together; a disk still in the guest keeps its link."""
+    disks = []
+    for i, mib in enumerate((48, 64, 80)):
+        path = tmp_path / f"d{i}.raw"
+        with open(path, "wb") as f:
+            f.truncate(mib << 20)
+        disks.append(Disk(path, f"d{i}", format="raw"))
+    size = "for d in {}; do blockdev --getsize64 $d; done"
+    with start_guest(GuestSpec(hotplug_ports=3)) as guest:
+        paths = guest.attach_disks(disks)
+        assert paths == [guest.disk(d.serial) for d in disks]
+        out = guest.run(["sh", "-c", size.format(" ".join(paths))], check=True).out.split()
+        assert out == [str(m << 20) for m in (48, 64, 80)]
+        guest.detach_disks(["d0", "d2"])
+        links = guest.run(["ls", "/dev/disk/by-id/"], check=True).out.split()
+        assert "virtio-d1" in links and not {"virtio-d0", "virtio-d2"} & set(links)
+        assert set(guest.hotplugged) == {"d1"}
+
+
 def test_panic_is_reported_as_panic(vm_backend: str) -> None:
     with start_guest(GuestSpec()) as guest, pytest.raises(GuestPanic) as exc:
         guest.run(["sh", "-c", "echo c > /proc/sysrq-trigger"], timeout=60)

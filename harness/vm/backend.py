@@ -37,6 +37,16 @@ class Disk:
     # QEMU's own write logger (block driver blklogwrites): every write the guest makes to
     # this disk is also logged, in dm-log-writes format, to this file.
     blklogwrites: Path | None = None
+    # A raw disk through the host's page cache: for a disk no crash state is taken from
+    # and that the host reads back at once (a ZFS fill, exported, then copied).
+    host_cache: bool = False
+
+    @property
+    def direct(self) -> bool:
+        """Opened O_DIRECT on the host (QEMU ``cache.direct=on``, libvirt
+        ``cache='none'``): a completed guest write is in the file, which is what a crash
+        (kill) leaves. Raw disks are, unless ``host_cache``; overlays are throw-away."""
+        return self.format == "raw" and not self.snapshot and not self.host_cache
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,12 @@ class Guest(Protocol):
         :raise InputError: ``serial`` is not a hot-plugged disk of this guest.
         :raise GuestTimeout: the guest did not release it within ``timeout``.
         """
+
+    def attach_disks(self, disks: Sequence[Disk], *, timeout: float = 60.0) -> list[str]:
+        """``attach_disk`` of several disks, waiting for the guest once."""
+
+    def detach_disks(self, serials: Sequence[str], *, timeout: float = 60.0) -> None:
+        """``detach_disk`` of several disks, all asked for before waiting for any."""
 
     def boot_seconds(self) -> float: ...
 

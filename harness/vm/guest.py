@@ -4,7 +4,8 @@ scanned for panics and oopses, hang and boot-failure detection, and the boot ret
 A backend supplies how its VM is started and stopped and three answers about it:
 ``_alive()`` (is the VM still running), ``_gone()`` (why not, in a few words) and
 ``_failure_text()`` (what it printed, for a boot failure); for disk hotplug, ``_plug()``
-and ``_unplug()`` into one of its spare PCIe root ports (``GuestSpec.hotplug_ports``).
+(one disk into one of its spare PCIe root ports, ``GuestSpec.hotplug_ports``) and
+``_unplug()`` (several disks: every unplug asked for before waiting for any).
 """
 
 from __future__ import annotations
@@ -39,23 +40,30 @@ BOOT_ATTEMPTS = 2
 # virtio-blk serials are 20 bytes; the serial also names QEMU nodes and a guest symlink.
 _SERIAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,19}")
 # The guest has no udev by default, so nothing else makes a plugged disk's by-id link
-# (init makes them once, at boot): wait for the serial in sysfs, then link it the way
-# images/init does; on unplug, wait for it to go and drop the link. $1 serial, $2 1 to
-# wait for it to appear or 0 to go, $3 seconds. Builtins only (`read`, not `cat` or
-# `date`): no fork per look, which under TCG is most of the cost. sysfs serials have no
-# newline, so `read` fails at EOF with the value read: its status is ignored.
-_WAIT_DISK = r"""s=$1 want=$2 link=/dev/disk/by-id/virtio-$1
-read -r up _ < /proc/uptime; end=$((${up%.*} + $3))
+# (init makes them once, at boot): wait for the serials in sysfs, then link each the way
+# images/init does; on unplug, wait for them to go and drop the links. $1 1 to wait for
+# them to appear or 0 to go, $2 seconds, then the serials; on a timeout it prints those
+# still awaited. Builtins only (`read`, not `cat` or `date`): no fork per look, which
+# under TCG is most of the cost. sysfs serials have no newline, so `read` fails at EOF
+# with the value read: its status is ignored.
+_WAIT_DISKS = r"""want=$1 secs=$2; shift 2
+read -r up _ < /proc/uptime; end=$((${up%.*} + secs))
 while :; do
-    dev=
-    for d in /sys/block/vd*; do
-        x=; read -r x < "$d/serial" 2>/dev/null; [ "$x" = "$s" ] && dev=${d##*/}
+    left=
+    for s in "$@"; do
+        dev=
+        for d in /sys/block/vd*; do
+            x=; read -r x < "$d/serial" 2>/dev/null; [ "$x" = "$s" ] && dev=${d##*/}
+        done
+        link=/dev/disk/by-id/virtio-$s
+        if [ "$want" = 1 ] && [ -n "$dev" ] && [ -b "/dev/$dev" ]; then ln -sf "../../$dev" "$link"
+        elif [ "$want" = 0 ] && [ -z "$dev" ]; then rm -f "$link"
+        else left="$left $s"
+        fi
     done
-    if [ "$want" = 1 ] && [ -n "$dev" ] && [ -b "/dev/$dev" ]; then
-        ln -sf "../../$dev" "$link"; exit 0
-    fi
-    if [ "$want" = 0 ] && [ -z "$dev" ]; then rm -f "$link"; exit 0; fi
-    read -r up _ < /proc/uptime; [ "${up%.*}" -ge "$end" ] && exit 1
+    [ -z "$left" ] && exit 0
+    set -- $left
+    read -r up _ < /proc/uptime; [ "${up%.*}" -ge "$end" ] && { echo "$left"; exit 1; }
     sleep 0.05
 done"""
 
@@ -124,8 +132,8 @@ class AgentGuest:
         """Plug ``disk`` into a free spare port (checked by ``attach_disk``)."""
         raise NotImplementedError
 
-    def _unplug(self, serial: str, timeout: float) -> None:
-        """Unplug a plugged disk; return once the VM has let go of it."""
+    def _unplug(self, serials: Sequence[str], timeout: float) -> None:
+        """Unplug plugged disks, all asked for first; return once the VM let go of them."""
         raise NotImplementedError
 
     # -- booting ------------------------------------------------------------------------------
@@ -243,27 +251,39 @@ class AgentGuest:
     # -- disk hotplug ---------------------------------------------------------------------------
     def attach_disk(self, disk: Disk, *, timeout: float = 60.0) -> str:
         """Hot-plug ``disk``; see ``backend.Guest.attach_disk``."""
-        self._check_pluggable(disk)
+        return self.attach_disks([disk], timeout=timeout)[0]
+
+    def attach_disks(self, disks: Sequence[Disk], *, timeout: float = 60.0) -> list[str]:
+        """Hot-plug ``disks``, then wait once for the guest to see them all (one agent
+        round trip, not one per disk); their paths in the guest, in order."""
         self._check_alive("the guest is gone")
-        self._plug(disk)
-        self.hotplugged[disk.serial] = disk
-        self._await_disk(disk.serial, present=True, timeout=timeout)
-        return self.disk(disk.serial)
+        for disk in disks:
+            self._check_pluggable(disk)
+            self._plug(disk)
+            self.hotplugged[disk.serial] = disk
+        self._await_disks([d.serial for d in disks], present=True, timeout=timeout)
+        return [self.disk(d.serial) for d in disks]
 
     def detach_disk(self, serial: str, *, timeout: float = 60.0) -> None:
         """Unplug a hot-plugged disk; see ``backend.Guest.detach_disk``."""
-        if serial not in self.hotplugged:
-            booted = {d.serial for d in self.spec.disks}
-            raise InputError(
-                f"disk {serial!r} was not hot-plugged into this guest",
-                hint="boot-time disks sit on the root PCIe bus, which has no hotplug"
-                if serial in booted
-                else "attach it with attach_disk first",
-            )
+        self.detach_disks([serial], timeout=timeout)
+
+    def detach_disks(self, serials: Sequence[str], *, timeout: float = 60.0) -> None:
+        """Unplug hot-plugged disks, all asked for before waiting for any."""
+        for serial in serials:
+            if serial not in self.hotplugged:
+                booted = {d.serial for d in self.spec.disks}
+                raise InputError(
+                    f"disk {serial!r} was not hot-plugged into this guest",
+                    hint="boot-time disks sit on the root PCIe bus, which has no hotplug"
+                    if serial in booted
+                    else "attach it with attach_disk first",
+                )
         self._check_alive("the guest is gone")
-        self._unplug(serial, timeout)
-        del self.hotplugged[serial]
-        self._await_disk(serial, present=False, timeout=timeout)
+        self._unplug(serials, timeout)
+        for serial in serials:
+            del self.hotplugged[serial]
+        self._await_disks(serials, present=False, timeout=timeout)
 
     def _check_pluggable(self, disk: Disk) -> None:
         if not _SERIAL.fullmatch(disk.serial):
@@ -298,15 +318,17 @@ class AgentGuest:
                 hint="detach a hot-plugged disk first, or boot with more hotplug_ports",
             )
 
-    def _await_disk(self, serial: str, *, present: bool, timeout: float) -> None:
+    def _await_disks(self, serials: Sequence[str], *, present: bool, timeout: float) -> None:
+        if not serials:
+            return
         seconds = str(max(1, math.ceil(timeout)))
-        argv = ["sh", "-c", _WAIT_DISK, "sh", serial, "1" if present else "0", seconds]
+        argv = ["sh", "-c", _WAIT_DISKS, "sh", "1" if present else "0", seconds, *serials]
         # The loop's own sleeps are the timeout; the agent's is only its backstop.
         r = self.run(argv, timeout=timeout + 30)
         if r.exitcode != 0:
             raise GuestTimeout(
-                f"disk {serial}: the guest did not see it "
-                f"{'appear' if present else 'go'} within {timeout:g} s",
+                f"disk {', '.join(r.out.split()) or ', '.join(serials)}: the guest did not "
+                f"see it {'appear' if present else 'go'} within {timeout:g} s",
                 console=console.tail(self.console_log),
                 hint="see the console tail for the kernel's PCI hotplug messages",
             )

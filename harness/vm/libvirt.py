@@ -21,7 +21,7 @@ import math
 import time
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -146,15 +146,12 @@ def disk_element(d: Disk, target: str) -> ET.Element:
     """A ``<disk>`` without an address: a boot-time disk gets one from ``_disk``, a
     hot-plugged one from libvirt (a free root port)."""
     disk = ET.Element("disk", type="file", device="disk")
-    # cache='none' is QEMU's cache.direct=on: a completed guest write is in the host file,
-    # which is what a crash (kill) leaves. Overlays are throw-away: writeback is enough.
-    direct = d.format == "raw" and not d.snapshot
     _el(
         disk,
         "driver",
         name="qemu",
         type=d.format,
-        cache="none" if direct else "writeback",
+        cache="none" if d.direct else "writeback",  # Disk.direct says why
         io="threads",
     )
     _el(disk, "source", file=str(d.path))
@@ -298,25 +295,31 @@ class LibvirtGuest(AgentGuest):
         self._next_target += 1
         self._plugged[disk.serial] = xml
 
-    def _unplug(self, serial: str, timeout: float) -> None:
-        """libvirt waits a few seconds for the guest to eject the device and may return
-        before it has: the domain's live XML says when the disk is gone."""
+    def _unplug(self, serials: Sequence[str], timeout: float) -> None:
+        """libvirt waits a few seconds for the guest to eject a device and may return
+        before it has: the domain's live XML says when the disks are gone. All are asked
+        first, so the guest ejects them together."""
         libvirt = libvirtd.module()
-        try:
-            self.domain.detachDeviceFlags(self._plugged[serial], libvirt.VIR_DOMAIN_AFFECT_LIVE)
-        except libvirt.libvirtError as e:
-            raise HarnessError(
-                f"libvirt could not detach disk {serial} from {self.name}: {e}"
-            ) from None
+        for serial in serials:
+            try:
+                self.domain.detachDeviceFlags(
+                    self._plugged[serial], libvirt.VIR_DOMAIN_AFFECT_LIVE
+                )
+            except libvirt.libvirtError as e:
+                raise HarnessError(
+                    f"libvirt could not detach disk {serial} from {self.name}: {e}"
+                ) from None
         deadline = time.monotonic() + timeout
-        while serial in self._live_serials():
+        while waiting := set(serials) & self._live_serials():
             if time.monotonic() > deadline:
                 raise GuestTimeout(
-                    f"disk {serial}: the guest did not release it within {timeout:g} s",
+                    f"disk {', '.join(sorted(waiting))}: the guest did not release it "
+                    f"within {timeout:g} s",
                     console=console.tail(self.console_log),
                 )
             time.sleep(0.05)
-        del self._plugged[serial]
+        for serial in serials:
+            del self._plugged[serial]
 
     def _live_serials(self) -> set[str]:
         dom = ET.fromstring(self.domain.XMLDesc(0))

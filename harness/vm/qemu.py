@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -61,7 +61,7 @@ def qemu_argv(image: Image, spec: GuestSpec, accelerator: str, workdir: Path) ->
             f"id=d{i}",
             f"file={d.path}",
             f"format={d.format}",
-            "cache.direct=on" if d.format == "raw" and not d.snapshot else "cache=writeback",
+            "cache.direct=on" if d.direct else "cache=writeback",
             "aio=threads",
         ]
         if d.readonly:
@@ -204,9 +204,7 @@ class QemuGuest(AgentGuest):
         used = {self._ports[s] for s in self.hotplugged if s in self._ports}
         port = next(f"hp{n}" for n in range(self.spec.hotplug_ports) if f"hp{n}" not in used)
         node = f"hp-{disk.serial}"
-        # As for boot-time disks: a raw disk written through (a kill leaves what the guest
-        # wrote), a qcow2 one through the host's cache.
-        direct = disk.format == "raw"
+        direct = disk.direct  # as for boot-time disks
         file = {"driver": "file", "filename": str(disk.path), "aio": "threads"}
         with self._monitor() as qmp:
             try:
@@ -237,36 +235,36 @@ class QemuGuest(AgentGuest):
                 raise HarnessError(f"QEMU could not plug disk {disk.serial}: {e}") from None
         self._ports[disk.serial] = port
 
-    def _unplug(self, serial: str, timeout: float) -> None:
-        """``device_del`` asks the guest to eject the device; only its DEVICE_DELETED
-        event says it is gone and the block node free to delete."""
+    def _unplug(self, serials: Sequence[str], timeout: float) -> None:
+        """``device_del`` asks the guest to eject a device; only its DEVICE_DELETED event
+        says it is gone and the block node free to delete. All are asked first, so the
+        guest ejects them together."""
         from qemu.qmp import QMPError
 
-        node = f"hp-{serial}"
+        nodes = {f"hp-{serial}": serial for serial in serials}
         deadline = time.monotonic() + timeout
         with self._monitor() as qmp:
-            try:
-                qmp.cmd("device_del", id=node)
-            except QMPError as e:
-                raise HarnessError(f"QEMU could not unplug disk {serial}: {e}") from None
-            while True:
+            for node, serial in nodes.items():
+                try:
+                    qmp.cmd("device_del", id=node)
+                except QMPError as e:
+                    raise HarnessError(f"QEMU could not unplug disk {serial}: {e}") from None
+            waiting = set(nodes)
+            while waiting:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise GuestTimeout(
-                        f"disk {serial}: the guest did not release it within {timeout:g} s "
-                        "(no DEVICE_DELETED)",
+                        f"disk {', '.join(nodes[n] for n in sorted(waiting))}: the guest did "
+                        f"not release it within {timeout:g} s (no DEVICE_DELETED)",
                         console=console.tail(self.console_log),
                     )
                 with contextlib.suppress(TimeoutError):
                     event = qmp.pull_event(wait=float(left))
-                    if (
-                        event is not None
-                        and event.get("event") == "DEVICE_DELETED"
-                        and event.get("data", {}).get("device") == node
-                    ):
-                        break
-            qmp.cmd("blockdev-del", **{"node-name": node})
-        del self._ports[serial]
+                    if event is not None and event.get("event") == "DEVICE_DELETED":
+                        waiting.discard(event.get("data", {}).get("device"))
+            for node, serial in nodes.items():
+                qmp.cmd("blockdev-del", **{"node-name": node})
+                del self._ports[serial]
 
 
 class QemuBackend:

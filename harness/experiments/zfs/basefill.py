@@ -93,7 +93,9 @@ def _climb(
     run_dir = ladder[0][1].parent
     work = run_dir / "fill-work"
     phases: dict[str, float] = {}
-    disks = pool.make_disks(work, ladder[0][0], sc.fault, spares=False)
+    # Through the host's cache: each level is copied as soon as it is exported, from
+    # the page cache instead of the disk.
+    disks = pool.make_disks(work, ladder[0][0], sc.fault, spares=False, host_cache=True)
     disks = dataclasses.replace(disks, source=pool.fill_source(run_dir, seed))
     with _climbing(sc, disks, phases, keeper) as g:
         t = time.monotonic()

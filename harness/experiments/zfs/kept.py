@@ -49,9 +49,8 @@ class KeptGuest:
             self.boots += 1
         g = self._guest
         t = time.monotonic()
-        for d in disks.all():
-            g.attach_disk(d)
-            self._plugged.append(d.serial)
+        g.attach_disks(disks.all())
+        self._plugged = [d.serial for d in disks.all()]
         # udev makes the partitions' by-id links `zpool import -d` looks through.
         pool.run(g, ["sh", "-c", "udevadm settle --timeout=30; zpool events -c >/dev/null"])
         phases["plug"] = phases.get("plug", 0.0) + time.monotonic() - t
@@ -66,9 +65,8 @@ class KeptGuest:
             t = time.monotonic()
             try:
                 pool.run(self._guest, ["zpool", "export", pool.POOL])
-                while self._plugged:
-                    self._guest.detach_disk(self._plugged[-1])
-                    self._plugged.pop()
+                self._guest.detach_disks(self._plugged)
+                self._plugged = []
                 if phases is not None:
                     phases["unplug"] = time.monotonic() - t
                 return

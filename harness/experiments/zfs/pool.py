@@ -49,16 +49,24 @@ class DiskSet:
         return self.pool() + self.spares + ((self.source,) if self.source else ())
 
 
-def make_disks(directory: Path, cell: Cell, fault: DiskFault, *, spares: bool = True) -> DiskSet:
+def make_disks(
+    directory: Path,
+    cell: Cell,
+    fault: DiskFault,
+    *,
+    spares: bool = True,
+    host_cache: bool = False,
+) -> DiskSet:
     """Sparse raw files for the data disks, one spare per lost disk (unless not
-    ``spares``, or the pool's spares are distributed), cache and log."""
+    ``spares``, or the pool's spares are distributed), cache and log; ``host_cache``:
+    see ``Disk.host_cache``."""
     directory.mkdir(parents=True, exist_ok=True)
 
     def disk(serial: str) -> Disk:
         path = directory / f"{serial}.raw"
         with open(path, "wb") as f:
             f.truncate(cell.pool.disk_size)
-        return Disk(path, serial)
+        return Disk(path, serial, host_cache=host_cache)
 
     p = cell.pool
     return DiskSet(

@@ -181,6 +181,21 @@ def test_table_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     out = capsys.readouterr().out
     assert "raidz1" in out and "MB/s" in out
     assert cli.main(["results", "zfs", "resilver", "--by", "colour", "--db", str(db)]) == 2
+    # A plot of one run is of that run only: a second run's scans (other disks, say) are
+    # not on its lines, and a run without scans has nothing to plot.
+    from harness.report import plots
+
+    with store.Store.open(db) as st:
+        other = st.begin_run("z", store.RunKind.ZFS, {}, 1, fs="zfs")
+        _scan(st, other, "mirror", 25.0, 1.0, 0)
+        empty = st.begin_run("z", store.RunKind.ZFS, {}, 1, fs="zfs")
+        drawn = plots.plot_scans(st, ["layout", "fill"], tmp_path / "one.png", runs=[run_id])
+        assert drawn.stat().st_size > 5000
+        with pytest.raises(plots.NoData):
+            plots.plot_scans(st, ["layout", "fill"], tmp_path / "none.png", runs=[empty])
+    png = tmp_path / "cli.png"
+    assert cli.main(["results", "plot", "resilver", empty, "--db", str(db), "-o", str(png)]) == 0
+    assert "nothing to plot" in capsys.readouterr().out and not png.exists()
 
 
 def test_the_named_sweep_is_the_sound_one_and_ci_is_small() -> None:

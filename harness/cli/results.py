@@ -151,7 +151,7 @@ def register(sub: Any) -> None:
         "run",
         nargs="?",
         metavar="RUN",
-        help="the run (crashmap, resilver-progress; recovery-vs-size: default all)",
+        help="the run (crashmap and resilver-progress need one; the others: default all)",
     )
     plot.add_argument("--by", default=None, metavar="FIELD,...")
     plot.add_argument("-o", "--output", type=Path, default=None, metavar="PNG")
@@ -358,6 +358,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from harness.report import plots
 
     out = args.output or default_db().parent / f"{args.chart}.png"
+    runs = [args.run] if args.run else []
     with _open(args) as store:
         try:
             if args.chart in ("crashmap", "resilver-progress") and not args.run:
@@ -369,23 +370,23 @@ def cmd_plot(args: argparse.Namespace) -> int:
             elif args.chart == "recovery-vs-size":
                 from harness.report import recovery
 
-                recovery.plot_vs_size(store, out, [args.run] if args.run else [])
+                recovery.plot_vs_size(store, out, runs)
             elif args.chart == "patterns":
                 from harness.report import patterns
 
                 by = query.parse_by(args.by) if args.by is not None else None
-                patterns.plot_patterns(store, by or list(patterns.DEFAULT_BY), out)
+                patterns.plot_patterns(store, by or list(patterns.DEFAULT_BY), out, runs)
             elif args.chart == "io":
                 from harness.report import io as io_report
 
                 by = query.parse_by(args.by) if args.by is not None else ["cell"]
-                io_report.plot_io(store, by, out)
+                io_report.plot_io(store, by, out, runs)
             elif args.chart == "recovery":
                 by = query.parse_by(args.by) if args.by is not None else ["fs", "data_mode"]
-                plots.plot_recovery(store, by, out)
+                plots.plot_recovery(store, by, out, runs)
             else:
                 by = query.parse_by(args.by) if args.by is not None else ["layout", "fill"]
-                plots.plot_scans(store, by, out, args.chart)
+                plots.plot_scans(store, by, out, args.chart, runs)
         except plots.NoData as e:
             _console().print(f"nothing to plot: {e}")
             return 0

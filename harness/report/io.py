@@ -122,14 +122,15 @@ def print_run_body(console: Console, r: lifecycle.Report) -> None:
         console.print(f"seed {c['seed']}: {c['claim']}\n  [bold]this run:[/] {c['measured']}")
 
 
-def plot_io(store: Store, by: Sequence[str], out: Path) -> Path:
-    """Throughput, write amplification and CPU per group, as three bar panels."""
+def plot_io(store: Store, by: Sequence[str], out: Path, runs: Sequence[str] = ()) -> Path:
+    """Throughput, write amplification and CPU per group, as three bar panels (of
+    ``runs`` only, if given)."""
     from matplotlib.figure import Figure
 
     from harness.report import plots
 
     register()
-    result = query.grouped(store, "io", by)
+    result = query.grouped(store, "io", by, runs)
     if not result.groups:
         raise plots.NoData(TABLE.empty_hint)
     fig = Figure(figsize=(4 + 1.2 * len(result.groups), 4.5))

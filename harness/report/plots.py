@@ -161,10 +161,17 @@ def plot_crashmap(store: Store, run: str, out: Path) -> Path:
     return _save(fig, out)
 
 
-def plot_scans(store: Store, by: Sequence[str], out: Path, kind_name: str = "resilver") -> Path:
+def plot_scans(
+    store: Store,
+    by: Sequence[str],
+    out: Path,
+    kind_name: str = "resilver",
+    runs: Sequence[str] = (),
+) -> Path:
     """ZFS scan seconds against fill (x) per layout (one line each), mean with min-max bars.
 
-    ``by`` is (layout field, fill field), e.g. ``("layout", "fill")``.
+    ``by`` is (layout field, fill field), e.g. ``("layout", "fill")``; ``runs``: only
+    these (else every run: disks of other sizes would share a line).
 
     :raise NoData: no scans of this kind stored.
     """
@@ -175,7 +182,7 @@ def plot_scans(store: Store, by: Sequence[str], out: Path, kind_name: str = "res
     line_field, x_field = by
     if kind_name in query.TABLE_KINDS:
         k = query.TABLE_KINDS[kind_name]
-        values, _ = query.collect(store, k, query.resolve_fields(store, k, by))
+        values, _ = query.collect(store, k, query.resolve_fields(store, k, by), runs)
         # a kind may split its values (seconds, MB/s): plot the seconds
         split = "seconds" if k.split else k.value
         points = {key: v[split] for key, v in values.items() if v.get(split)}
@@ -185,9 +192,11 @@ def plot_scans(store: Store, by: Sequence[str], out: Path, kind_name: str = "res
             if f not in cols:
                 raise InputError(f"unknown field {f!r}", hint="fields: " + ", ".join(sorted(cols)))
         points = {}
+        ids = [store.resolve_run_id(r) for r in runs]
+        only = f" AND run_id IN ({', '.join('?' * len(ids))})" if ids else ""
         for a, b, s in store.execute(
-            f"SELECT {line_field}, {x_field}, seconds FROM zfs_scans WHERE kind = ?",
-            (kind_name,),
+            f"SELECT {line_field}, {x_field}, seconds FROM zfs_scans WHERE kind = ?{only}",
+            (kind_name, *ids),
         ):
             points.setdefault((a, b), []).append(float(s))
     points = {key: v for key, v in points.items() if key[1] is not None}

@@ -94,7 +94,7 @@ def _climb(
     work = run_dir / "fill-work"
     phases: dict[str, float] = {}
     # Through the host's cache: each level is copied as soon as it is exported, from
-    # the page cache instead of the disk.
+    # the page cache instead of the disk (the full sweep's copies: 103 s -> 68 s).
     disks = pool.make_disks(work, ladder[0][0], sc.fault, spares=False, host_cache=True)
     disks = dataclasses.replace(disks, source=pool.fill_source(run_dir, seed))
     with _climbing(sc, disks, phases, keeper) as g:

@@ -102,7 +102,9 @@ def test_image_uploaded_once_by_content_disks_round_trip(
     with dir_pool(conn) as (name, d):
         pool = libvirt_storage.open_pool(conn, "qemu:///system", name)
         staged = libvirt_storage.stage_image(pool, img)
-        for there, here in zip((staged.rootfs, staged.kernel, staged.initrd), files.values()):
+        for there, here in zip(
+            (staged.rootfs, staged.kernel, staged.initrd), files.values(), strict=True
+        ):
             assert there.parent == d and there.read_bytes() == here.read_bytes()
         images = volumes(conn, name)
         assert len(images) == 6  # three files and their completion markers

@@ -269,7 +269,7 @@ class LibvirtGuest(AgentGuest):
         try:
             # Paused until the console stream is open: a pty nobody reads loses the output.
             self.domain = self.conn.createXML(self.xml, flags)
-            self._console_stream = ConsoleStream(self.conn, self.domain, self.console_log)
+            self._console_stream = ConsoleStream(self.uri, self.domain, self.console_log)
             self.domain.resume()
         except libvirt.libvirtError as e:
             raise GuestBootFailed(

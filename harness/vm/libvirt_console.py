@@ -8,6 +8,12 @@ the console, not a file for this host and a stream for the others.
 
 QEMU drops what a pty prints while no one has it open, so the domain is started paused
 and resumed only once the stream is open: nothing of the boot is lost.
+
+The stream has a connection of its own: a blocking ``virStreamRecv`` holds the remote
+driver's lock of its connection, so on the guest's connection every other call (the
+agent's) waited for the console's next byte (measured: ``dom.info()`` never returned).
+A non-blocking stream would need libvirt's event loop in a thread of ours, registered
+before any connection is opened: more machinery than a second connection.
 """
 
 from __future__ import annotations
@@ -25,14 +31,24 @@ _CHUNK = 64 << 10
 
 
 class ConsoleStream:
-    """Copies the domain's console to ``path`` until the domain stops (the stream's end)."""
+    """Copies the domain's console to ``path`` until the domain stops (the stream's end).
 
-    def __init__(self, conn: Any, domain: Any, path: Path):
+    :raise libvirt.libvirtError: the console could not be opened.
+    """
+
+    def __init__(self, uri: str, domain: Any, path: Path):
         libvirt = libvirtd.module()
         self.path = path
-        self.stream = conn.newStream(0)
-        # FORCE: a console someone left open (virsh console) must not cost us the log.
-        domain.openConsole(None, self.stream, libvirt.VIR_DOMAIN_CONSOLE_FORCE)
+        self.conn = libvirt.open(uri)
+        try:
+            self.stream = self.conn.newStream(0)
+            # FORCE: a console someone left open (virsh console) must not cost us the log.
+            self.conn.lookupByUUID(domain.UUID()).openConsole(
+                None, self.stream, libvirt.VIR_DOMAIN_CONSOLE_FORCE
+            )
+        except BaseException:
+            self.conn.close()
+            raise
         self._out = open(path, "ab", buffering=0)  # noqa: SIM115 - the thread closes it
         self._thread = threading.Thread(
             target=self._copy, name=f"console-{domain.name()}", daemon=True
@@ -59,11 +75,14 @@ class ConsoleStream:
         self._thread.join(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
-        """End the stream (the domain is gone, or going) and the thread."""
+        """Once the domain is gone: wait for the stream's end, then close its connection.
+        A stream that does not end (never seen) keeps its thread and connection rather
+        than block us on the lock that thread holds; the process's exit ends both."""
         self.wait(timeout)
+        if self._thread.is_alive():
+            log.warning("console stream of %s did not end with its domain", self.path)
+            return
         with contextlib.suppress(libvirtd.module().libvirtError):
-            if self._thread.is_alive():
-                self.stream.abort()
-            else:
-                self.stream.finish()
-        self._thread.join(timeout)
+            self.stream.finish()
+        with contextlib.suppress(libvirtd.module().libvirtError):
+            self.conn.close()

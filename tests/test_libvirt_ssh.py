@@ -197,11 +197,13 @@ def test_guest_on_a_storage_pool_over_qemu_ssh(
     guest_image: image.Image, on_remote_pool: RemotePool, tmp_path: Path
 ) -> None:
     """The domain opens only the pool's volumes; a file the guest writes to its disk is
-    in our disk file once it has stopped; the guest's own volumes are gone."""
+    in our disk file once it has stopped, and what it writes to a hot-plugged disk once
+    that is unplugged; the guest's own volumes are gone."""
     pool = on_remote_pool
     disk = _scratch(tmp_path / "data.raw")
+    hot = _scratch(tmp_path / "hot.raw")
     t = time.monotonic()
-    with start_guest(GuestSpec(disks=(disk,))) as guest:
+    with start_guest(GuestSpec(disks=(disk,), hotplug_ports=1)) as guest:
         assert isinstance(guest, LibvirtGuest)
         started = time.monotonic() - t
         dom = ET.fromstring(guest.xml)
@@ -222,8 +224,19 @@ def test_guest_on_a_storage_pool_over_qemu_ssh(
         )  # fmt: skip
         # The console reached our log through the stream.
         assert "crashlab-init: ready" in guest.console_log.read_text()
-        run_volumes = {v for v in _pool_volumes(pool) if v.startswith(guest.name)}
-        assert run_volumes == {f"{guest.name}-data"}
+        path = guest.attach_disk(Disk(hot.path, "hot"))
+        assert {v for v in _pool_volumes(pool) if v.startswith(guest.name)} == {
+            f"{guest.name}-data",
+            f"{guest.name}-hot",
+        }
+        guest.run(["sh", "-c", f"printf plugged | dd of={path} bs=512 seek=3 conv=fsync"])
+        guest.detach_disk("hot")
+        with open(hot.path, "rb") as f:
+            f.seek(3 * 512)
+            assert f.read(7) == b"plugged"
+        assert {v for v in _pool_volumes(pool) if v.startswith(guest.name)} == {
+            f"{guest.name}-data"
+        }
     # Read on the host, in userspace, from our own file.
     r = proc.run(["debugfs", "-R", "cat /hello", disk.path])
     assert r.stdout == "written-on-the-pool\n"

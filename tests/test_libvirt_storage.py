@@ -46,7 +46,12 @@ def dir_pool(conn: Any, *, active: bool = True) -> Iterator[tuple[str, Path]]:
 
 
 def volumes(conn: Any, name: str) -> set[str]:
-    return {v.name() for v in conn.storagePoolLookupByName(name).listAllVolumes()}
+    """The pool's volumes as its directory holds them now: libvirt refreshes its list
+    after an upload, so an upload while a guest runs lists that guest's transient root
+    overlay, which stays listed after libvirt deleted the file, until the next refresh."""
+    pool = conn.storagePoolLookupByName(name)
+    pool.refresh(0)
+    return {v.name() for v in pool.listAllVolumes()}
 
 
 @pytest.fixture

@@ -48,7 +48,7 @@ def _parse(xml: str) -> ET.Element:
 def test_domain_xml_is_valid_for_libvirt(img: Image, tmp_path: Path) -> None:
     """libvirt's own RelaxNG schema accepts the domain, bridges included."""
     out = tmp_path / "domain.xml"
-    out.write_text(domain_xml(img, _spec(tmp_path, n=40), "tcg", tmp_path, "crashlab-t"))
+    out.write_text(domain_xml(img, _spec(tmp_path, n=40), "tcg", "crashlab-t"))
     r = subprocess.run(["virt-xml-validate", str(out), "domain"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 
@@ -62,7 +62,7 @@ def test_libvirtd_accepts_the_domain(img: Image, tmp_path: Path) -> None:
     name = f"crashlab-unit-{tmp_path.name[-12:]}"
     conn = libvirtd.connect()
     try:
-        dom = conn.defineXML(domain_xml(img, spec, "tcg", tmp_path, name))
+        dom = conn.defineXML(domain_xml(img, spec, "tcg", name))
         try:
             placed = ET.fromstring(dom.XMLDesc())
             assert len(placed.findall("devices/disk")) == 61
@@ -74,7 +74,7 @@ def test_libvirtd_accepts_the_domain(img: Image, tmp_path: Path) -> None:
 
 def test_domain_is_the_qemu_backends_guest(img: Image, tmp_path: Path) -> None:
     spec = _spec(tmp_path, udev=True, memory_mb=768, cpus=1)
-    dom = _parse(domain_xml(img, spec, "tcg", tmp_path, "crashlab-t"))
+    dom = _parse(domain_xml(img, spec, "tcg", "crashlab-t"))
     argv = qemu_argv(img, spec, "tcg", tmp_path)
     # Same kernel, initrd and command line as the QEMU backend, TCG with -cpu max.
     assert dom.get("type") == "qemu"
@@ -84,17 +84,19 @@ def test_domain_is_the_qemu_backends_guest(img: Image, tmp_path: Path) -> None:
     assert dom.find("os/type").get("machine") == "q35"  # type: ignore[union-attr]
     assert dom.find("cpu").get("mode") == "maximum"  # type: ignore[union-attr]
     assert (dom.findtext("memory"), dom.findtext("vcpu")) == ("768", "1")
-    # No NIC, no balloon, no USB; the console to a file; the agent channel.
+    # No NIC, no balloon, no USB; the console on a pty (read through libvirt, so no path
+    # of ours in the domain); the agent channel.
     assert dom.find("devices/interface") is None
     assert dom.find("devices/memballoon").get("model") == "none"  # type: ignore[union-attr]
-    assert dom.find("devices/serial/source").get("path") == str(tmp_path / "console.log")  # type: ignore[union-attr]
+    assert dom.find("devices/serial").get("type") == "pty"  # type: ignore[union-attr]
+    assert dom.find("devices/serial/source") is None
     names = [t.get("name") for t in dom.iterfind("devices/channel/target")]
     assert names == ["org.qemu.guest_agent.0"]
     assert {e.text for e in dom.iterfind("on_reboot")} == {"destroy"}
 
 
 def test_disks_by_serial_with_their_options(img: Image, tmp_path: Path) -> None:
-    dom = _parse(domain_xml(img, _spec(tmp_path), "kvm", tmp_path, "crashlab-t"))
+    dom = _parse(domain_xml(img, _spec(tmp_path), "kvm", "crashlab-t"))
     assert dom.get("type") == "kvm"
     assert dom.find("cpu").get("mode") == "host-passthrough"  # type: ignore[union-attr]
     disks = {d.findtext("serial"): d for d in dom.iterfind("devices/disk")}
@@ -114,7 +116,7 @@ def test_disks_by_serial_with_their_options(img: Image, tmp_path: Path) -> None:
 
 
 def test_many_disks_go_behind_bridges_with_unique_addresses(img: Image, tmp_path: Path) -> None:
-    dom = _parse(domain_xml(img, _spec(tmp_path, n=60), "tcg", tmp_path, "crashlab-t"))
+    dom = _parse(domain_xml(img, _spec(tmp_path, n=60), "tcg", "crashlab-t"))
     addrs = [(a.get("bus"), a.get("slot")) for a in dom.iterfind("devices/*/address")]
     assert len(addrs) == len(set(addrs))
     bridges = dom.findall("devices/controller[@model='pcie-to-pci-bridge']")
@@ -130,11 +132,11 @@ def test_spare_root_ports_for_hotplug_leave_disks_where_they_were(
     disk's address does not depend on them; none are added unless asked for."""
     for n, bridge_ports in ((3, 0), (60, 2)):
         spec = _spec(tmp_path, n=n)
-        dom = _parse(domain_xml(img, spec, "tcg", tmp_path, "crashlab-t"))
+        dom = _parse(domain_xml(img, spec, "tcg", "crashlab-t"))
         assert len(dom.findall("devices/controller[@model='pcie-root-port']")) == bridge_ports
         assert not any("pcie-root-port" in a for a in qemu_argv(img, spec, "tcg", tmp_path))
     spec = _spec(tmp_path, n=60, hotplug_ports=HOTPLUG_PORTS)
-    dom = _parse(domain_xml(img, spec, "tcg", tmp_path, "crashlab-t"))
+    dom = _parse(domain_xml(img, spec, "tcg", "crashlab-t"))
     ports = dom.findall("devices/controller[@model='pcie-root-port']")
     # Two bridges' root ports (indexes 1, 3), then the spare ones, which libvirt places.
     spare = [p for p in ports if p.find("address") is None]
@@ -161,7 +163,7 @@ def test_target_names() -> None:
 def test_blklogwrites_disk_says_to_use_qemu(img: Image, tmp_path: Path) -> None:
     spec = GuestSpec(disks=(Disk(tmp_path / "a.raw", "dut", blklogwrites=tmp_path / "log"),))
     with pytest.raises(HarnessError) as exc:
-        domain_xml(img, spec, "tcg", tmp_path, "crashlab-t")
+        domain_xml(img, spec, "tcg", "crashlab-t")
     assert "--backend qemu" in (exc.value.hint or "")
 
 

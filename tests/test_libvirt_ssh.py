@@ -5,15 +5,21 @@ but the same path a lab host's URI takes: ssh, then virt-ssh-helper on the far s
 Nothing of the host's ssh setup is read or changed: the URI's ``command=`` is a wrapper
 that gives ssh its own config (this key, a known_hosts holding only our host key, strict
 checking), so no ``no_verify`` either. Skipped, with the reason, where sshd cannot run.
+
+With a storage pool (``--libvirt-pool``) the same transport stands in for a lab host that
+shares no file with us: the pool's directory is neither the work directory nor the image
+cache, the domain names only its volumes, and the console comes through a stream.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +27,12 @@ from pathlib import Path
 import pytest
 
 from harness import proc
+from harness.errors import GuestPanic
 from harness.image import build as image
 from harness.vm import backend, libvirtd
-from harness.vm.backend import GuestSpec, start_guest
+from harness.vm.backend import Disk, GuestSpec, start_guest
 from harness.vm.libvirt import LibvirtGuest
+from tests.test_libvirt_storage import dir_pool, volumes
 from tests.test_vm import crashlab_domains
 
 pytestmark = pytest.mark.vm
@@ -87,7 +95,7 @@ class Sshd:
     log: Path
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def sshd() -> Iterator[Sshd]:
     """A private sshd on a free loopback port, and the URI that goes through it."""
     if not SSHD.exists() or shutil.which("ssh") is None:
@@ -140,3 +148,119 @@ def test_guest_over_qemu_ssh(guest_image: image.Image, sshd: Sshd) -> None:
     # It did go through ssh: our sshd let our key in.
     assert "Accepted publickey for root" in sshd.log.read_text()
     print(f"boot to command over qemu+ssh: {booted:.1f} s")
+
+
+@dataclass(frozen=True)
+class RemotePool:
+    name: str
+    dir: Path  # on the libvirt host (this one, reached through ssh)
+    uri: str
+
+
+@pytest.fixture(scope="module")
+def remote_pool(sshd: Sshd) -> Iterator[RemotePool]:
+    """A directory pool outside the work directory and the image cache, made with the
+    local connection (the test's own setup, as a lab admin would make one); gone after
+    the module, with the image volumes the first test uploaded and the second reused."""
+    conn = libvirtd.connect()
+    try:
+        with dir_pool(conn) as (name, d):
+            yield RemotePool(name, d, sshd.uri)
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def on_remote_pool(remote_pool: RemotePool) -> Iterator[RemotePool]:
+    backend.select("libvirt", remote_pool.uri, remote_pool.name)
+    try:
+        yield remote_pool
+    finally:
+        backend._selected = None
+
+
+def _pool_volumes(pool: RemotePool) -> set[str]:
+    conn = libvirtd.connect()
+    try:
+        return volumes(conn, pool.name)
+    finally:
+        conn.close()
+
+
+def _scratch(path: Path) -> Disk:
+    with open(path, "wb") as f:
+        f.truncate(64 << 20)
+    return Disk(path, "data")
+
+
+def test_guest_on_a_storage_pool_over_qemu_ssh(
+    guest_image: image.Image, on_remote_pool: RemotePool, tmp_path: Path
+) -> None:
+    """The domain opens only the pool's volumes; a file the guest writes to its disk is
+    in our disk file once it has stopped, and what it writes to a hot-plugged disk once
+    that is unplugged; the guest's own volumes are gone."""
+    pool = on_remote_pool
+    disk = _scratch(tmp_path / "data.raw")
+    hot = _scratch(tmp_path / "hot.raw")
+    t = time.monotonic()
+    with start_guest(GuestSpec(disks=(disk,), hotplug_ports=1)) as guest:
+        assert isinstance(guest, LibvirtGuest)
+        started = time.monotonic() - t
+        dom = ET.fromstring(guest.xml)
+        opened = [dom.findtext("os/kernel"), dom.findtext("os/initrd")]
+        opened += [s.get("file") for s in dom.iterfind("devices/disk/source")]
+        assert len(opened) == 4 and all(Path(str(p)).parent == pool.dir for p in opened)
+        for ours in (tmp_path, guest.workdir, guest_image.dir):
+            assert str(ours) not in guest.xml
+        assert [s.get("type") for s in dom.iterfind("devices/serial")] == ["pty"]
+        t = time.monotonic()
+        assert guest.run(["uname", "-n"], check=True).out.strip() == "crashlab"
+        command = time.monotonic() - t
+        dev = guest.disk("data")
+        guest.run(
+            ["sh", "-c", f"mkfs.ext4 -q {dev} && mount {dev} /mnt && "
+             "echo written-on-the-pool > /mnt/hello && umount /mnt"],
+            check=True,
+        )  # fmt: skip
+        # The console reached our log through the stream.
+        assert "crashlab-init: ready" in guest.console_log.read_text()
+        path = guest.attach_disk(Disk(hot.path, "hot"))
+        assert {v for v in _pool_volumes(pool) if v.startswith(guest.name)} == {
+            f"{guest.name}-data",
+            f"{guest.name}-hot",
+        }
+        guest.run(["sh", "-c", f"printf plugged | dd of={path} bs=512 seek=3 conv=fsync"])
+        guest.detach_disk("hot")
+        with open(hot.path, "rb") as f:
+            f.seek(3 * 512)
+            assert f.read(7) == b"plugged"
+        assert {v for v in _pool_volumes(pool) if v.startswith(guest.name)} == {
+            f"{guest.name}-data"
+        }
+    # Read on the host, in userspace, from our own file.
+    r = proc.run(["debugfs", "-R", "cat /hello", disk.path])
+    assert r.stdout == "written-on-the-pool\n"
+    left = _pool_volumes(pool)
+    assert not [v for v in left if v.startswith(guest.name)]
+    # The image's three volumes and their markers; no overlay or other file either.
+    assert len(left) == 6 and set(os.listdir(pool.dir)) == left
+    assert crashlab_domains() == []
+    print(f"pool guest: start (incl. uploads) to agent {started:.1f} s "
+          f"(boot {guest.boot_seconds():.1f} s), first command {command:.2f} s")  # fmt: skip
+
+
+def test_panic_seen_through_the_streamed_console(
+    on_remote_pool: RemotePool, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A panic is found in the console the stream copied; the guest's volumes are
+    deleted on this exit path too, and the image is not uploaded again."""
+    caplog.set_level(logging.INFO, logger="crashlab.libvirt")
+    disk = _scratch(tmp_path / "data.raw")
+    with start_guest(GuestSpec(disks=(disk,))) as guest, pytest.raises(GuestPanic) as exc:
+        guest.run(["sh", "-c", "echo c > /proc/sysrq-trigger"], timeout=60)
+    assert "panic" in exc.value.message.lower() or "oops" in exc.value.message.lower()
+    assert "sysrq" in exc.value.console.lower()
+    uploaded = [r.message for r in caplog.records if r.message.startswith("uploaded")]
+    assert len(uploaded) == 1 and str(disk.path) in uploaded[0]
+    assert len(_pool_volumes(on_remote_pool)) == 6
+    assert crashlab_domains() == []

@@ -1,9 +1,10 @@
-"""``--backend`` and ``--libvirt-uri``: which VM backend a command's guests boot on.
+"""``--backend``, ``--libvirt-uri`` and ``--libvirt-pool``: which VM backend a command's
+guests boot on, and how their files reach a libvirt host.
 
 On ``scenario run`` and ``scenario campaign run`` they are overrides of the scenario keys
-``backend`` and ``libvirt_uri`` (so they are stored with the run's parameters); the
-environment's ``CRASHLAB_BACKEND`` / ``CRASHLAB_LIBVIRT_URI`` come before a flag and after
-a scenario or campaign file's own keys.
+``backend``, ``libvirt_uri`` and ``libvirt_pool`` (harness/config/vm.py); the
+environment's ``CRASHLAB_BACKEND`` / ``CRASHLAB_LIBVIRT_URI`` / ``CRASHLAB_LIBVIRT_POOL``
+come before a flag and after a scenario or campaign file's own keys.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from harness.config.vm import Backend
 from harness.errors import InputError
 from harness.vm import backend as vm_backend
 
-_checked: set[str] = set()
+_checked: set[tuple[str, str]] = set()
+# Scenario key (also the flag's attribute) and its environment variable.
+_ENV = (
+    ("backend", "CRASHLAB_BACKEND"),
+    ("libvirt_uri", "CRASHLAB_LIBVIRT_URI"),
+    ("libvirt_pool", "CRASHLAB_LIBVIRT_POOL"),
+)
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
@@ -34,34 +41,40 @@ def add_options(p: argparse.ArgumentParser) -> None:
         help="libvirt connection for --backend libvirt (default qemu:///system; "
         "e.g. qemu+ssh://HOST/system); also CRASHLAB_LIBVIRT_URI",
     )
+    p.add_argument(
+        "--libvirt-pool",
+        default=None,
+        metavar="NAME",
+        help="for a libvirt host that does not share this host's files: upload the image "
+        "(once per content) and the disks into its storage pool NAME, and the disks back "
+        "after the guest; also CRASHLAB_LIBVIRT_POOL or the scenario key `libvirt_pool`",
+    )
 
 
 def overrides(args: argparse.Namespace) -> list[str]:
     """``--set`` overrides for the environment's and the flags' choice, flags last."""
-    sets = []
     env = os.environ.get("CRASHLAB_BACKEND")
-    if env:
-        if env not in set(Backend):
-            raise InputError(
-                f"CRASHLAB_BACKEND={env!r}: unknown backend",
-                hint="one of " + ", ".join(Backend),
-            )
-        sets.append(f"backend={env}")
-    if os.environ.get("CRASHLAB_LIBVIRT_URI"):
-        sets.append(f"libvirt_uri={os.environ['CRASHLAB_LIBVIRT_URI']}")
-    if args.backend:
-        sets.append(f"backend={args.backend}")
-    if args.libvirt_uri:
-        sets.append(f"libvirt_uri={args.libvirt_uri}")
-    return sets
+    if env and env not in set(Backend):
+        raise InputError(
+            f"CRASHLAB_BACKEND={env!r}: unknown backend", hint="one of " + ", ".join(Backend)
+        )
+    sets = [f"{key}={os.environ[var]}" for key, var in _ENV if os.environ.get(var)]
+    return sets + [f"{key}={getattr(args, key)}" for key, _ in _ENV if getattr(args, key)]
 
 
 def select_for(sc: Any) -> None:
     """Make the scenario's backend the one ``start_guest`` uses; a libvirt URI that does
-    not answer is reported now, before a run is recorded (HarnessError, exit 3)."""
-    vm_backend.select(sc.backend, sc.libvirt_uri)
-    if sc.backend is Backend.LIBVIRT and sc.libvirt_uri not in _checked:
-        from harness.vm import libvirtd
+    not answer, or a storage pool it does not have, is reported now, before a run is
+    recorded (HarnessError, exit 3)."""
+    vm_backend.select(sc.backend, sc.libvirt_uri, sc.libvirt_pool)
+    where = (sc.libvirt_uri, sc.libvirt_pool)
+    if sc.backend is Backend.LIBVIRT and where not in _checked:
+        from harness.vm import libvirt_storage, libvirtd
 
-        libvirtd.connect(sc.libvirt_uri).close()
-        _checked.add(sc.libvirt_uri)
+        conn = libvirtd.connect(sc.libvirt_uri)
+        try:
+            if sc.libvirt_pool:
+                libvirt_storage.open_pool(conn, sc.libvirt_uri, sc.libvirt_pool)
+        finally:
+            conn.close()
+        _checked.add(where)

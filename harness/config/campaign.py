@@ -60,9 +60,16 @@ class CampaignFile(Settings):
     # Applied to every element before its own `set` (harness/config/vm.py).
     backend: Backend | None = Field(None, description="the VM backend of every element")
     libvirt_uri: str | None = Field(None, description="libvirt URI of every element")
+    libvirt_pool: str | None = Field(
+        None, description="libvirt storage pool of every element (see libvirt_pool)"
+    )
 
     def vm_overrides(self) -> tuple[str, ...]:
-        keys = (("backend", self.backend), ("libvirt_uri", self.libvirt_uri))
+        keys = (
+            ("backend", self.backend),
+            ("libvirt_uri", self.libvirt_uri),
+            ("libvirt_pool", self.libvirt_pool),
+        )
         return tuple(f"{k}={v}" for k, v in keys if v is not None)
 
 

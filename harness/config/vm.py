@@ -1,7 +1,11 @@
 """Which VM backend boots a scenario's guests: the ``backend`` and ``libvirt_uri`` keys
 every scenario kind shares (``--backend``, ``--libvirt-uri`` and ``CRASHLAB_BACKEND`` on
 the command line set the same keys). They are part of the run's stored parameters, so
-every run records where its guests ran."""
+every run records where its guests ran.
+
+``libvirt_pool`` (``--libvirt-pool``) is not: it says how the guest's files reach the
+libvirt host (uploaded into that storage pool, ``harness.vm.libvirt_storage``), which
+changes nothing a run checks, so a run resumes with another pool or none."""
 
 from __future__ import annotations
 
@@ -30,6 +34,14 @@ class VmChoice(Settings):
     libvirt_uri: str = Field(
         DEFAULT_LIBVIRT_URI,
         description="libvirt connection URI (backend = libvirt), e.g. qemu+ssh://HOST/system",
+    )
+
+    libvirt_pool: str = Field(
+        "",
+        exclude=True,
+        description="a storage pool on the libvirt host to upload the kernel, initrd, root "
+        "image and disks into, for a host that does not share this host's files; empty: "
+        "it opens them at our paths (this host, or a shared filesystem)",
     )
 
     @field_validator("libvirt_uri")

@@ -126,19 +126,23 @@ class Backend(Protocol):
 class Selection:
     backend: BackendName = BackendName.QEMU
     libvirt_uri: str = DEFAULT_LIBVIRT_URI
+    libvirt_pool: str = ""  # "": the libvirt host opens our paths (libvirt_storage)
 
 
 _selected: Selection | None = None
 
 
-def select(backend: BackendName | str, libvirt_uri: str = DEFAULT_LIBVIRT_URI) -> None:
+def select(
+    backend: BackendName | str, libvirt_uri: str = DEFAULT_LIBVIRT_URI, libvirt_pool: str = ""
+) -> None:
     """The backend every later ``start_guest()`` of this process uses."""
     global _selected
-    _selected = Selection(BackendName(backend), libvirt_uri)
+    _selected = Selection(BackendName(backend), libvirt_uri, libvirt_pool)
 
 
 def selected() -> Selection:
-    """What ``select()`` chose; else ``CRASHLAB_BACKEND`` / ``CRASHLAB_LIBVIRT_URI``."""
+    """What ``select()`` chose; else ``CRASHLAB_BACKEND`` / ``CRASHLAB_LIBVIRT_URI`` /
+    ``CRASHLAB_LIBVIRT_POOL``."""
     if _selected is not None:
         return _selected
     import os
@@ -152,7 +156,9 @@ def selected() -> Selection:
             hint="one of " + ", ".join(BackendName),
         )
     return Selection(
-        BackendName(name), os.environ.get("CRASHLAB_LIBVIRT_URI") or DEFAULT_LIBVIRT_URI
+        BackendName(name),
+        os.environ.get("CRASHLAB_LIBVIRT_URI") or DEFAULT_LIBVIRT_URI,
+        os.environ.get("CRASHLAB_LIBVIRT_POOL", ""),
     )
 
 
@@ -161,7 +167,7 @@ def backend() -> Backend:
     if sel.backend is BackendName.LIBVIRT:
         from harness.vm.libvirt import LibvirtBackend
 
-        return LibvirtBackend(sel.libvirt_uri)
+        return LibvirtBackend(sel.libvirt_uri, sel.libvirt_pool)
     from harness.vm.qemu import QemuBackend
 
     return QemuBackend()

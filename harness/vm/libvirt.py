@@ -4,13 +4,16 @@ Labs that manage their VMs with libvirt see the lab's guests with ``virsh list``
 host or a remote one (``--libvirt-uri qemu+ssh://HOST/system``). The domain is made from
 generated XML (``domain_xml``): direct kernel boot of the cached image, q35, no NIC, the
 root disk and snapshot disks as libvirt ``<transient/>`` overlays, extra disks by serial,
-the guest-agent channel and the serial console to a file. It is started with
+the guest-agent channel and the serial console on a pty. It is started with
 ``VIR_DOMAIN_START_AUTODESTROY``: libvirtd destroys it when our connection closes, so a
 killed harness leaves no domain behind either.
 
-The agent is reached through libvirt (``qemuAgentCommand``), which owns the channel and
-works for remote URIs too; the console file, the panic and hang detection and the boot
-retry are the shared ones of ``harness.vm.guest``.
+Everything the harness exchanges with the guest goes through the libvirt connection, so
+a remote URI works like the local one: the agent (``qemuAgentCommand``), the console
+(a stream into the local console log, ``libvirt_console``) and, with a storage pool
+(``--libvirt-pool``), the image and the disks (``libvirt_storage``); without one the
+libvirt host opens our files at our paths (this host: no copies). The console scan, the
+panic and hang detection and the boot retry are the shared ones of ``harness.vm.guest``.
 """
 
 from __future__ import annotations
@@ -22,15 +25,17 @@ import time
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from harness.errors import GuestAgentError, GuestBootFailed, GuestError, GuestTimeout, HarnessError
 from harness.image.build import Image, require_image
-from harness.vm import accel, console, libvirtd
+from harness.vm import accel, console, libvirt_storage, libvirtd
 from harness.vm.agent import Agent
 from harness.vm.backend import Disk, GuestSpec
 from harness.vm.guest import AgentGuest, boot, kernel_cmdline, workdir_for
+from harness.vm.libvirt_console import ConsoleStream
 
 # As in qemu.py: the first disks sit on the root PCIe bus, the rest behind
 # PCIe-to-PCI bridges of 31 slots each (slots 1-3: agent channel, RNG, root disk); each
@@ -39,8 +44,9 @@ _ROOT_BUS_DISKS = 20
 _FIRST_DISK_SLOT = 4
 
 
-def domain_xml(image: Image, spec: GuestSpec, accelerator: str, workdir: Path, name: str) -> str:
-    """The domain: what ``qemu.qemu_argv`` gives QEMU, in libvirt's words."""
+def domain_xml(image: Image, spec: GuestSpec, accelerator: str, name: str) -> str:
+    """The domain: what ``qemu.qemu_argv`` gives QEMU, in libvirt's words. The paths are
+    the libvirt host's: ours, or a storage pool's volumes (``libvirt_storage``)."""
     kvm = accelerator == "kvm"
     dom = ET.Element("domain", type="kvm" if kvm else "qemu")
     _el(dom, "name", name)
@@ -62,8 +68,8 @@ def domain_xml(image: Image, spec: GuestSpec, accelerator: str, workdir: Path, n
     dev = _el(dom, "devices")
     _el(dev, "controller", type="usb", model="none")
     _pci(_el(dev, "controller", type="virtio-serial", index="0"), 0, 1)
-    serial = _el(dev, "serial", type="file")
-    _el(serial, "source", path=str(workdir / "console.log"))
+    # A pty, read through libvirt (libvirt_console): a file would be on the libvirt host.
+    serial = _el(dev, "serial", type="pty")
     _el(serial, "target", port="0")
     agent = _el(dev, "channel", type="unix")
     _el(agent, "source", mode="bind")
@@ -224,16 +230,28 @@ class LibvirtAgent(Agent):
 
 class LibvirtGuest(AgentGuest):
     def __init__(
-        self, conn: Any, uri: str, image: Image, spec: GuestSpec, accelerator: str, workdir: Path
+        self,
+        conn: Any,
+        uri: str,
+        image: Image,
+        spec: GuestSpec,
+        accelerator: str,
+        workdir: Path,
+        pool: Any = None,
     ):
+        """``image``'s paths are the libvirt host's; with ``pool``, the disks of ``spec``
+        (ours) are uploaded into it at launch and downloaded back when the guest stops."""
         self.name = f"crashlab-{uuid.uuid4().hex[:12]}"
         self.agent: LibvirtAgent = LibvirtAgent(self.name)
         super().__init__(spec, accelerator, workdir / "console.log", self.agent)
         self.conn = conn
         self.uri = uri
+        self.image = image
         self.workdir = workdir
-        self.xml = domain_xml(image, spec, accelerator, workdir, self.name)
+        self.xml = ""
         self.domain: Any = None
+        self.volumes = None if pool is None else libvirt_storage.RunVolumes(pool, self.name)
+        self._console_stream: ConsoleStream | None = None
         # A hot-plugged disk's <disk> as attached (detach names the same device); its
         # target name is never reused while the domain lives.
         self._plugged: dict[str, str] = {}
@@ -241,32 +259,50 @@ class LibvirtGuest(AgentGuest):
 
     def launch(self) -> None:
         libvirt = libvirtd.module()
-        xml_path = self.workdir / "domain.xml"
-        xml_path.write_text(self.xml)
+        spec = self.spec
+        if self.volumes is not None:
+            spec = replace(spec, disks=tuple(self.volumes.put(d) for d in spec.disks))
+        self.xml = domain_xml(self.image, spec, self.accelerator, self.name)
+        (self.workdir / "domain.xml").write_text(self.xml)
         self._started = time.monotonic()
+        flags = libvirt.VIR_DOMAIN_START_AUTODESTROY | libvirt.VIR_DOMAIN_START_PAUSED
         try:
-            self.domain = self.conn.createXML(self.xml, libvirt.VIR_DOMAIN_START_AUTODESTROY)
+            # Paused until the console stream is open: a pty nobody reads loses the output.
+            self.domain = self.conn.createXML(self.xml, flags)
+            self._console_stream = ConsoleStream(self.uri, self.domain, self.console_log)
+            self.domain.resume()
         except libvirt.libvirtError as e:
             raise GuestBootFailed(
                 f"libvirt could not start domain {self.name} on {self.uri}: {e}",
                 console=self._failure_text(),
-                # The usual cause on another host: a path of ours that it does not have.
-                hint=None
-                if libvirtd.is_local_system(self.uri)
-                else "a libvirt host opens the kernel, the disks and the console file at the "
-                "paths they have here: they must be on a filesystem it shares at the same "
-                f"paths (the image cache, the run's work files, {self.workdir})",
+                hint=self._start_hint(),
             ) from None
         self.agent.domain = self.domain
         self._wait_for_agent()
+
+    def _start_hint(self) -> str | None:
+        """The usual cause on another host: a path of ours that it does not have."""
+        if libvirtd.is_local_system(self.uri) or self.volumes is not None:
+            return None
+        return (
+            "a libvirt host opens the kernel, the disks and the root image at the paths "
+            "they have here: they must be on a filesystem it shares at the same paths (the "
+            "image cache, the run's disks), or give it a storage pool to upload them into "
+            "(--libvirt-pool NAME)"
+        )
 
     def _alive(self) -> bool:
         if self.domain is None:
             return False
         try:
-            return bool(self.domain.isActive())
+            if self.domain.isActive():
+                return True
         except libvirtd.module().libvirtError:
-            return False  # a transient domain that stopped is gone from libvirt
+            pass  # a transient domain that stopped is gone from libvirt
+        if self._console_stream is not None:
+            # Its last words (a panic) may still be on their way to the console log.
+            self._console_stream.wait(timeout=5.0)
+        return False
 
     def _gone(self) -> str:
         return f"libvirt domain {self.name} is no longer running"
@@ -285,10 +321,13 @@ class LibvirtGuest(AgentGuest):
 
     def _plug(self, disk: Disk) -> None:
         libvirt = libvirtd.module()
-        xml = ET.tostring(disk_element(disk, _target(self._next_target)), encoding="unicode")
+        there = disk if self.volumes is None else self.volumes.put(disk)
+        xml = ET.tostring(disk_element(there, _target(self._next_target)), encoding="unicode")
         try:
             self.domain.attachDeviceFlags(xml, libvirt.VIR_DOMAIN_AFFECT_LIVE)
         except libvirt.libvirtError as e:
+            if self.volumes is not None:
+                self.volumes.take_back(disk.serial, download=False)
             raise HarnessError(
                 f"libvirt could not attach disk {disk.serial} to {self.name}: {e}"
             ) from None
@@ -320,6 +359,8 @@ class LibvirtGuest(AgentGuest):
             time.sleep(0.05)
         for serial in serials:
             del self._plugged[serial]
+            if self.volumes is not None:
+                self.volumes.take_back(serial)
 
     def _live_serials(self) -> set[str]:
         dom = ET.fromstring(self.domain.XMLDesc(0))
@@ -327,10 +368,17 @@ class LibvirtGuest(AgentGuest):
 
     def kill(self) -> None:
         """Pull the plug: virDomainDestroy stops QEMU at once (SIGTERM, then SIGKILL); the
-        guest syncs nothing, so the disks hold what QEMU had written: the crash state."""
+        guest syncs nothing, so the disks hold what QEMU had written: the crash state
+        (with a storage pool, downloaded back over our disk files now)."""
         if self.domain is not None:
             with contextlib.suppress(libvirtd.module().libvirtError):
                 self.domain.destroy()
+        if self._console_stream is not None:
+            self._console_stream.close()
+            self._console_stream = None
+        volumes, self.volumes = self.volumes, None
+        if volumes is not None:
+            volumes.close(download=self.domain is not None)
 
     def shutdown(self) -> None:
         """Sync the guest, then destroy the domain (transient: then it is gone)."""
@@ -343,8 +391,9 @@ class LibvirtGuest(AgentGuest):
 class LibvirtBackend:
     name = "libvirt"
 
-    def __init__(self, uri: str = libvirtd.DEFAULT_URI):
+    def __init__(self, uri: str = libvirtd.DEFAULT_URI, pool: str = ""):
         self.uri = uri
+        self.pool = pool
 
     @contextlib.contextmanager
     def start(self, spec: GuestSpec, image: Image | None = None) -> Iterator[LibvirtGuest]:
@@ -352,9 +401,16 @@ class LibvirtBackend:
         accelerator = accel.choose(image)
         conn = libvirtd.connect(self.uri)
         try:
+            pool = None
+            if self.pool:
+                pool = libvirt_storage.open_pool(conn, self.uri, self.pool)
+                image = libvirt_storage.stage_image(pool, image)
+            there = image
             with workdir_for(spec) as workdir:
                 yield from boot(
-                    lambda where: LibvirtGuest(conn, self.uri, image, spec, accelerator, where),
+                    lambda where: LibvirtGuest(
+                        conn, self.uri, there, spec, accelerator, where, pool
+                    ),
                     LibvirtGuest.launch,
                     workdir,
                 )

@@ -58,6 +58,20 @@ def test_cells_of_a_factor_sweep_are_told_apart_by_the_factor() -> None:
         "raidz1 fill 50% disks=7",
     ]
     assert cell_label("mirror", 25.0, cells[0], cells[:1]) == "mirror fill 25%"
+    # Nor is a width sweep one line through bytes moved: each width is a line of its own,
+    # and with one fill each, there is nothing to fit (it printed "5.4 MB/s - 245.76 s").
+    widths = [
+        {**scan("raidz1", 50, mb, secs), "line": f"raidz1 disks={d}", "cell": f"x{d}"}
+        for d, mb, secs in ((3, 1311, 7.9), (5, 1333, 14.0), (7, 1382, 22.1))
+        for _ in range(2)
+    ]
+    assert sweep_summary(widths)["fits"] == {}
+    two_fills = [
+        {**scan("raidz1", f, mb, 1 + mb / 100), "line": f"raidz1 disks={d}"}
+        for d in (3, 5)
+        for f, mb in ((25, 100), (50, 200), (75, 300))
+    ]
+    assert set(sweep_summary(two_fills)["fits"]) == {"raidz1 disks=3", "raidz1 disks=5"}
 
 
 def test_the_harness_share_is_time_outside_the_scan_over_the_scan() -> None:

@@ -55,6 +55,7 @@ def rows(st: Store, run_id: str) -> list[dict[str, Any]]:
         out.append(
             {
                 "cell": cell_label(layout, fill, cell, cells),
+                "line": cell_label(layout, None, cell, cells),
                 "layout": layout,
                 "item": item,
                 "seconds": float(seconds),
@@ -81,14 +82,16 @@ def cell_label(
 
 
 def sweep_summary(scans: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The fits per layout, the cells whose repetitions spread, the harness's share."""
-    by_layout: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    """The fits per line (a layout, and whatever else varies in the run but the fill:
+    pools of other widths are not one line), the cells whose repetitions spread, the
+    harness's share."""
+    by_line: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     by_cell: dict[str, list[float]] = defaultdict(list)
     for s in scans:
-        by_layout[s["layout"]].append(s)
+        by_line[s.get("line", s["layout"])].append(s)
         by_cell[s["cell"]].append(s["seconds"])
     fits = {}
-    for layout, ss in sorted(by_layout.items()):
+    for layout, ss in sorted(by_line.items()):
         if len({s["cell"] for s in ss}) < 2 or len(ss) < 3:
             continue  # repetitions of one cell are no line: nothing to fit
         fit = linear_fit([s["moved"] / MB for s in ss], [s["seconds"] for s in ss])

@@ -12,6 +12,7 @@ from harness import paths
 from harness.cli import lab as cli_lab
 from harness.config import crash, scenario
 from harness.config.crash import DataMode, FioWorkload, FsType, OpsWorkload
+from harness.config.zfs import ZfsScenario
 from harness.errors import InputError
 
 SHIPPED = scenario.names(paths.REPO / "scenarios")
@@ -221,6 +222,12 @@ def test_set_overrides_are_typed_and_validated(sdir: Path) -> None:
     assert s.check.host is False and s.fs.mount_options == ("noatime", "nodiscard")
     assert s.crash.states[0].params() == {"n": 7}
     assert s.resolved()["overrides"][0] == "fs.type=xfs"
+    # A string field takes its text as typed, or a quoted TOML string's meaning: the one
+    # way to give a multi-line value (a fio job) on the command line.
+    zfs = paths.REPO / "scenarios" / "resilver-75pct.toml"
+    z = scenario.load(zfs, ('load_job="[load]\\nrw=randrw\\n"',))
+    assert isinstance(z, ZfsScenario) and z.load_job == "[load]\nrw=randrw\n"
+    assert scenario.load(zfs, ("description=a 0x10 b",)).description == "a 0x10 b"
     # Same validation as in the file: xfs needs 300M.
     msg = error_of(sdir, MINIMAL, ("fs.type=xfs", "disk_size=256M")).message
     assert "--set fs.disk_size='256M': xfs needs a disk of at least 300M" in msg

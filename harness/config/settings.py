@@ -341,7 +341,13 @@ def _value(path: Path, item: str, raw: str, annotation: Any) -> Any:
                 hint='e.g. crash.states=[{kind="fua"}]',
             ) from None
         return raw
-    if annotation is str or (isinstance(value, int | float) and _accepts_str_only(annotation)):
+    # A string field takes the text as typed (--set name=0x10 stays "0x10"), unless it is
+    # typed as a TOML string: a quoted value is its TOML meaning ("a\nb" is two lines,
+    # which a multi-line setting such as a fio job cannot be given any other way).
+    quoted = isinstance(value, str) and raw[:1] in ('"', "'")
+    if (annotation is str and not quoted) or (
+        isinstance(value, int | float) and _accepts_str_only(annotation)
+    ):
         return raw
     return value
 

@@ -34,7 +34,8 @@ Why this order:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK
@@ -110,3 +111,90 @@ def exit_status(outcomes: Iterable[Outcome]) -> int:
     if seen & HARNESS:
         return EXIT_HARNESS
     return EXIT_OK
+
+
+@dataclass(frozen=True)
+class Tallied:
+    """One item's outcome as the run's account sees it: ``expected`` when the kind's
+    one counting rule says the filesystem's design makes it normal (``repaired`` without
+    a journal, ``data_loss`` past a pool's parity, any outcome of a modelled lying disk),
+    so it is reported but is no finding."""
+
+    item: str
+    outcome: Outcome
+    expected: bool = False
+
+
+@dataclass(frozen=True)
+class Account:
+    """Every outcome of one run, the same for every experiment kind: what ``results
+    show``, ``results runs``, campaigns and the controls read.
+
+    ``counts`` are the outcomes that can be findings; ``expected`` the ones the kind's
+    rule marked expected. ``expect`` is a known-answer control's answer ("findings" or
+    "clean"); ``control_failed`` says in words how it went wrong.
+    """
+
+    counts: Mapping[str, int] = field(default_factory=dict)
+    expected: Mapping[str, int] = field(default_factory=dict)
+    expect: str | None = None
+
+    @property
+    def findings(self) -> int:
+        return sum(n for o, n in self.counts.items() if is_finding(Outcome(o)))
+
+    @property
+    def harness(self) -> int:
+        """Items the lab could not check, expected ones included: a hang is the lab's
+        whatever the item modelled."""
+        both = (*self.counts.items(), *self.expected.items())
+        return sum(n for o, n in both if is_harness(Outcome(o)))
+
+    @property
+    def control_failed(self) -> str | None:
+        """For a known-answer control: what went wrong, or None when the answer is right
+        (or the run expects nothing). Without a finding, a run with harness outcomes gave
+        no answer at all: that is exit 3, not a wrong answer."""
+        if self.expect == "findings" and not self.findings and not self.harness:
+            return "control failed: expected findings, got none"
+        if self.expect == "clean" and self.findings:
+            return f"control failed: expected clean, got {self.findings} finding(s)"
+        return None
+
+    @property
+    def status(self) -> int:
+        """The run's exit status: 1 a finding (or a control's wrong answer), 3 no finding
+        but something could not be checked, 0 otherwise; a control that found what it
+        must exits 0."""
+        if self.control_failed:
+            return EXIT_FINDING
+        if self.findings and self.expect != "findings":
+            return EXIT_FINDING
+        if self.harness and not self.findings:
+            return EXIT_HARNESS
+        return EXIT_OK
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "counts": dict(self.counts),
+            "expected": dict(self.expected),
+            "findings": self.findings,
+            "harness": self.harness,
+            "expect": self.expect,
+            "control_failed": self.control_failed,
+            "status": self.status,
+        }
+
+
+def tally(items: Iterable[Tallied], expect: str | None = None) -> Account:
+    """The account of a run's items, most severe outcome last in each mapping."""
+    counts: dict[str, int] = {}
+    expected: dict[str, int] = {}
+    for t in items:
+        into = expected if t.expected else counts
+        into[str(t.outcome)] = into.get(str(t.outcome), 0) + 1
+
+    def ordered(d: dict[str, int]) -> dict[str, int]:
+        return {o: d[o] for o in sorted(d, key=lambda o: Outcome(o).severity)}
+
+    return Account(ordered(counts), ordered(expected), expect)

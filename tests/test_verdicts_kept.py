@@ -17,12 +17,13 @@ from harness.check import host
 from harness.errors import GuestAgentError
 from harness.experiments import lifecycle
 from harness.experiments.crash import CrashReplay
-from harness.outcome import Outcome
+from harness.outcome import Outcome, Tallied, tally
 from harness.proc import run
 from harness.store.db import (
     CheckResult,
     CrashState,
     LogInfo,
+    RunEnv,
     RunKind,
     RunStatus,
     Stage,
@@ -144,8 +145,8 @@ def test_resume_never_mixes_guest_images(tmp_path: Path) -> None:
         st.finish_run(old, RunStatus.INTERRUPTED)
 
         def begin(image_hash: str, fresh: bool = False) -> tuple[str, bool, str | None]:
-            img: Any = SimpleNamespace(hash=image_hash)
-            return lifecycle._begin(st, _scenario(), CrashReplay, params, 1, img, fresh)
+            env = RunEnv(image_hash=image_hash)
+            return lifecycle._begin(st, _scenario(), CrashReplay, params, 1, env, fresh)
 
         run_id, resumed, why = begin("new")
         assert run_id != old and not resumed and why is not None and "old" in why
@@ -171,11 +172,14 @@ def test_resume_never_mixes_guest_images(tmp_path: Path) -> None:
 def test_a_control_is_judged_by_what_it_expects(
     expect: str, counts: dict[str, int], status: int, failed: str | None
 ) -> None:
-    r: Any = SimpleNamespace(counts=counts, status=status)
-    got = lifecycle.expectation_failed(expect, r)
+    items = [Tallied(f"{o}-{k}", Outcome(o)) for o, n in counts.items() for k in range(n)]
+    account = tally(items, expect)
+    got = account.control_failed
     assert (got is None) == (failed is None)
     if failed is not None:
         assert got is not None and failed in got
+    # a control that gave its answer exits 0; a wrong answer 1; no answer at all 3
+    assert account.status == (1 if failed else 3 if status == 3 else 0)
 
 
 def test_expected_data_loss_follows_each_cells_parity() -> None:

@@ -124,24 +124,30 @@ def cmd_status(args: argparse.Namespace) -> int:
             return EXIT_OK
         cid, status, started = found[0]
         rows = campaign.Engine(camp, db).rows(st, cid)
-        counts = _run_counts(st, rows)
+        accounts = _accounts(st, rows)
     console.print(f"campaign [bold]{camp.name}[/] {cid}: {status}, started {started}")
-    console.print(_elements_table(rows, counts))
+    console.print(_elements_table(rows, accounts))
     return EXIT_OK
 
 
-def _run_counts(st: Store, rows: Sequence[campaign.ElementRow]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
+def _accounts(
+    st: Store, rows: Sequence[campaign.ElementRow]
+) -> dict[str, tuple[outcome.Account, int]]:
+    """Each element run's account and exit status, as the lifecycle stored them, for
+    every experiment kind alike (a run stored before accounts existed: derived from its
+    items)."""
+    out: dict[str, tuple[outcome.Account, int]] = {}
     for r in rows:
         if r.run_id:
-            out[r.run_id] = {
-                str(o): int(n)
-                for o, n in st.execute(
-                    "SELECT outcome, count(*) FROM verdicts WHERE run_id = ? GROUP BY outcome",
-                    (r.run_id,),
-                )
-            }
+            account, status = st.account(r.run_id)
+            out[r.run_id] = (account, account.status if status is None else status)
     return out
+
+
+def _outcomes_cell(account: outcome.Account) -> str:
+    shown = [f"{o} {n}" for o, n in account.counts.items()]
+    shown += [f"{o} {n} (expected)" for o, n in account.expected.items()]
+    return "  ".join(shown) or "-"
 
 
 _STYLE = {
@@ -154,14 +160,14 @@ _STYLE = {
 
 
 def _elements_table(
-    rows: Sequence[campaign.ElementRow], counts: dict[str, dict[str, int]]
+    rows: Sequence[campaign.ElementRow], accounts: dict[str, tuple[outcome.Account, int]]
 ) -> Table:
     t = Table(box=box.SIMPLE_HEAD)
     for col in ("#", "scenario", "--set", "seed", "status", "run", "outcomes", "seconds"):
         t.add_column(col, justify="right" if col in ("#", "seed", "seconds") else "left")
     for r in rows:
         e = r.element
-        c = counts.get(r.run_id or "", {})
+        account = accounts.get(r.run_id or "", (outcome.Account(), EXIT_OK))[0]
         status = f"[{_STYLE.get(r.status, 'white')}]{r.status}[/]"
         if r.status in ("failed", "quarantined") and r.last_error:
             status += f"\n[dim]{r.last_error[:120]}[/]"
@@ -172,7 +178,7 @@ def _elements_table(
             str(e.seed),
             status,
             r.run_id or "-",
-            "  ".join(f"{o} {n}" for o, n in sorted(c.items())) or "-",
+            _outcomes_cell(account),
             "-" if r.seconds is None else f"{r.seconds:.0f}",
         )
     return t
@@ -180,7 +186,7 @@ def _elements_table(
 
 def summarize(report: campaign.CampaignReport) -> int:
     with Store.open(report.db, create=False) as st:
-        counts = _run_counts(st, report.rows)
+        accounts = _accounts(st, report.rows)
     done = report.by_status(campaign.ElementStatus.DONE)
     quarantined = report.by_status(campaign.ElementStatus.QUARANTINED)
     console.print(
@@ -189,7 +195,7 @@ def summarize(report: campaign.CampaignReport) -> int:
         + f": {len(done)}/{len(report.rows)} done, {len(quarantined)} quarantined;"
         f" {report.ran} run(s) this time; store {report.db}"
     )
-    console.print(_elements_table(report.rows, counts))
+    console.print(_elements_table(report.rows, accounts))
     for name in report.campaign.skipped:
         console.print(f"[yellow]skipped[/] optional scenario {name}: it does not exist yet")
     for r in quarantined:
@@ -197,18 +203,13 @@ def summarize(report: campaign.CampaignReport) -> int:
             f"[bold red]quarantined[/] {r.element.label}: {r.failures} failure(s),"
             f" {r.interruptions} interruption(s); last: {r.last_error}"
         )
-    controls = _controls(report)
-    verdicts = [outcome.Outcome(o) for rid, c in counts.items() if rid not in controls for o in c]
-    status = outcome.exit_status(verdicts)
-    failed = {rid: why for rid, why in controls.items() if why}
+    status = campaign_status([s for _, s in accounts.values()], quarantined=bool(quarantined))
+    controls = {rid: a for rid, (a, _) in accounts.items() if a.expect}
+    failed = {rid: a.control_failed for rid, a in controls.items() if a.control_failed}
     for rid, why in failed.items():
         console.print(f"[bold red]{why}[/] (run {rid})")
     if controls and not failed:
         console.print(f"[green]{len(controls)} known-answer control(s) gave their answer[/]")
-    if failed:
-        status = EXIT_FINDING
-    elif status == EXIT_OK and quarantined:
-        status = EXIT_HARNESS
     console.print(
         {
             EXIT_OK: "[green]no finding[/] in any run",
@@ -221,19 +222,15 @@ def summarize(report: campaign.CampaignReport) -> int:
     return status
 
 
-def _controls(report: campaign.CampaignReport) -> dict[str, str | None]:
-    """Runs of scenarios that declare ``expect``: run id -> why the control failed (None
-    when it gave the expected answer). Their findings are the answer, not a page."""
-    out: dict[str, str | None] = {}
-    with Store.open(report.db, create=False) as st:
-        for r in report.rows:
-            if not r.run_id:
-                continue
-            summary = st.run(r.run_id).summary or {}
-            if summary.get("expect"):
-                why = summary.get("control_failed")
-                out[r.run_id] = str(why) if why else None
-    return out
+def campaign_status(run_statuses: Sequence[int], *, quarantined: bool) -> int:
+    """A campaign's exit status from its runs' stored ones: a finding anywhere (a
+    control's wrong answer included) is 1, whatever else happened; then 3 for a run or
+    an element the lab could not finish; else 0."""
+    if EXIT_FINDING in run_statuses:
+        return EXIT_FINDING
+    if EXIT_HARNESS in run_statuses or quarantined:
+        return EXIT_HARNESS
+    return EXIT_OK
 
 
 def _fmt(seconds: float) -> str:

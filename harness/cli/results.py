@@ -234,7 +234,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     t.add_column("duration", no_wrap=True)
     t.add_column("accel", no_wrap=True)
     t.add_column("kernel", overflow="fold")
-    t.add_column("states", no_wrap=True)
+    t.add_column("outcomes", no_wrap=True)
     t.add_column("status", no_wrap=True)
     for r in rows:
         t.add_row(
@@ -244,7 +244,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             render.duration(r),
             r.accelerator or "-",
             r.guest_kernel or "-",
-            render.counts_markup(r.outcome_counts, "\n") or "-",
+            render.account_markup(r, "\n") or "-",
             render.status_markup(r),
         )
     console.print(t)

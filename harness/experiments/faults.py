@@ -25,10 +25,9 @@ from faults.dm import healthy_table_args
 from harness.config.faults import FaultsScenario, FsCell
 from harness.errors import GuestPanic, GuestTimeout, HarnessError
 from harness.experiments import lifecycle
-from harness.experiments.crash import guest_packages, qemu_version
 from harness.outcome import Outcome
 from harness.record import recorder as record
-from harness.store.model import Accelerator, RunEnv, RunKind
+from harness.store.model import RunKind
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 FSYNC_STEPS = ("fsync-1", "fsync-2", "reopen-fsync")
@@ -82,7 +81,6 @@ class FsyncEio(lifecycle.Observed):
         spec = GuestSpec(disks=tuple(disks), command_timeout=self.guest_timeout())
         try:
             with start_guest(spec) as g:
-                self._record_env(g)
                 for m in (self.module, *(["zfs"] if cell.fs.type == "zfs" else [])):
                     r = g.run(["modprobe", m], timeout=120)
                     if not r.ok:
@@ -102,25 +100,6 @@ class FsyncEio(lifecycle.Observed):
 
     def guest_timeout(self) -> float:
         return float(self.sc.timeout * 12 + 300)
-
-    def _record_env(self, g: Guest) -> None:
-        """The run's accelerator, guest kernel and tools, once: every table says what
-        measured it."""
-        if getattr(self, "_env_recorded", False):
-            return
-        kernel = g.run(["uname", "-r"], check=True).out.strip()
-        img = self.run.image
-        self.run.store.set_run_env(
-            self.run.run_id,
-            RunEnv(
-                accelerator=Accelerator(g.accelerator),
-                guest_kernel=kernel,
-                qemu_version=qemu_version(),
-                image_hash=img.hash,
-                tool_versions=guest_packages(img),
-            ),
-        )
-        self._env_recorded = True
 
     def probe(self, g: Guest, fs: FsCell, devs: list[str]) -> dict[str, Any]:
         """Run the guest program on the cell's devices: its facts and the verdict."""

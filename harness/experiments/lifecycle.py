@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import platform
 import signal
 import time
 from abc import ABC, abstractmethod
@@ -38,9 +39,11 @@ from types import FrameType
 from typing import Any, ClassVar, Protocol
 
 from harness import outcome, paths
-from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK, InputError
+from harness.errors import EXIT_FINDING, EXIT_HARNESS, InputError
 from harness.image.build import Image, require_image
-from harness.store.db import RunEnv, RunKind, RunStatus, Store
+from harness.store.db import Accelerator, RunEnv, RunKind, RunStatus, Store
+from harness.store.model import ItemOutcome
+from harness.vm import accel
 
 log = logging.getLogger("crashlab.lifecycle")
 
@@ -128,36 +131,25 @@ class Experiment(ABC):
     def commit(self, item: Item, result: Any) -> None:
         """Store one item's result (one transaction)."""
 
-    def counts(self) -> dict[str, int]:
-        """Outcome counts of every item of the run, earlier ones included, from the store;
-        only what can be a finding (a kind may keep modelled-fault outcomes out)."""
-        return self.run.store.outcome_counts(self.run.run_id)
+    def expected(self, item: ItemOutcome) -> bool:
+        """The kind's one counting rule: whether an item's outcome is what the
+        filesystem's design makes normal (``repaired`` without a journal, ``data_loss``
+        past a pool's parity, a modelled lying disk), reported but no finding. Reads only
+        what the store holds (the scenario, the item's own stored facts), so any report
+        can apply it again."""
+        return False
 
     def summary(self) -> dict[str, Any]:
         """What the kind adds to the stored summary."""
         return {}
 
-    def exit_status(self, counts: Mapping[str, int]) -> int:
-        return outcome.exit_status(outcome.Outcome(o) for o, n in counts.items() if n)
-
 
 class Observed(Experiment):
     """A kind whose items are rows of the store's ``observations`` table (no table of its
-    own): an item is done when its row exists, and the counts are the rows' outcomes."""
+    own): an item is done when its row exists."""
 
     def done(self) -> set[str]:
         return {o["item"] for o in self.run.store.observations(self.run.run_id)}
-
-    def counted(self, observation: Mapping[str, Any]) -> bool:
-        """Whether an item's outcome counts (a kind may keep an expected result out)."""
-        return True
-
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for o in self.run.store.observations(self.run.run_id):
-            if self.counted(o):
-                out[o["outcome"]] = out.get(o["outcome"], 0) + 1
-        return out
 
 
 REGISTRY: dict[str, type[Experiment]] = {}
@@ -193,14 +185,20 @@ class Report:
     resumed: bool
     items: int
     earlier: int  # items that had a result before this process started
-    counts: dict[str, int] = field(default_factory=dict)
+    account: outcome.Account = field(default_factory=outcome.Account)
     seconds: float = 0.0
-    status: int = EXIT_OK
-    expect_failed: str | None = None  # a control's wrong answer, said in words
     not_resumed: str | None = None  # why an unfinished run was not taken up
     # What was stored as the run's summary (the kind's own part included), for the
     # end-of-run report: the store is closed by the time it is printed.
     summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def counts(self) -> Mapping[str, int]:
+        return self.account.counts
+
+    @property
+    def status(self) -> int:
+        return self.account.status
 
 
 def execute(
@@ -225,8 +223,9 @@ def execute(
     seed = sc.seed if seed is None else seed
     img = require_image()
     params = sc.resolved()
+    env = run_env(img)
     with Store.open(db) as st:
-        run_id, resumed, not_resumed = _begin(st, sc, cls, params, seed, img, fresh)
+        run_id, resumed, not_resumed = _begin(st, sc, cls, params, seed, env, fresh)
         run = Run(sc, st, db, run_id, seed, img, resumed, progress)
         exp = cls(run)
         report = Report(run_id, db, sc, exp, resumed, 0, 0, not_resumed=not_resumed)
@@ -235,26 +234,45 @@ def execute(
                 _steps(exp, report)
         except BaseException as e:
             status = RunStatus.INTERRUPTED if isinstance(e, KeyboardInterrupt) else RunStatus.FAILED
-            st.finish_run(run_id, status, {"error": str(e)[:500], "outcome_counts": exp.counts()})
+            # What was found stays found: the account of the items done goes in first.
+            # A run that did not finish exits 3 unless it found something: the findings
+            # it had stay a finding, never hidden behind the failure that came after.
+            report.account = account(exp)
+            unfinished = EXIT_FINDING if report.account.status == EXIT_FINDING else EXIT_HARNESS
+            st.set_account(run_id, report.account, status=unfinished)
+            st.finish_run(run_id, status, {"error": str(e)[:500], **_counts(report.account)})
             raise
         report.seconds = time.monotonic() - started
-        report.counts = exp.counts()
-        report.status = exp.exit_status(report.counts)
-        report.expect_failed = expectation_failed(getattr(sc, "expect", None), report)
-        if report.expect_failed is not None:
-            report.status = EXIT_FINDING
-        elif getattr(sc, "expect", None) is not None and report.status == EXIT_FINDING:
-            report.status = EXIT_OK  # a positive control that found what it must
+        report.account = account(exp)
+        st.set_account(run_id, report.account)
+        a = report.account
         report.summary = {
-            "outcome_counts": report.counts,
+            **_counts(a),
             "items": report.items,
             "seconds": round(report.seconds, 2),
-            **({"expect": sc.expect} if getattr(sc, "expect", None) else {}),
-            **({"control_failed": report.expect_failed} if report.expect_failed else {}),
+            **({"expect": a.expect} if a.expect else {}),
+            **({"control_failed": a.control_failed} if a.control_failed else {}),
             **exp.summary(),
         }
         st.finish_run(run_id, RunStatus.DONE, report.summary)
     return report
+
+
+def account(exp: Experiment) -> outcome.Account:
+    """The run's account from the store: every item's outcome, judged by the kind's rule."""
+    run = exp.run
+    items = run.store.item_outcomes(run.run_id)
+    return outcome.tally(
+        (outcome.Tallied(i.item, i.outcome, exp.expected(i)) for i in items),
+        getattr(exp.sc, "expect", None),
+    )
+
+
+def _counts(a: outcome.Account) -> dict[str, Any]:
+    return {
+        "outcome_counts": dict(a.counts),
+        **({"expected_outcomes": dict(a.expected)} if a.expected else {}),
+    }
 
 
 def _begin(
@@ -263,7 +281,7 @@ def _begin(
     cls: type[Experiment],
     params: Mapping[str, Any],
     seed: int,
-    img: Image,
+    env: RunEnv,
     fresh: bool,
 ) -> tuple[str, bool, str | None]:
     """The run to use: an unfinished one of the same scenario, parameters, seed and
@@ -273,17 +291,33 @@ def _begin(
         found = st.find_resumable_run(sc.name, params, seed)
         if found is not None:
             row = st.run(found)
-            if row.image_hash in (None, img.hash):
+            if row.image_hash in (None, env.image_hash):
                 st.resume_run(found)
+                st.set_run_env(found, env)
                 return found, True, None
             not_resumed = (
                 f"run {found} of this scenario is unfinished but used guest image "
-                f"{row.image_hash}, not {img.hash}: starting a new run"
+                f"{row.image_hash}, not {env.image_hash}: starting a new run"
             )
-    run_id = st.begin_run(
-        sc.name, cls.run_kind, params, seed, fs=_fs_of(sc), env=RunEnv(image_hash=img.hash)
-    )
+    run_id = st.begin_run(sc.name, cls.run_kind, params, seed, fs=_fs_of(sc), env=env)
     return run_id, False, not_resumed
+
+
+def run_env(img: Image) -> RunEnv:
+    """Where every guest of a run runs, recorded once here for every kind: the image's
+    kernel (guests boot the image's own vmlinuz), the accelerator the backends choose
+    (the same cached probe), QEMU, and the host's and the image's tool versions."""
+    packages = img.manifest.get("packages")
+    tools = {str(k): str(v) for k, v in packages.items()} if isinstance(packages, dict) else {}
+    zfs = img.manifest.get("zfs_version")
+    host = {"host": platform.release(), **({"zfs-kmod": str(zfs)} if zfs else {})}
+    return RunEnv(
+        accelerator=Accelerator(accel.choose(img)),
+        guest_kernel=str(img.manifest.get("kernel") or "") or None,
+        qemu_version=accel.qemu_version(),
+        image_hash=img.hash,
+        tool_versions={**host, **tools},
+    )
 
 
 def _fs_of(sc: Any) -> str | None:
@@ -304,21 +338,11 @@ def _steps(exp: Experiment, report: Report) -> None:
     run.progress("checking", finished, len(items))
     for item, result in exp.check(todo):
         exp.commit(item, result)
+        # The account follows every item, so a campaign, a report or a resume reading
+        # the run mid-way (or after a kill) sees every finding committed so far.
+        run.store.set_account(run.run_id, account(exp))
         finished += 1
         run.progress("checking", finished, len(items))
-
-
-def expectation_failed(expect: str | None, report: Report) -> str | None:
-    """For a known-answer control: what went wrong, or None when the answer is right (or
-    the scenario expects nothing). A harness failure is never a control's answer."""
-    if expect is None or report.status == EXIT_HARNESS:
-        return None
-    findings = sum(n for o, n in report.counts.items() if outcome.is_finding(outcome.Outcome(o)))
-    if expect == "findings" and findings == 0:
-        return "control failed: expected findings, got none"
-    if expect == "clean" and findings:
-        return f"control failed: expected clean, got {findings} finding(s)"
-    return None
 
 
 @contextmanager

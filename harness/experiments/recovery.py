@@ -39,6 +39,7 @@ from typing import Any
 
 from harness.check import timed
 from harness.check.host import host_check
+from harness.config.crash import journaled as fs_journaled
 from harness.config.recovery import Cell, RecoveryScenario, preflight
 from harness.config.settings import size_text
 from harness.errors import GuestPanic, GuestTimeout, HarnessError
@@ -47,7 +48,7 @@ from harness.experiments.recovery_crash import SERIALS, Target, guest_spec, make
 from harness.experiments.recovery_fit import claims, fits
 from harness.outcome import Outcome
 from harness.record import recorder as record
-from harness.store.model import RunKind
+from harness.store.model import ItemOutcome, RunKind
 from harness.vm.backend import Disk, start_guest
 
 
@@ -82,7 +83,7 @@ class Item:
         }
 
     def journaled(self) -> bool:
-        return self.cell.fs not in ("ext2",) and "^has_journal" not in self.cell.features
+        return fs_journaled(self.cell.fs, self.cell.features)
 
 
 @lifecycle.register("recovery")
@@ -129,9 +130,12 @@ class Recovery(lifecycle.Observed):
             self.run.run_id, item.id, item.key(), result, Outcome(result["outcome"])
         )
 
-    def counted(self, observation: Mapping[str, Any]) -> bool:
-        # a journal-less fs that needed its fsck: the claim, not a finding
-        return not observation["metrics"].get("expected")
+    def expected(self, item: ItemOutcome) -> bool:
+        # a journal-less fs that needed its fsck: the seed's claim, not a finding
+        cell = item.detail.get("cell", {})
+        return item.outcome is Outcome.REPAIRED and not fs_journaled(
+            str(cell.get("fs")), str(cell.get("features", ""))
+        )
 
     def summary(self) -> dict[str, Any]:
         obs = self.run.store.observations(self.run.run_id)

@@ -31,11 +31,9 @@ from harness import paths, proc
 from harness.config.workload import IoCell, WorkloadScenario
 from harness.errors import GuestPanic, GuestTimeout, HarnessError, InputError
 from harness.experiments import iometrics, lifecycle
-from harness.experiments.crash import guest_packages, qemu_version
 from harness.outcome import Outcome
 from harness.record import blktrace
 from harness.record import recorder as record
-from harness.store import db as store
 from harness.store.model import RunKind
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
@@ -94,7 +92,6 @@ class Workload(lifecycle.Observed):
         assert isinstance(self.sc, WorkloadScenario)
         check_job(self.sc)
         self.all = [Item(c, r + 1) for c in self.sc.cells for r in range(self.sc.repetitions)]
-        self.env_set = False
 
     def items(self) -> Sequence[Item]:
         return self.all
@@ -131,7 +128,6 @@ class Workload(lifecycle.Observed):
     def _in_guest(self, g: Guest, item: Item) -> dict[str, Any]:
         sc, cell = self.sc, item.cell
         kernel = g.run(["uname", "-r"], check=True).out.strip()
-        self._set_env(g.accelerator, kernel)
         if cell.type == "zfs":
             r = g.run(["modprobe", "zfs"], timeout=300)
             if not r.ok:
@@ -193,21 +189,6 @@ class Workload(lifecycle.Observed):
                 (out / n).write_bytes(g.read_file(f"{GUEST_TRACE_DIR}/{n}"))
         s = blktrace.summarize(blktrace.read_events(blktrace.trace_files(out, "trace")))
         return {**s.to_dict(), "files": str(out)}
-
-    def _set_env(self, accelerator: str, kernel: str) -> None:
-        if self.env_set:
-            return
-        self.run.store.set_run_env(
-            self.run.run_id,
-            store.RunEnv(
-                accelerator=store.Accelerator(accelerator),
-                guest_kernel=kernel,
-                qemu_version=qemu_version(),
-                image_hash=self.run.image.hash,
-                tool_versions=guest_packages(self.run.image),
-            ),
-        )
-        self.env_set = True
 
     def commit(self, item: lifecycle.Item, result: Any) -> None:
         assert isinstance(item, Item)

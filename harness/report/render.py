@@ -40,12 +40,17 @@ def print_detail(console: Console, d: RunDetail) -> None:
         ("qemu", r.qemu_version or "-"),
         ("image", r.image_hash or "-"),
         ("tools", ", ".join(f"{k} {v}" for k, v in sorted(r.tool_versions.items())) or "-"),
-        ("outcomes", counts_markup(r.outcome_counts) or "no states checked"),
+        ("outcomes", account_markup(r) or "no states checked"),
+        ("exit status", exit_markup(r)),
     ):
         head.add_row(key, value)
     # The summary repeats the counts for a finished run; show only what it adds (an
     # error message of a failed run, say).
-    extra = {k: v for k, v in (r.summary or {}).items() if k != "outcome_counts"}
+    extra = {
+        k: v
+        for k, v in (r.summary or {}).items()
+        if k not in ("outcome_counts", "expected_outcomes")
+    }
     for key, value in sorted(flatten(extra).items()):
         head.add_row(key, str(value))
     console.print(head)
@@ -162,6 +167,20 @@ def outcome_markup(outcome: str) -> str:
 
 def counts_markup(counts: Mapping[str, int], sep: str = "  ") -> str:
     return sep.join(f"[{style(o)}]{o} {n}[/]" for o, n in counts.items())
+
+
+def account_markup(r: RunRow, sep: str = "  ") -> str:
+    """A run's outcomes as its account has them: the ones that can be findings, then the
+    ones its kind's rule expects (dim: reported, never findings)."""
+    expected = sep.join(f"[dim]{o} {n} (expected)[/]" for o, n in r.account.expected.items())
+    return sep.join(s for s in (counts_markup(r.outcome_counts, sep), expected) if s)
+
+
+def exit_markup(r: RunRow) -> str:
+    if r.exit_status is None:
+        return "-"
+    words = {0: "no finding", 1: "finding", 2: "bad input", 3: "harness failure"}
+    return f"{r.exit_status} ({words.get(r.exit_status, '?')})"
 
 
 def status_markup(r: RunRow) -> str:

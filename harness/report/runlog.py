@@ -57,7 +57,10 @@ def render(d: RunDetail, db: Path | None = None) -> str:
     if db is not None:
         lines.append(f"store        {db}")
     counts = "  ".join(f"{o} {n}" for o, n in r.outcome_counts.items()) or "none"
-    lines += [f"outcomes     {counts}", ""]
+    expected = "  ".join(f"{o} {n}" for o, n in r.account.expected.items())
+    lines += [f"outcomes     {counts}"]
+    lines += [f"expected     {expected} (by the kind's rule: not findings)"] if expected else []
+    lines += [f"exit status  {'-' if r.exit_status is None else r.exit_status}", ""]
     if r.summary:
         lines += ["== summary", json.dumps(r.summary, indent=2, sort_keys=True), ""]
     lines += ["== parameters", json.dumps(dict(r.params), indent=2, sort_keys=True), ""]

@@ -7,7 +7,7 @@ table, registered here by experiment class.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from rich.console import Console
 from rich.table import Table
@@ -28,6 +28,10 @@ from harness.store.db import Store
 Body = Callable[[Console, lifecycle.Report], None]
 
 
+def counts_line(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{o} {n}" for o, n in counts.items())
+
+
 def print_summary(console: Console, r: lifecycle.Report) -> None:
     console.print(
         f"[bold]{r.scenario.name}[/]  run [bold]{r.run_id}[/]"
@@ -37,8 +41,12 @@ def print_summary(console: Console, r: lifecycle.Report) -> None:
     if r.not_resumed:
         console.print(f"[yellow]{r.not_resumed}[/]")
     BODIES[type(r.experiment)](console, r)
-    if r.expect_failed:
-        console.print(f"[red]{r.expect_failed}[/] (scenario expects {r.scenario.expect})")
+    if r.account.expected:
+        console.print(
+            "expected by design, not findings: " + counts_line(r.account.expected)
+        )
+    if r.account.control_failed:
+        console.print(f"[red]{r.account.control_failed}[/] (scenario expects {r.scenario.expect})")
     elif getattr(r.scenario, "expect", None):
         console.print(f"[green]control passed[/]: expected {r.scenario.expect}")
     console.print(closing_line(r))
@@ -50,7 +58,7 @@ def closing_line(r: lifecycle.Report) -> str:
             "[yellow]harness failure[/]: some items could not be checked (hang, panic, lab "
             "error); this says nothing about the filesystem"
         )
-    if r.expect_failed or getattr(r.scenario, "expect", None):
+    if r.account.expect:
         return f"scenario results show {r.run_id}"
     if r.status == EXIT_FINDING:
         return f"[red]finding[/] — scenario results show {r.run_id}"

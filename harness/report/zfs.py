@@ -178,10 +178,10 @@ def print_crash_body(console: Console, r: lifecycle.Report) -> None:
             f"[{style}]{c.outcome}[/]" + ("" if s.honest else " [dim](not counted)[/]"),
         )
     console.print(t)
-    counts = exp.counts()
+    counts = r.account.counts
     console.print("verdicts: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())))
     if exp.lying:
-        lying = exp.counts(honest=False)
+        lying = r.account.expected
         console.print(
             f"{len(exp.lying)} states modelled disks that lose acknowledged writes "
             "(crash.torn_model = any); their verdicts are not counted as findings: "

@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from harness.errors import InputError
-from harness.outcome import Outcome, is_harness, reduce
+from harness.outcome import Account, Outcome, is_harness, reduce
 from harness.store import merge
 from harness.store.model import (
     APPLICATION_ID,
@@ -187,6 +187,25 @@ class Store(StoreReads):
                 "UPDATE runs SET status = 'running', pid = ?, host = ?, finished_at = NULL"
                 " WHERE id = ?",
                 (os.getpid(), socket.gethostname(), run_id),
+            )
+
+    def set_account(self, run_id: str, account: Account, *, status: int | None = None) -> None:
+        """Replace a run's account and exit status (``status``, else the account's), in
+        one transaction: the lifecycle calls it after every item, so a run killed at any
+        instant has an account as current as its items."""
+        with self._transaction() as c:
+            c.execute("DELETE FROM run_outcomes WHERE run_id = ?", (run_id,))
+            c.executemany(
+                "INSERT INTO run_outcomes (run_id, outcome, expected, n) VALUES (?, ?, ?, ?)",
+                [
+                    (run_id, o, int(expected), n)
+                    for expected, counts in ((False, account.counts), (True, account.expected))
+                    for o, n in counts.items()
+                ],
+            )
+            c.execute(
+                "UPDATE runs SET exit_status = ?, expect = ? WHERE id = ?",
+                (account.status if status is None else status, account.expect, run_id),
             )
 
     def finish_run(

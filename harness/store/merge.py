@@ -40,6 +40,7 @@ MERGE_ORDER = (
     "zfs_scans",
     "observations",
     "verdicts",
+    "run_outcomes",
 )
 NOT_A_RUNS = frozenset({"campaigns", "campaign_elements"})
 assert set(MERGE_ORDER) | NOT_A_RUNS == _TABLES, "a new table needs a merge rule"
@@ -56,6 +57,10 @@ _NEW_ROWS = {
     "zfs_scans": "NOT EXISTS (SELECT 1 FROM main.zfs_scans m WHERE m.run_id = s.run_id"
     " AND m.item IS s.item AND m.repetition = s.repetition AND m.kind = s.kind)",
 }
+# A run's account is whole or not at all: the incoming one replaces the main store's
+# while that run is unfinished there (the DELETE in ``statements``), and a finished run's
+# account stays as it is.
+_WHOLE = {"run_outcomes": "NOT EXISTS (SELECT 1 FROM main.run_outcomes m WHERE m.run_id = :run)"}
 
 
 def snapshot(db: Path) -> bytes:
@@ -92,6 +97,11 @@ def statements(conn: sqlite3.Connection) -> list[str]:
         f"DELETE FROM main.{table} WHERE run_id = :run AND state_id IN ({_superseded()})"
         for table in ("checks", "recovery_times", "verdicts")  # verdicts last: the subquery
     ]
+    # Before the run row moves forward, while "unfinished" still means the main store's.
+    out.append(
+        "DELETE FROM main.run_outcomes WHERE run_id = :run AND EXISTS (SELECT 1 FROM"
+        " main.runs WHERE id = :run AND status != 'done')"
+    )
     for table in MERGE_ORDER:
         cols = _columns(conn, table)
         names = ", ".join(cols)
@@ -108,7 +118,8 @@ def statements(conn: sqlite3.Connection) -> list[str]:
         elif table == "log_events":
             where = f"s.log_hash IN ({_LOGS_OF_RUN})"
         else:
-            where = "s.run_id = :run" + (f" AND {_NEW_ROWS[table]}" if table in _NEW_ROWS else "")
+            extra = _NEW_ROWS.get(table) or _WHOLE.get(table)
+            where = "s.run_id = :run" + (f" AND {extra}" if extra else "")
         verb = "INSERT INTO" if table in _NEW_ROWS else "INSERT OR IGNORE INTO"
         out.append(f"{verb} main.{table} ({names}) SELECT {picked} FROM src.{table} s")
         out[-1] += f" WHERE {where}"

@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from harness.config.settings import canonical_json as canonical_json  # shared with config
-from harness.outcome import Outcome
+from harness.outcome import Account, Outcome
 
 # "CRLB" as a big-endian int: `file(1)` and `sqlite3 .dbinfo` show it, and it tells
 # our files from any other SQLite file without looking at table names.
@@ -133,7 +133,14 @@ class RunRow:
     image_hash: str | None
     fs: str | None
     summary: Mapping[str, Any] | None
-    outcome_counts: Mapping[str, int]
+    # The run's account (harness/outcome.py): what every report and campaign reads.
+    account: Account
+    exit_status: int | None  # None: still running, or stored before the account existed
+
+    @property
+    def outcome_counts(self) -> Mapping[str, int]:
+        """The outcomes that can be findings (the kind's expected ones are apart)."""
+        return self.account.counts
 
     @property
     def duration(self) -> float | None:
@@ -163,7 +170,21 @@ class RunRow:
             "image_hash": self.image_hash,
             "summary": self.summary,
             "outcome_counts": dict(self.outcome_counts),
+            "expected_outcomes": dict(self.account.expected),
+            "exit_status": self.exit_status,
         }
+
+
+@dataclass(frozen=True)
+class ItemOutcome:
+    """One item of a run as every kind stores it (``v_item_outcomes``): its id, its
+    outcome, and the item's own stored facts its kind's counting rule may read (a crash
+    state's parameters, an observation's metrics, a scan's expected loss)."""
+
+    item: str
+    outcome: Outcome
+    detail: Mapping[str, Any]
+    source: str  # verdicts | observations | zfs_scans
 
 
 @dataclass(frozen=True)

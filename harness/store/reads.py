@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError
+from harness.outcome import Account, Outcome, tally
+from harness.outcome import Tallied as Tallied
 from harness.store.model import (
     CheckRow,
+    ItemOutcome,
     Phase,
     RunDetail,
     RunRow,
@@ -149,16 +152,36 @@ class StoreReads:
         ]
 
     def outcome_counts(self, run_id: str) -> dict[str, int]:
-        """Verdict counts of a run's items, most severe last: its crash states, or the
-        observations of a kind without a table of its own (a run has one or the other)."""
+        """Counts of every item's outcome of a run, whatever table its kind keeps them
+        in, expected or not, most severe last."""
         rows = self._conn.execute(
-            "SELECT outcome, count(*) FROM ("
-            " SELECT outcome FROM verdicts WHERE run_id = ?"
-            " UNION ALL SELECT outcome FROM observations WHERE run_id = ? AND outcome IS NOT NULL"
-            ") GROUP BY outcome",
-            (run_id, run_id),
+            "SELECT outcome, count(*) FROM v_item_outcomes WHERE run_id = ? GROUP BY outcome",
+            (run_id,),
         )
         return _ordered_counts((str(o), int(n)) for o, n in rows)
+
+    def item_outcomes(self, run_id: str) -> list[ItemOutcome]:
+        """Every checked item of a run, of any kind, in one shape."""
+        rows = self._conn.execute(
+            "SELECT item, outcome, detail, source FROM v_item_outcomes WHERE run_id = ?",
+            (run_id,),
+        )
+        return [ItemOutcome(i, Outcome(o), json.loads(d or "{}"), src) for i, o, d, src in rows]
+
+    def account(self, run_id: str) -> tuple[Account, int | None]:
+        """A run's stored account and exit status (``v_run_outcomes``: a run the
+        lifecycle never accounted for has its items' counts, nothing marked expected, and
+        no exit status)."""
+        row = self._conn.execute(
+            "SELECT exit_status, expect FROM runs WHERE id = ?",
+            (run_id,),
+        ).fetchone()
+        status, expect = row if row else (None, None)
+        rows = self._conn.execute(
+            "SELECT outcome, expected, n FROM v_run_outcomes WHERE run_id = ?", (run_id,)
+        )
+        items = (Tallied("", Outcome(o), bool(e)) for o, e, n in rows for _ in range(n))
+        return tally(items, expect), status
 
     def _run_row(self, r: sqlite3.Row | tuple[Any, ...]) -> RunRow:
         (
@@ -179,6 +202,7 @@ class StoreReads:
             fs,
             summary,
         ) = r
+        account, exit_status = self.account(rid)
         return RunRow(
             id=rid,
             scenario=scenario,
@@ -196,7 +220,8 @@ class StoreReads:
             image_hash=image,
             fs=fs,
             summary=json.loads(summary) if summary is not None else None,
-            outcome_counts=self.outcome_counts(rid),
+            account=account,
+            exit_status=exit_status,
         )
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

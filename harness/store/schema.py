@@ -306,12 +306,86 @@ _MIGRATION_5 = [
     " CHECK (json_valid(progress))",
 ]
 
+# 6: one account of every outcome (harness/outcome.py ``Account``). Every kind keeps its
+# items where it always did (verdicts, observations, zfs_scans); ``v_item_outcomes`` is
+# their one view, and the lifecycle writes each run's account from it -- counts by
+# outcome, split by whether the kind's rule expects the outcome -- with the run's exit
+# status, after every item. Campaigns, ``results`` and the controls read these, never a
+# kind's own table. Runs stored before this migration get their counts (nothing marked
+# expected: the rules need the scenario, which SQL does not have) and no exit status.
+_MIGRATION_6 = [
+    "ALTER TABLE runs ADD COLUMN exit_status INTEGER",
+    # A known-answer control's answer ("findings" | "clean"): part of the account.
+    "ALTER TABLE runs ADD COLUMN expect TEXT",
+    "UPDATE runs SET expect = json_extract(summary, '$.expect') WHERE summary IS NOT NULL",
+    """
+    CREATE TABLE run_outcomes (
+        run_id    TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        outcome   TEXT NOT NULL,
+        expected  INTEGER NOT NULL CHECK (expected IN (0, 1)),
+        n         INTEGER NOT NULL,
+        PRIMARY KEY (run_id, outcome, expected)
+    )
+    """,
+    """
+    CREATE VIEW v_item_outcomes AS
+    SELECT v.run_id, v.state_id AS item, v.outcome, s.params AS detail, 'verdicts' AS source
+      FROM verdicts v
+      JOIN crash_states s ON s.run_id = v.run_id AND s.id = v.state_id
+    UNION ALL
+    SELECT run_id, item, outcome,
+           json_object('cell', json(cell), 'metrics', json(metrics)), 'observations'
+      FROM observations WHERE outcome IS NOT NULL
+    UNION ALL
+    SELECT run_id, COALESCE(item, 'scan-' || id), outcome,
+           json_object('expected_loss', expected_loss, 'cell', json(cell)), 'zfs_scans'
+      FROM zfs_scans WHERE outcome IS NOT NULL
+    """,
+    """
+    INSERT INTO run_outcomes (run_id, outcome, expected, n)
+    SELECT run_id, outcome, 0, count(*) FROM v_item_outcomes GROUP BY run_id, outcome
+    """,
+    # What every reader counts: the lifecycle's account of a run, or, for a run it never
+    # accounted for (written by a tool or a test), its items with nothing expected.
+    """
+    CREATE VIEW v_run_outcomes AS
+    SELECT run_id, outcome, expected, n FROM run_outcomes
+    UNION ALL
+    SELECT i.run_id, i.outcome, 0, count(*) FROM v_item_outcomes i
+     WHERE NOT EXISTS (SELECT 1 FROM run_outcomes o WHERE o.run_id = i.run_id)
+     GROUP BY i.run_id, i.outcome
+    """,
+    "DROP VIEW v_runs",
+    """
+    CREATE VIEW v_runs AS
+    SELECT r.id AS run_id, r.scenario, r.kind, r.fs,
+           COALESCE(json_extract(r.params, '$.fs.data_mode'),
+                    json_extract(r.params, '$.data_mode')) AS data_mode,
+           r.seed, r.status, r.exit_status, r.expect, r.guest_kernel AS kernel,
+           r.accelerator, r.host,
+           r.started_at, r.finished_at,
+           round((julianday(r.finished_at) - julianday(r.started_at)) * 86400, 1)
+               AS duration_seconds,
+           (SELECT count(*) FROM verdicts v WHERE v.run_id = r.id) AS states,
+           (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id) AS items,
+           (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id
+                AND o.expected = 0 AND o.outcome
+                IN ('repaired', 'unrepairable', 'mount_failed', 'data_loss')) AS findings,
+           (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id
+                AND o.expected = 1) AS expected_outcomes,
+           (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id
+                AND o.outcome IN ('harness_error', 'timeout', 'panic')) AS harness_failures
+      FROM runs r
+    """,
+]
+
 MIGRATIONS: list[list[str]] = [
     _MIGRATION_1,
     _MIGRATION_2,
     _MIGRATION_3,
     _MIGRATION_4,
     _MIGRATION_5,
+    _MIGRATION_6,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 ZFS_SCAN_EXTRA = frozenset(
@@ -334,5 +408,6 @@ _TABLES = frozenset(
         "campaign_elements",
         "log_events",
         "observations",
+        "run_outcomes",
     }
 )

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import paths, proc, tools
+from harness.errors import HarnessError
 from harness.image.build import Image
 
 PROBE_OK = "crashlab-probe-ok"
@@ -168,3 +169,11 @@ class _ignore_bad_cache:
 
     def __exit__(self, *exc: object) -> bool:
         return exc[0] is not None and issubclass(exc[0], (ValueError, KeyError, TypeError))  # type: ignore[arg-type]
+
+
+def qemu_version() -> str:
+    """The host QEMU's version line, as runs record it ("unknown" if it cannot say)."""
+    try:
+        return proc.run(["qemu-system-x86_64", "--version"]).stdout.splitlines()[0]
+    except (HarnessError, IndexError):
+        return "unknown"

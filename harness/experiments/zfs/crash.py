@@ -50,7 +50,7 @@ import logging
 import shlex
 import shutil
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,14 +60,14 @@ from harness.config.zfs import CrashSpec, ZfsScenario
 from harness.experiments import lifecycle
 from harness.experiments.zfs import parse, pool, zdb
 from harness.experiments.zfs.record import Recording, record_pool
-from harness.experiments.zfs.scan import run_env
-from harness.outcome import Outcome, exit_status, is_harness, reduce
+from harness.outcome import Outcome, reduce
 from harness.record import logwrites
 from harness.record import recorder as record
 from harness.replay import multicrash
 from harness.replay import replayer as replay
 from harness.replay.multicrash import MultiState
 from harness.store import db as store
+from harness.store.model import ItemOutcome
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 log = logging.getLogger("crashlab.zfs.crash")
@@ -248,9 +248,6 @@ class ZfsCrash(lifecycle.Experiment):
         rdir = run.dir
         self.recording = _recording(rdir, sc, run.seed, run.progress)
         rec = self.recording
-        run.store.set_run_env(
-            run.run_id, run_env(run.image, rec.accelerator, rec.guest_kernel, rec.zfs_version)
-        )
         self.logs = self._stack.enter_context(open_logs(rec.logs))
         for k, lg in enumerate(self.logs):
             ls = lg.stats()
@@ -306,18 +303,10 @@ class ZfsCrash(lifecycle.Experiment):
         _commit(self.run.store, self.run.run_id, item, result)
         self.results[item.id] = result
 
-    def counts(self, *, honest: bool = True) -> dict[str, int]:
-        """Verdict counts of the honest states (the ones that can be findings), or with
-        ``honest=False`` of the lying-disk ones, earlier ones included."""
-        ids = {s.id for s in self.states if s.honest == honest}
-        rows = self.run.store.execute(
-            "SELECT state_id, outcome FROM verdicts WHERE run_id = ?", (self.run.run_id,)
-        )
-        out: dict[str, int] = {}
-        for sid, o in rows:
-            if sid in ids:
-                out[str(o)] = out.get(str(o), 0) + 1
-        return out
+    def expected(self, item: ItemOutcome) -> bool:
+        # A lying-disk state's outcome is the model's, not ZFS's (a hang in one is still
+        # the lab's: the account counts harness outcomes whether expected or not).
+        return not item.detail.get("honest", True)
 
     @property
     def lying(self) -> list[MultiState]:
@@ -325,7 +314,7 @@ class ZfsCrash(lifecycle.Experiment):
         return [s for s in self.states if not s.honest and s.id in self.results]
 
     def summary(self) -> dict[str, Any]:
-        lying = self.counts(honest=False)
+        lying = dict(lifecycle.account(self).expected)
         honest = (self.results.get(s.id) for s in self.states if s.honest)
         checked = [r for r in honest if r is not None and r.zdb is not None]
         return {
@@ -335,11 +324,6 @@ class ZfsCrash(lifecycle.Experiment):
             **({"lying_disk_outcome_counts": lying} if lying else {}),
         }
 
-    def exit_status(self, counts: Mapping[str, int]) -> int:
-        # A lying-disk set's finding is not ZFS's, but a hang or a broken lab is still
-        # the lab's: those keep exit status 3.
-        lab = [o for o in map(Outcome, self.counts(honest=False)) if is_harness(o)]
-        return exit_status([*(Outcome(o) for o, n in counts.items() if n), *lab])
 
 
 def _recording(rdir: Path, sc: ZfsScenario, seed: int, progress: lifecycle.Progress) -> Recording:

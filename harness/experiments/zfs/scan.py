@@ -23,11 +23,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import platform
 import shutil
 import statistics
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,12 +36,11 @@ from faults.disk import When
 from harness.config.zfs import Cell, Experiment, ZfsScenario
 from harness.errors import HarnessError
 from harness.experiments import lifecycle
-from harness.experiments.crash import qemu_version
 from harness.experiments.zfs import basefill, fits, kept, parse, pool, progress
 from harness.experiments.zfs.basefill import Filled
-from harness.image import build as image
-from harness.outcome import Outcome, exit_status
+from harness.outcome import Outcome
 from harness.store import db as store
+from harness.store.model import ItemOutcome
 from harness.vm.backend import Guest
 
 log = logging.getLogger("crashlab.zfs")
@@ -223,28 +221,12 @@ class ZfsScan(lifecycle.Experiment):
 
     def commit(self, item: lifecycle.Item, result: Any) -> None:
         assert isinstance(item, Rep) and isinstance(result, Measurement)
-        if not self.measurements:
-            self.run.store.set_run_env(self.run.run_id, _env(self.run.image, result))
         _store(self.run.store, self.run.run_id, self.sc, item, result)
         self.measurements.append(result)
 
-    def counts(self) -> dict[str, int]:
-        rows = self.run.store.execute(
-            "SELECT outcome, count(*) FROM zfs_scans WHERE run_id = ? GROUP BY outcome",
-            (self.run.run_id,),
-        )
-        return {str(o): int(n) for o, n in rows if o is not None}
-
-    def exit_status(self, counts: Mapping[str, int]) -> int:
-        rows = self.run.store.execute(
-            "SELECT outcome, expected_loss FROM zfs_scans WHERE run_id = ?", (self.run.run_id,)
-        )
-        outcomes = [
-            Outcome(o)
-            for o, expected in rows
-            if o is not None and not (o == Outcome.DATA_LOSS and expected)
-        ]
-        return exit_status(outcomes)
+    def expected(self, item: ItemOutcome) -> bool:
+        # A fault past the cell's parity loses data by design (``expected_loss``).
+        return item.outcome is Outcome.DATA_LOSS and bool(item.detail.get("expected_loss"))
 
     def summary(self) -> dict[str, Any]:
         cells = {rep.cell.label(): expected_loss(self.sc, rep.cell) for rep in self.reps}
@@ -450,24 +432,6 @@ def _store(st: store.Store, run_id: str, sc: ZfsScenario, rep: Rep, m: Measureme
             "phases": {k: round(v, 3) for k, v in m.phases.items()},
             "progress": m.progress,
         },
-    )
-
-
-def _env(img: image.Image, m: Measurement) -> store.RunEnv:
-    return run_env(img, m.accelerator, m.guest_kernel, m.zfs_version)
-
-
-def run_env(
-    img: image.Image, accelerator: str, guest_kernel: str, zfs_version: str
-) -> store.RunEnv:
-    packages = img.manifest.get("packages")
-    tools = {str(k): str(v) for k, v in packages.items()} if isinstance(packages, dict) else {}
-    return store.RunEnv(
-        accelerator=store.Accelerator(accelerator),
-        guest_kernel=guest_kernel,
-        qemu_version=qemu_version(),
-        image_hash=img.hash,
-        tool_versions={"host": platform.release(), "zfs-kmod": zfs_version, **tools},
     )
 
 

@@ -1,0 +1,250 @@
+"""One account of every outcome: a finding in any experiment kind's run makes the campaign
+that holds it exit 1, and what a kind's rule expects never does.
+
+Before the account, ``scenario campaign run`` counted the ``verdicts`` table only: a
+finding stored as an observation (fsync-eio, dust-scrub, drop-remount, recovery,
+workload) or a ZFS scan exited 0 with "no finding in any run" (the first parameters of
+``test_a_finding_of_every_kind_fails_its_campaign`` fail on that code).
+
+Each element here is a run of the kind's real scenario whose item is written through
+the store writer that kind uses, and accounted by the lifecycle's own ``account`` with the
+kind's own rule; the campaign engine and its summary are the real ones. The guests that
+would have produced the item are the only thing left out (``test_fsync_eio`` and the
+other vm tests run those).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import harness.experiments  # noqa: F401 -- registers every kind
+from harness.cli import campaign as cli_campaign
+from harness.config import campaign as config_campaign
+from harness.config import scenario
+from harness.config.campaign import Element
+from harness.errors import EXIT_FINDING, EXIT_OK, HarnessError
+from harness.experiments import lifecycle
+from harness.experiments.campaign import ElementContext, Engine
+from harness.outcome import Outcome
+from harness.store import schema
+from harness.store.db import (
+    CheckResult,
+    CrashState,
+    LogInfo,
+    RunEnv,
+    RunStatus,
+    ScanKind,
+    Stage,
+    Store,
+)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One item as a kind stores it; ``detail`` is what its rule may read."""
+
+    outcome: Outcome
+    detail: dict[str, Any]
+
+
+def _write(st: Store, run_id: str, table: str, it: Item) -> None:
+    """The item, through the store writer the kind itself uses."""
+    if table == "verdicts":
+        log = LogInfo(f"log-{run_id}", "/dev/null", 1, 0, 0, 0, 0, 0)
+        st.add_log(log, run_id=run_id)
+        st.record_state_result(
+            run_id,
+            CrashState("fua-1", log.hash, "fua", prefix=1, params=it.detail),
+            [CheckResult(Stage.GUEST, "mount+oracle", it.outcome, 0.1)],
+            {"mount": 0.1},
+        )
+    elif table == "observations":
+        cell = it.detail.get("cell", {})
+        st.record_observation(run_id, "cell-1", cell, {"outcome": str(it.outcome)}, it.outcome)
+    else:
+        st.add_zfs_scan(
+            run_id,
+            repetition=0,
+            kind=ScanKind.SCRUB,
+            layout="raidz1",
+            seconds=1.0,
+            extra={"item": "rep-0", "outcome": str(it.outcome), **it.detail},
+        )
+
+
+def _runner(table: str, it: Item) -> Any:
+    def run(el: Element, ctx: ElementContext) -> str:
+        sc = scenario.load(el.scenario, el.overrides)
+        cls = lifecycle.kind_of(sc)
+        with Store.open(ctx.db) as st:
+            run_id = st.begin_run(sc.name, cls.run_kind, sc.resolved(), el.seed, env=RunEnv())
+            _write(st, run_id, table, it)
+            exp = cls(lifecycle.Run(sc, st, ctx.db, run_id, el.seed, None, False, ctx.progress))  # type: ignore[arg-type]
+            st.set_account(run_id, lifecycle.account(exp))
+            st.finish_run(run_id, RunStatus.DONE)
+        return run_id
+
+    return run
+
+
+def _campaign(tmp_path: Path, name: str) -> config_campaign.Campaign:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    p = tmp_path / "camp.toml"
+    p.write_text(textwrap.dedent(f'[[run]]\nscenario = "{name}"\n'))
+    return config_campaign.load(p)
+
+
+def _summarize(tmp_path: Path, name: str, table: str, it: Item) -> int:
+    db = tmp_path / "lab.sqlite"
+    report = Engine(_campaign(tmp_path, name), db, runner=_runner(table, it)).run()
+    return cli_campaign.summarize(report)
+
+
+LOSS = Item(Outcome.DATA_LOSS, {})
+
+FINDINGS = [
+    ("fsync-eio", "observations", LOSS),
+    ("dust-scrub", "observations", LOSS),
+    ("flakey-drop-remount", "observations", LOSS),
+    ("recovery-vs-size", "observations", Item(Outcome.MOUNT_FAILED, {"cell": {"fs": "ext4"}})),
+    ("journal-cost", "observations", LOSS),
+    ("scrub-zero-1disk", "zfs_scans", Item(Outcome.DATA_LOSS, {"expected_loss": 0})),
+    ("zfs-crash-raidz1", "verdicts", Item(Outcome.DATA_LOSS, {"honest": True})),
+    ("ext4-ordered-fsync", "verdicts", LOSS),
+    ("ext2-fsync", "verdicts", LOSS),
+]
+
+
+@pytest.mark.parametrize(("name", "table", "it"), FINDINGS, ids=[f[0] for f in FINDINGS])
+def test_a_finding_of_every_kind_fails_its_campaign(
+    tmp_path: Path, name: str, table: str, it: Item
+) -> None:
+    assert _summarize(tmp_path, name, table, it) == EXIT_FINDING
+    with Store.open(tmp_path / "lab.sqlite") as st:
+        (row,) = st.runs()
+        assert row.exit_status == EXIT_FINDING and row.account.findings == 1
+
+
+def test_every_kind_is_covered() -> None:
+    kinds = {str(scenario.load(name).experiment_kind) for name, _, _ in FINDINGS}
+    assert kinds == set(lifecycle.REGISTRY)
+
+
+EXPECTED = [
+    # ext2 has no journal: fsck repairing it is its recovery (crash replay, and recovery)
+    ("ext2-fsync", "verdicts", Item(Outcome.REPAIRED, {})),
+    ("ext4-ordered-fsync", "verdicts", Item(Outcome.REPAIRED, {})),  # not expected: a journal
+    ("recovery-vs-size", "observations", Item(Outcome.REPAIRED, {"cell": {"fs": "ext2"}})),
+    (
+        "recovery-vs-size",
+        "observations",
+        Item(Outcome.REPAIRED, {"cell": {"fs": "ext4", "features": "^has_journal"}}),
+    ),
+    # two disks of a raidz1: past its parity
+    ("scrub-zero-2disks", "zfs_scans", Item(Outcome.DATA_LOSS, {"expected_loss": 1})),
+    # a lying disk's loss is the model's, but its hang is still the lab's
+    ("zfs-crash-raidz1", "verdicts", Item(Outcome.DATA_LOSS, {"honest": False})),
+    ("zfs-crash-raidz1", "verdicts", Item(Outcome.TIMEOUT, {"honest": False})),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "table", "it", "status"),
+    [(*e, s) for e, s in zip(EXPECTED, [0, 1, 0, 0, 0, 0, 3], strict=True)],
+)
+def test_what_a_kinds_rule_expects_is_reported_not_a_finding(
+    tmp_path: Path, name: str, table: str, it: Item, status: int
+) -> None:
+    assert _summarize(tmp_path, name, table, it) == status
+    with Store.open(tmp_path / "lab.sqlite") as st:
+        (row,) = st.runs()
+    expected = status != EXIT_FINDING
+    assert dict(row.account.expected) == ({str(it.outcome): 1} if expected else {})
+    assert row.exit_status == status
+
+
+def test_a_control_that_finds_what_it_must_passes_its_campaign(tmp_path: Path) -> None:
+    # ext4-nobarrier expects findings: its data_loss is the answer, not a page
+    assert _summarize(tmp_path, "ext4-nobarrier", "verdicts", LOSS) == EXIT_OK
+    clean = Item(Outcome.CONSISTENT, {})
+    assert _summarize(tmp_path / "b", "ext4-nobarrier", "verdicts", clean) == EXIT_FINDING
+
+
+def test_a_store_of_the_previous_schema_is_migrated_with_its_counts(tmp_path: Path) -> None:
+    """Runs stored before the account keep their outcomes: counted from their items,
+    nothing marked expected, no exit status; reports fall back to the counts."""
+    db = tmp_path / "old.sqlite"
+    with Store.open(db) as st:
+        run_id = st.begin_run("fsync-eio", lifecycle.REGISTRY["fsync-eio"].run_kind, {}, 1)
+        _write(st, run_id, "observations", LOSS)
+        st.finish_run(run_id, RunStatus.DONE)
+        # back to schema 5: what a store written by the previous crashlab holds
+        (old_v_runs,) = (s for s in schema._MIGRATION_2 if "CREATE VIEW v_runs" in s)
+        for stmt in (
+            "DROP VIEW v_runs",
+            "DROP VIEW v_run_outcomes",
+            "DROP VIEW v_item_outcomes",
+            "DROP TABLE run_outcomes",
+            "ALTER TABLE runs DROP COLUMN exit_status",
+            "ALTER TABLE runs DROP COLUMN expect",
+            old_v_runs,
+            "PRAGMA user_version = 5",
+        ):
+            st.execute(stmt)
+
+    with Store.open(db) as st:
+        assert st.execute("PRAGMA user_version")[0][0] == schema.SCHEMA_VERSION
+        row = st.run(run_id)
+        assert row.exit_status is None and dict(row.outcome_counts) == {"data_loss": 1}
+        assert st.execute("SELECT findings FROM v_runs")[0][0] == 1
+        assert row.account.status == EXIT_FINDING
+
+
+class _FailsAfter(lifecycle.Observed):
+    """A kind whose first item is judged, then the lab breaks (a guest that hangs)."""
+
+    run_kind = lifecycle.REGISTRY["fsync-eio"].run_kind
+
+    def prepare(self) -> None:
+        self.outcome = Outcome(self.sc.first)
+
+    def items(self) -> list[Any]:
+        return [SimpleNamespace(id="a"), SimpleNamespace(id="b")]
+
+    def check(self, todo: Any) -> Iterator[tuple[Any, Any]]:
+        yield todo[0], self.outcome
+        raise HarnessError("the guest stopped answering")
+
+    def commit(self, item: Any, result: Any) -> None:
+        self.run.store.record_observation(self.run.run_id, item.id, {}, {}, result)
+
+
+@pytest.mark.parametrize(("first", "want"), [("data_loss", 1), ("consistent", 3)])
+def test_a_run_that_fails_after_a_finding_stays_a_finding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str, want: int
+) -> None:
+    monkeypatch.setitem(lifecycle.REGISTRY, "fails-after", _FailsAfter)
+    monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
+    monkeypatch.setattr(lifecycle, "run_env", lambda img: RunEnv(image_hash=img.hash))
+    sc = SimpleNamespace(
+        name="fails",
+        experiment_kind="fails-after",
+        seed=1,
+        first=first,
+        expect=None,
+        resolved=lambda: {"first": first},
+    )
+    db = tmp_path / "lab.sqlite"
+    with pytest.raises(HarnessError):
+        lifecycle.execute(sc, db=db)
+    with Store.open(db) as st:
+        (row,) = st.runs()
+    assert row.status is RunStatus.FAILED and row.exit_status == want
+    assert dict(row.outcome_counts) == {first: 1}

@@ -207,7 +207,6 @@ def execute(
     sc: Any,
     *,
     db: Path,
-    seed: int | None = None,
     fresh: bool = False,
     budget: float | None = None,
     progress: Progress = no_progress,
@@ -222,7 +221,7 @@ def execute(
     cls = kind_of(sc)
     cls.preflight(sc)
     started = time.monotonic()
-    seed = sc.seed if seed is None else seed
+    seed = sc.seed  # the one seed: --seed and a campaign's seeds are `seed=N` overrides
     img = require_image()
     params = sc.resolved()
     with Store.open(db) as st:

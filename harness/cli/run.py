@@ -22,7 +22,7 @@ def register(sub: Any, add_set_option: Any) -> None:
     p = sub.add_parser("run", help="run a scenario: record, replay crash states, check, store")
     p.add_argument("name", metavar="NAME", help="scenario name (see `scenario list`) or TOML path")
     add_set_option(p)
-    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument("--seed", type=int, help="the scenario's seed: the same as --set seed=N")
     p.add_argument(
         "--db", type=Path, default=None, help="SQLite store (default results/lab.sqlite)"
     )
@@ -43,7 +43,7 @@ def register(sub: Any, add_set_option: Any) -> None:
     rec = sub.add_parser("record", help="only record a scenario's workload: the dm-log-writes log")
     rec.add_argument("name", metavar="NAME")
     add_set_option(rec)
-    rec.add_argument("--seed", type=int)
+    rec.add_argument("--seed", type=int, help="the same as --set seed=N")
     rec.add_argument(
         "-o",
         "--output",
@@ -71,12 +71,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         *([f"check.dask={args.dask}"] if args.dask else []),
         *backend.overrides(args),
     ]
-    sc = scenario.load(args.name, tuple(sets))
+    sc = scenario.load(args.name, scenario.seeded(sets, args.seed))
     backend.select_for(sc)
     db = args.db or paths.default_db()
     db.parent.mkdir(parents=True, exist_ok=True)
     with ui.progress(sc.name) as progress:
-        report = lifecycle.execute(sc, db=db, seed=args.seed, fresh=args.fresh, progress=progress)
+        report = lifecycle.execute(sc, db=db, fresh=args.fresh, progress=progress)
     console = Console(highlight=False)
     if not console.is_terminal:
         console.width = max(console.width, 160)  # a log file: do not fold the numbers
@@ -111,17 +111,16 @@ def cmd_record(args: argparse.Namespace) -> int:
     from harness.record import logwrites
     from harness.record import recorder as record
 
-    sc = scenario.load(args.name, args.set)
+    sc = scenario.load(args.name, scenario.seeded(args.set or (), args.seed))
     if not isinstance(sc, scenario.Scenario):
         from harness.errors import InputError
 
         raise InputError(f"{sc.name}: only crash scenarios record a dm-log-writes log")
-    seed = sc.seed if args.seed is None else args.seed
     rec = record.record(
         args.output,
         sc.fs,
         run.workload_spec(sc),
-        seed,
+        sc.seed,
         timeout=sc.check.timeout,
         recorder=str(sc.recorder.type),
     )
@@ -130,7 +129,7 @@ def cmd_record(args: argparse.Namespace) -> int:
         json.dumps(
             {
                 "scenario": sc.name,
-                "seed": seed,
+                "seed": sc.seed,
                 "device_size": rec.device_size,
                 "seconds": rec.seconds,
                 "guest_kernel": rec.guest_kernel,

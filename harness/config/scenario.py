@@ -117,9 +117,20 @@ def load(name_or_path: str | Path, overrides: Sequence[str] = ()) -> AnyScenario
             hint="or leave it out",
         )
     full = {**data, "name": path.stem, "path": path, "extends": chain}
-    full["overrides"] = tuple(overrides)
+    # The seed has a value of its own in the run's parameters: how it was given (--seed,
+    # --set seed=, a campaign's seeds) must not make two runs of one setting.
+    full["overrides"] = tuple(
+        o for o in overrides if settings.override_key(path, o, keys, aliases) != "seed"
+    )
     sc: AnyScenario = settings.validate(path, model, full, touched)
     return sc
+
+
+def seeded(overrides: Sequence[str], seed: int | None) -> tuple[str, ...]:
+    """``overrides`` with ``--seed N`` (or a campaign element's seed) as the ``seed=N`` it
+    stands for: one way in for the seed, so a run is the same however it was given. Last,
+    so it wins over a ``--set seed=`` like every flag over ``--set``."""
+    return (*overrides, f"seed={seed}") if seed is not None else tuple(overrides)
 
 
 def survey(
@@ -175,4 +186,14 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 
 # A crash scenario is what most callers load: its model is importable from here too.
-__all__ = ["Broken", "Kind", "Scenario", "catalogue", "load", "locate", "names", "survey"]
+__all__ = [
+    "Broken",
+    "Kind",
+    "Scenario",
+    "catalogue",
+    "load",
+    "locate",
+    "names",
+    "seeded",
+    "survey",
+]

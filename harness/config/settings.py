@@ -320,7 +320,7 @@ def parse_overrides(
             raise InputError(
                 f"{path}: --set {item!r}: expected KEY=VALUE", hint="e.g. --set fs.disk_size=1G"
             )
-        full = _settable_key(path, key, raw, keys, aliases)
+        full = override_key(path, item, keys, aliases)
         *tables, leaf = full.split(".")
         node = out
         for t in tables:
@@ -357,9 +357,13 @@ def _accepts_str_only(annotation: Any) -> bool:
     return annotation is str or (bool(args) and all(a is str or a is type(None) for a in args))
 
 
-def _settable_key(
-    path: Path, key: str, raw: str, keys: Mapping[str, Any], aliases: Mapping[str, str]
-) -> str:
+def override_key(path: Path, item: str, keys: Mapping[str, Any], aliases: Mapping[str, str]) -> str:
+    """The dotted key a ``KEY=VALUE`` override sets (an alias or a unique leaf resolved).
+
+    :raise InputError: an unknown or ambiguous key.
+    """
+    key, _, raw = item.partition("=")
+    key, raw = key.strip(), raw.strip()
     key = aliases.get(key, key)
     if key in keys:
         return key

@@ -175,8 +175,8 @@ def run_scenario_element(el: Element, ctx: ElementContext) -> str:
     """The default runner: the scenario on the run lifecycle, which resumes an unfinished
     run of the same element."""
 
-    sc = scenario.load(el.scenario, el.overrides)
-    return lifecycle.execute(sc, db=ctx.db, seed=el.seed, progress=ctx.progress).run_id
+    sc = scenario.load(el.scenario, scenario.seeded(el.overrides, el.seed))
+    return lifecycle.execute(sc, db=ctx.db, progress=ctx.progress).run_id
 
 
 class Engine:

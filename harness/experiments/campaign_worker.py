@@ -171,12 +171,11 @@ def _finished_earlier(db: Path, sc: Any, job: Job) -> str | None:
     is that run, not a second one."""
     if not db.exists():
         return None
-    seed = sc.seed if job.seed is None else job.seed
     with Store.open(db, create=False) as st:
         rows = st.execute(
             "SELECT id FROM runs WHERE scenario = ? AND params = ? AND seed IS ?"
             " AND image_hash = ? AND status = 'done' ORDER BY started_at DESC LIMIT 1",
-            (sc.name, canonical_json(sc.resolved()), seed, job.image_hash),
+            (sc.name, canonical_json(sc.resolved()), sc.seed, job.image_hash),
         )
     return str(rows[0][0]) if rows else None
 
@@ -198,11 +197,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     result: dict[str, str | None] = {"run_id": None, "error": None}
     try:
-        sc = scenario.load(job.scenario, tuple(job.overrides))
+        sc = scenario.load(job.scenario, scenario.seeded(job.overrides, job.seed))
         backend.select(sc.backend, sc.libvirt_uri)
         db = path.parent / "lab.sqlite"
         result["run_id"] = _finished_earlier(db, sc, job) or (
-            lifecycle.execute(sc, db=db, seed=job.seed, budget=job.budget).run_id
+            lifecycle.execute(sc, db=db, budget=job.budget).run_id
         )
     except (lifecycle.Stalled, Exception) as e:
         result["error"] = failure(e, job.budget)

@@ -205,7 +205,6 @@ def execute(
     sc: Any,
     *,
     db: Path,
-    seed: int | None = None,
     fresh: bool = False,
     budget: float | None = None,
     progress: Progress = no_progress,
@@ -220,7 +219,7 @@ def execute(
     cls = kind_of(sc)
     cls.preflight(sc)
     started = time.monotonic()
-    seed = sc.seed if seed is None else seed
+    seed = sc.seed  # the one seed: --seed and a campaign's seeds are `seed=N` overrides
     img = require_image()
     params = sc.resolved()
     env = run_env(img)

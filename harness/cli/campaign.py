@@ -25,6 +25,7 @@ from harness.config.crash import parse_dask_target
 from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK
 from harness.experiments import campaign, campaign_dask
 from harness.report import runlog
+from harness.report.markup import cells, esc
 from harness.store.db import Store
 
 console = Console(highlight=False)
@@ -98,16 +99,18 @@ def _write_log(st: Store, row: campaign.ElementRow) -> None:
 
 
 def _print_plan(camp: config_campaign.Campaign) -> None:
-    t = Table(title=f"campaign {camp.name}: {len(camp.elements)} elements", box=box.SIMPLE_HEAD)
+    t = Table(
+        title=esc(f"campaign {camp.name}: {len(camp.elements)} elements"), box=box.SIMPLE_HEAD
+    )
     t.add_column("#", justify="right")
     t.add_column("scenario")
     t.add_column("--set")
     t.add_column("seed", justify="right")
     for e in camp.elements:
-        t.add_row(str(e.position), e.scenario, " ".join(e.overrides) or "-", str(e.seed))
+        t.add_row(*cells(e.position, e.scenario, " ".join(e.overrides) or "-", e.seed))
     console.print(t)
     for name in camp.skipped:
-        console.print(f"[yellow]skipped[/] optional scenario {name}: it does not exist yet")
+        console.print(f"[yellow]skipped[/] optional scenario {esc(name)}: it does not exist yet")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -120,12 +123,14 @@ def cmd_status(args: argparse.Namespace) -> int:
             (camp.name, camp.spec_hash),
         )
         if not found:
-            console.print(f"campaign {camp.name} has not run against {db}")
+            console.print(f"campaign {camp.name} has not run against {db}", markup=False)
             return EXIT_OK
         cid, status, started = found[0]
         rows = campaign.Engine(camp, db).rows(st, cid)
         accounts = _accounts(st, rows)
-    console.print(f"campaign [bold]{camp.name}[/] {cid}: {status}, started {started}")
+    console.print(
+        f"campaign [bold]{esc(camp.name)}[/] {esc(f'{cid}: {status}, started {started}')}"
+    )
     console.print(_elements_table(rows, accounts))
     return EXIT_OK
 
@@ -168,18 +173,17 @@ def _elements_table(
     for r in rows:
         e = r.element
         account = accounts.get(r.run_id or "", (outcome.Account(), EXIT_OK))[0]
-        status = f"[{_STYLE.get(r.status, 'white')}]{r.status}[/]"
+        status = f"[{_STYLE.get(r.status, 'white')}]{esc(r.status)}[/]"
         if r.status in ("failed", "quarantined") and r.last_error:
-            status += f"\n[dim]{r.last_error[:120]}[/]"
+            status += f"\n[dim]{esc(r.last_error[:120])}[/]"
         t.add_row(
-            str(e.position),
-            e.scenario,
-            " ".join(e.overrides) or "-",
-            str(e.seed),
+            *cells(e.position, e.scenario, " ".join(e.overrides) or "-", e.seed),
             status,
-            r.run_id or "-",
-            _outcomes_cell(account),
-            "-" if r.seconds is None else f"{r.seconds:.0f}",
+            *cells(
+                r.run_id or "-",
+                _outcomes_cell(account),
+                "-" if r.seconds is None else f"{r.seconds:.0f}",
+            ),
         )
     return t
 
@@ -190,24 +194,24 @@ def summarize(report: campaign.CampaignReport) -> int:
     done = report.by_status(campaign.ElementStatus.DONE)
     quarantined = report.by_status(campaign.ElementStatus.QUARANTINED)
     console.print(
-        f"[bold]campaign {report.campaign.name}[/] {report.campaign_id}"
+        f"[bold]campaign {esc(report.campaign.name)}[/] {report.campaign_id}"
         + (" (resumed)" if report.resumed else "")
         + f": {len(done)}/{len(report.rows)} done, {len(quarantined)} quarantined;"
-        f" {report.ran} run(s) this time; store {report.db}"
+        f" {report.ran} run(s) this time; store {esc(report.db)}"
     )
     console.print(_elements_table(report.rows, accounts))
     for name in report.campaign.skipped:
-        console.print(f"[yellow]skipped[/] optional scenario {name}: it does not exist yet")
+        console.print(f"[yellow]skipped[/] optional scenario {esc(name)}: it does not exist yet")
     for r in quarantined:
         console.print(
-            f"[bold red]quarantined[/] {r.element.label}: {r.failures} failure(s),"
-            f" {r.interruptions} interruption(s); last: {r.last_error}"
+            f"[bold red]quarantined[/] {esc(r.element.label)}: {r.failures} failure(s),"
+            f" {r.interruptions} interruption(s); last: {esc(r.last_error)}"
         )
     status = campaign_status([s for _, s in accounts.values()], quarantined=bool(quarantined))
     controls = {rid: a for rid, (a, _) in accounts.items() if a.expect}
     failed = {rid: a.control_failed for rid, a in controls.items() if a.control_failed}
     for rid, why in failed.items():
-        console.print(f"[bold red]{why}[/] (run {rid})")
+        console.print(f"[bold red]{esc(why)}[/] (run {esc(rid)})")
     if controls and not failed:
         console.print(f"[green]{len(controls)} known-answer control(s) gave their answer[/]")
     console.print(
@@ -218,7 +222,7 @@ def summarize(report: campaign.CampaignReport) -> int:
             " checked; this says nothing about the filesystems",
         }[status]
     )
-    console.print(f"per-run logs: {runlog.log_path('RUN').parent}/RUN.log")
+    console.print(f"per-run logs: {runlog.log_path('RUN').parent}/RUN.log", markup=False)
     return status
 
 
@@ -268,7 +272,7 @@ class RichView:
         # The ETA counts down between elements, from what the remaining ones took before.
         left = max(0.0, self.eta - (time.monotonic() - self.eta_at))
         head = Text.from_markup(
-            f"[bold]campaign {self.name}[/]  {self.n_finished}/{self.total} finished"
+            f"[bold]campaign {esc(self.name)}[/]  {self.n_finished}/{self.total} finished"
             + (f", [red]{self.quarantined} quarantined[/]" if self.quarantined else "")
             + f"  ETA {_fmt(left)} (learnt from earlier runs)"
         )
@@ -276,9 +280,9 @@ class RichView:
         for label, (started, expected, budget) in self.running.items():
             limit = f", stall budget {_fmt(budget)}" if budget else ""
             elapsed = _fmt(time.monotonic() - started)
-            lines.append(f"  now: [cyan]{label}[/]  {elapsed} of ~{_fmt(expected)}{limit}")
+            lines.append(f"  now: [cyan]{esc(label)}[/]  {elapsed} of ~{_fmt(expected)}{limit}")
         if len(self.running) == 1 and self.what:
-            lines.append(f"  {self.what}")
+            lines.append(f"  {esc(self.what)}")
         return Group(head, Text.from_markup("\n".join(lines)))
 
     def _refresh(self) -> None:
@@ -310,9 +314,9 @@ class RichView:
         self.eta, self.eta_at = eta, time.monotonic()
         self.running.pop(row.element.label, None)
         mark = {"done": "[green]done[/]", "quarantined": "[bold red]quarantined[/]"}.get(
-            row.status, f"[yellow]{row.status}[/] (will retry): {row.last_error}"
+            row.status, f"[yellow]{esc(row.status)}[/] (will retry): {esc(row.last_error)}"
         )
         self.out.print(
-            f"{row.element.label}: {mark}" + (f"  run {row.run_id}" if row.run_id else "")
+            f"{esc(row.element.label)}: {mark}" + (f"  run {row.run_id}" if row.run_id else "")
         )
         self._refresh()

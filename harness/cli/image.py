@@ -12,6 +12,7 @@ from rich.table import Table
 
 from harness import paths
 from harness.image import build as image
+from harness.report.markup import cells, esc
 
 STEPS = ["mmdebstrap", "kernel and initrd", "root filesystem", "qcow2"]
 
@@ -40,18 +41,21 @@ def cmd_build(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     recipe = image.load_recipe()
     if not args.force and (img := image.cached(recipe)) is not None:
-        console.print(f"image {recipe.hash} is cached and matches the recipe: {img.dir}")
+        console.print(
+            f"image {recipe.hash} is cached and matches the recipe: {img.dir}", markup=False
+        )
         return 0
     logfile = paths.images_dir() / f"{recipe.hash}.build.log"
     result: dict[str, Any] = {}
 
     with Progress(
         SpinnerColumn(),
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
-        TextColumn("[dim]{task.fields[last]}"),
+        # the build log's last line: mmdebstrap's and apt's text, never markup
+        TextColumn("{task.fields[last]}", style="dim", markup=False),
         console=console,
         transient=False,
     ) as bar:
@@ -78,7 +82,10 @@ def cmd_build(args: argparse.Namespace) -> int:
             raise result["error"]
         bar.update(task, completed=len(STEPS), last="")
     img = result["image"]
-    console.print(f"built image {img.hash} in {img.manifest.get('build_seconds')} s: {img.dir}")
+    console.print(
+        f"built image {img.hash} in {img.manifest.get('build_seconds')} s: {img.dir}",
+        markup=False,
+    )
     return 0
 
 
@@ -117,19 +124,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps({"recipe_hash": recipe.hash, "images": rows}, indent=2))
         return 0
     console = Console()
-    console.print(f"recipe {recipe.path}: hash [bold]{recipe.hash}[/], kernel {recipe.kernel}")
+    console.print(
+        f"recipe {esc(recipe.path)}: hash [bold]{recipe.hash}[/], kernel {esc(recipe.kernel)}"
+    )
     if not rows:
         console.print("no image cached yet: run [bold]scenario image build[/]")
         return 0
     t = Table("hash", "current", "kernel", "ZFS", "size", "built", "build time")
     for r in rows:
         t.add_row(
-            r["hash"],
-            "yes" if r["current"] else "",
-            str(r["kernel"]),
-            str(r["zfs"]),
+            *cells(r["hash"], "yes" if r["current"] else "", r["kernel"], r["zfs"]),
             f"{(r['size_bytes'] or 0) / 2**20:.0f} MiB",
-            str(r["built_at"]),
+            esc(r["built_at"]),
             f"{r['build_seconds']} s",
         )
     console.print(t)
@@ -155,7 +161,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
         )
         freed += size
         console.print(
-            f"{'would remove' if args.dry_run else 'removing'} {p} ({size / 2**20:.0f} MiB)"
+            f"{'would remove' if args.dry_run else 'removing'} {p} ({size / 2**20:.0f} MiB)",
+            markup=False,
         )
         if args.dry_run:
             continue

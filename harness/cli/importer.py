@@ -46,6 +46,6 @@ def cmd_import(args: argparse.Namespace) -> int:
     except InputError:
         out.unlink(missing_ok=True)
         raise
-    console.print(f"wrote {out}: {len(notes)} approximation(s), see its header")
-    console.print(f"run it: scenario run {out}")
+    console.print(f"wrote {out}: {len(notes)} approximation(s), see its header", markup=False)
+    console.print(f"run it: scenario run {out}", markup=False)
     return errors.EXIT_OK

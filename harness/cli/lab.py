@@ -20,6 +20,7 @@ from harness.config.faults import FaultsScenario
 from harness.config.recovery import RecoveryScenario
 from harness.config.settings import size_text
 from harness.config.workload import WorkloadScenario
+from harness.report.markup import esc
 
 console = Console(highlight=False)
 
@@ -54,7 +55,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
     if args.write:
         for path in schema.write():
-            console.print(f"wrote {path}")
+            console.print(f"wrote {path}", markup=False)
         return errors.EXIT_OK
     s = schema.scenario_schema() if args.kind == "scenario" else schema.schema(args.kind)
     print(json.dumps(s, indent=2, sort_keys=True))
@@ -134,12 +135,12 @@ def cmd_list(args: argparse.Namespace) -> int:
                 f"fill {s.fill:g}%",
                 f"{s.experiment}: {s.fault.kind}",
             )
-        table.add_row(s.name, *cols, first)
+        table.add_row(*(esc(c) for c in (s.name, *cols, first)))
     for b in bad:
-        table.add_row(b.name, "", "", "", "", f"[red]error:[/] {b.error}")
+        table.add_row(esc(b.name), "", "", "", "", f"[red]error:[/] {esc(b.error)}")
     console.print(table)
     if not good and not bad:
-        console.print(f"no scenarios in {paths.scenarios_dir()}")
+        console.print(f"no scenarios in {paths.scenarios_dir()}", markup=False)
     # Broken files are input errors: the table still prints, the status says so.
     return errors.EXIT_INPUT if bad else errors.EXIT_OK
 

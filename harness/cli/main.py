@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from harness import errors
+from harness.report.markup import esc
 
 err_console = Console(stderr=True, highlight=False)
 
@@ -94,19 +95,20 @@ def lab_bug(*, debug: bool) -> int:
     err_console.print(last, markup=False)
     if debug:
         err_console.print(text, markup=False)
-    err_console.print(f"[cyan]hint:[/] the traceback is in {f.name}; please report it")
+    err_console.print(f"[cyan]hint:[/] the traceback is in {esc(f.name)}; please report it")
     return errors.EXIT_HARNESS
 
 
 def report(e: errors.CrashlabError, *, debug: bool = False) -> None:
     kind = "error" if isinstance(e, errors.InputError) else "harness error"
-    err_console.print(f"[bold red]{kind}:[/] {e.message}", markup=True)
+    # Messages and hints carry paths and values: only our own prefix is markup.
+    err_console.print(f"[bold red]{kind}:[/] {esc(e.message)}")
     if e.detail:
         lines = e.detail.rstrip().splitlines()
         for line in lines if debug else lines[-20:]:
             err_console.print("  " + line, markup=False)
     if e.hint:
-        err_console.print(f"[cyan]hint:[/] {e.hint}")
+        err_console.print(f"[cyan]hint:[/] {esc(e.hint)}")
 
 
 if __name__ == "__main__":

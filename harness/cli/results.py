@@ -25,6 +25,7 @@ from harness.paths import default_db
 from harness.report import diff as rdiff
 from harness.report import faults as _faults  # noqa: F401  (registers `results table faults`)
 from harness.report import query, render
+from harness.report.markup import esc
 from harness.store.db import Store
 
 # `results plot CHART`: what each draws is in cmd_plot and harness/report/plots.py.
@@ -224,9 +225,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
         console.out(json.dumps({"db": str(path), "runs": [r.to_json() for r in rows]}, indent=2))
         return 0
     if not rows:
-        console.print(f"no runs in {path}")
+        console.print(f"no runs in {path}", markup=False)
         return 0
-    t = Table(title=f"runs in {path}", title_justify="left", box=box.SIMPLE_HEAD)
+    t = Table(title=f"runs in {esc(path)}", title_justify="left", box=box.SIMPLE_HEAD)
     # The id and the time never wrap: a person copies the id into `results show`.
     t.add_column("id", no_wrap=True)
     t.add_column("scenario", overflow="fold")
@@ -238,12 +239,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
     t.add_column("status", no_wrap=True)
     for r in rows:
         t.add_row(
-            r.id,
-            r.scenario,
+            esc(r.id),
+            esc(r.scenario),
             render.local_time(r.started_at),
             render.duration(r),
-            r.accelerator or "-",
-            r.guest_kernel or "-",
+            esc(r.accelerator or "-"),
+            esc(r.guest_kernel or "-"),
             render.account_markup(r, "\n") or "-",
             render.status_markup(r),
         )
@@ -282,7 +283,7 @@ def cmd_table(args: argparse.Namespace) -> int:
         console.out(json.dumps({"db": str(path), **result.to_json()}, indent=2))
         return 0
     if not result.groups:
-        console.print(f"table {k.name}: {k.empty_hint} (in {path})")
+        console.print(f"table {k.name}: {k.empty_hint} (in {path})", markup=False)
         return 0
     (k.printer or render.print_grouped)(console, result)
     return 0
@@ -311,7 +312,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         if out:
             out.close()
     if args.output:
-        _console().print(f"{len(rows)} {what.replace('states', 'crash states')} -> {args.output}")
+        _console().print(
+            f"{len(rows)} {what.replace('states', 'crash states')} -> {args.output}", markup=False
+        )
     return 0
 
 
@@ -388,9 +391,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
                 by = query.parse_by(args.by) if args.by is not None else ["layout", "fill"]
                 plots.plot_scans(store, by, out, args.chart, runs)
         except plots.NoData as e:
-            _console().print(f"nothing to plot: {e}")
+            _console().print(f"nothing to plot: {e}", markup=False)
             return 0
-    _console().print(f"wrote {out}")
+    _console().print(f"wrote {out}", markup=False)
     return 0
 
 

@@ -81,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not console.is_terminal:
         console.width = max(console.width, 160)  # a log file: do not fold the numbers
     summary.print_summary(console, report)
-    console.print(f"log: {runlog.write_run_log(report.db, report.run_id)}")
+    console.print(f"log: {runlog.write_run_log(report.db, report.run_id)}", markup=False)
     return report.status
 
 
@@ -90,16 +90,19 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     out = args.output or Path(f"{args.state_id}.img")
     path, info = run.reproduce(args.state_id, db=db, out=out)
     console.print(
-        f"crash state {info['state']['id']} of run {info['run_id']}: {info['description']}"
+        f"crash state {info['state']['id']} of run {info['run_id']}: {info['description']}",
+        markup=False,
     )
-    console.print(f"image: {path}")
+    console.print(f"image: {path}", markup=False)
     console.print("inspect it in a disposable guest, never on the host kernel:")
     console.print(
         f"  scenario vm run --disk {path} --"
-        " sh -c 'mount /dev/disk/by-id/virtio-disk0 /mnt && ls -lR /mnt'"
+        " sh -c 'mount /dev/disk/by-id/virtio-disk0 /mnt && ls -lR /mnt'",
+        markup=False,
     )
     console.print(
-        f"  e2fsck -fn {path}   # or xfs_repair -n / btrfs check --readonly (userspace, host)"
+        f"  e2fsck -fn {path}   # or xfs_repair -n / btrfs check --readonly (userspace, host)",
+        markup=False,
     )
     return 0
 
@@ -144,6 +147,7 @@ def cmd_record(args: argparse.Namespace) -> int:
         console.print(
             f"{rec.log_path}: {s.entries} entries, {s.flushes} flushes, {s.fuas} FUA, "
             f"{s.marks} marks, {s.discards} discards, {s.bytes_written / 2**20:.1f} MiB "
-            f"written; log {lg.size / 2**20:.1f} MiB; hash {lg.hash[:16]}"
+            f"written; log {lg.size / 2**20:.1f} MiB; hash {lg.hash[:16]}",
+            markup=False,
         )
     return 0

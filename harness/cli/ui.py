@@ -23,7 +23,7 @@ def progress(name: str) -> Iterator[ProgressFn]:
     """A transient progress line for ``name``; yields the callback runners report to."""
     with Progress(
         SpinnerColumn(),
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),  # names and items are user text
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),

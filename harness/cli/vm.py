@@ -18,6 +18,7 @@ from harness.config.settings import parse_size, validate
 from harness.config.vm import VmChoice
 from harness.errors import InputError
 from harness.image import build as image
+from harness.report.markup import esc
 from harness.vm import accel
 from harness.vm.backend import Disk, GuestSpec, start_guest
 
@@ -99,7 +100,9 @@ def cmd_vm_run(args: argparse.Namespace) -> int:
             disks=tuple(disks), udev=args.udev, memory_mb=args.memory, command_timeout=args.timeout
         )
         with start_guest(spec) as guest:
-            err.print(f"[dim]guest up in {guest.boot_seconds():.1f} s ({guest.accelerator})[/]")
+            err.print(
+                f"[dim]guest up in {guest.boot_seconds():.1f} s ({esc(guest.accelerator)})[/]"
+            )
             r = guest.run(cmd, timeout=args.timeout)
         sys.stdout.write(r.out)
         sys.stdout.flush()
@@ -142,15 +145,17 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         t.add_row(
             "guest image",
             "[green]cached[/]",
-            f"{img.hash}, kernel {img.manifest.get('kernel')},"
-            f" ZFS {img.manifest.get('zfs_version')}",
+            esc(
+                f"{img.hash}, kernel {img.manifest.get('kernel')},"
+                f" ZFS {img.manifest.get('zfs_version')}"
+            ),
         )
         if tools.available("qemu-system-x86_64"):
             res = accel.probe(img, refresh=args.reprobe)
             t.add_row(
                 "accelerator",
-                f"[bold]{res.accelerator}[/]",
-                res.reason + (" (cached probe; --reprobe to redo)" if res.cached else ""),
+                f"[bold]{esc(res.accelerator)}[/]",
+                esc(res.reason + (" (cached probe; --reprobe to redo)" if res.cached else "")),
             )
     console.print(t)
     if missing:

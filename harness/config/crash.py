@@ -239,7 +239,9 @@ class CheckSpec(Settings):
     host: bool = True
     guest: bool = True
     guest_batch: int = Field(DEFAULT_GUEST_BATCH, ge=1)
-    timeout: float = Field(DEFAULT_TIMEOUT, gt=0, description="seconds per check command")
+    timeout: float = Field(
+        DEFAULT_TIMEOUT, gt=0, le=settings.MAX_SECONDS, description="seconds per check command"
+    )
     dask: str = Field(
         "",
         description="host checks on a Dask cluster: local:N or tcp://HOST:PORT (guest = false)",

@@ -106,7 +106,9 @@ class FaultsScenario(VmChoice):
     )
     disk_size: Size = Field(512 << 20, description="the disk under dm-flakey")
     fault: FlakeySpec = Field(default_factory=FlakeySpec)
-    timeout: float = Field(60.0, gt=0, description="seconds a blocked fsync is waited for")
+    timeout: float = Field(
+        60.0, gt=0, le=settings.MAX_SECONDS, description="seconds a blocked fsync is waited for"
+    )
     data_mb: int = Field(48, ge=1, description="dust-scrub: MiB written before the fault")
     bad_blocks: int = Field(64, ge=1, description="dust-scrub: 4 KiB bad blocks on one side")
     layout: Literal["mirror", "raidz1", "raidz2"] = Field(

@@ -148,7 +148,9 @@ class RecoveryScenario(VmChoice):
     repeat: int = Field(1, ge=1)
     population: Population = Field(default_factory=Population)
     crash: Crash = Field(default_factory=Crash)
-    timeout: float = Field(1800.0, gt=0, description="seconds any one step may take")
+    timeout: float = Field(
+        1800.0, gt=0, le=settings.MAX_SECONDS, description="seconds any one step may take"
+    )
     extends: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()
 

@@ -16,13 +16,21 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from harness.errors import InputError
@@ -53,11 +61,21 @@ def canonical_json(value: Mapping[str, Any]) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+# Every integer setting ends up in the SQLite store (a run's parameters, a seed column),
+# which holds 64-bit integers: a larger one is bad input, not an OverflowError later.
+MAX_INT = 2**63 - 1
+# Timeouts reach threading and select, which refuse very large ones (OverflowError); no
+# step of the lab is meant to wait longer than this.
+MAX_SECONDS = 30 * 86400
+
+
 def parse_size(value: Any) -> int:
     """'256M', '1G', '4096', 4096 -> bytes."""
     if isinstance(value, int) and not isinstance(value, bool):
         if value <= 0:
             raise ValueError("a size must be positive")
+        if value > MAX_INT:
+            raise ValueError(f"a size must be at most {MAX_INT} bytes")
         return value
     if not isinstance(value, str):
         raise ValueError("expected a size such as '256M' or '1G'")
@@ -67,8 +85,12 @@ def parse_size(value: Any) -> int:
         n = float(s[:-1]) * units[s[-1]] if s and s[-1] in units else float(s)
     except ValueError:
         raise ValueError("expected a size such as '256M' or '1G'") from None
+    if not math.isfinite(n):  # 'inf', 'nan', '1e400G': int() would raise OverflowError
+        raise ValueError("expected a finite size such as '256M' or '1G'")
     if n <= 0:
         raise ValueError("a size must be positive")
+    if n > MAX_INT:
+        raise ValueError(f"a size must be at most {MAX_INT} bytes")
     return int(n)
 
 
@@ -99,7 +121,34 @@ class Settings(BaseModel):
     """Every settings table: unknown keys are errors (a typo must not fall back to a
     default), values are never coerced across kinds (true is not 1), records are frozen."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, use_enum_values=False)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, strict=False, use_enum_values=False, allow_inf_nan=False
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integers_fit(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            huge = _huge_int(data)
+            if huge is not None:
+                raise problem(f"too large: at most {MAX_INT}", key=huge)
+        return data
+
+
+def _huge_int(data: Any, key: str = "") -> str | None:
+    """The dotted key of the first integer in ``data`` that SQLite cannot store."""
+    if isinstance(data, Mapping):
+        items: Any = ((f"{key}.{k}" if key else str(k), v) for k, v in data.items())
+    elif isinstance(data, list | tuple):
+        items = ((f"{key}[{i}]", v) for i, v in enumerate(data))
+    else:
+        is_int = isinstance(data, int) and not isinstance(data, bool)
+        return key if is_int and abs(data) > MAX_INT else None
+    for k, v in items:
+        found = _huge_int(v, k)
+        if found is not None:
+            return found
+    return None
 
 
 def problem(
@@ -124,6 +173,7 @@ _MESSAGES = {
     "bool_type": "expected true or false",
     "float_parsing": "expected a number",
     "float_type": "expected a number",
+    "finite_number": "must be a finite number",
     "string_type": "expected a string",
     "tuple_type": "expected a list",
     "list_type": "expected a list",

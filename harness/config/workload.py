@@ -172,7 +172,9 @@ class WorkloadScenario(VmChoice):
         None, gt=0, description="seconds between snapshots during the job (zfs, btrfs cells)"
     )
     memory_mb: int = Field(1024, ge=256)
-    timeout: float = Field(1200.0, gt=0, description="seconds one cell may take in its guest")
+    timeout: float = Field(
+        1200.0, gt=0, le=settings.MAX_SECONDS, description="seconds one cell may take in its guest"
+    )
     extends: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()
 

@@ -279,7 +279,7 @@ class ZfsScenario(VmChoice):
         description="dRAID distributed spares (draidN:Ns); a resilver rebuilds onto them"
         " instead of a new disk",
     )
-    timeout: float = Field(DEFAULT_TIMEOUT, gt=0)
+    timeout: float = Field(DEFAULT_TIMEOUT, gt=0, le=settings.MAX_SECONDS)
     memory_mb: int = Field(1024, ge=512)
     fault_spec: FaultSpec = Field(default_factory=FaultSpec, alias="fault")
     sweep: SweepSpec = Field(default_factory=SweepSpec)

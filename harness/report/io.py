@@ -20,6 +20,7 @@ from rich.table import Table
 
 from harness.experiments import lifecycle
 from harness.report import query
+from harness.report.markup import cells, esc
 from harness.store.db import Store
 
 # (metric, column title, format)
@@ -59,20 +60,22 @@ def print_io(console: Console, result: query.GroupedTable) -> None:
     cols = [c for c in COLUMNS if any(c[0] in g.stats for g in result.groups)]
     accels = sorted({str(g.key[result.by.index("accelerator")]) for g in result.groups})
     t = Table(
-        title=f"io by {', '.join(result.by)} (measured under {', '.join(accels).upper()};"
-        " compare cells within one accelerator and host)",
+        title=esc(
+            f"io by {', '.join(result.by)} (measured under {', '.join(accels).upper()};"
+            " compare cells within one accelerator and host)"
+        ),
         title_justify="left",
         box=box.SIMPLE_HEAD,
     )
     for f in result.by:
-        t.add_column(f, no_wrap=True)
+        t.add_column(esc(f), no_wrap=True)
     t.add_column("n", justify="right")
     for _, title, _ in cols:
         t.add_column(title, justify="right")
     for g in result.groups:
         n = max((s.n for s in g.stats.values()), default=0)
         t.add_row(
-            *("-" if v is None else str(v) for v in g.key),
+            *cells(*("-" if v is None else v for v in g.key)),
             str(n),
             *(_value(g.stats.get(m), fmt) for m, _, fmt in cols),
         )
@@ -115,11 +118,16 @@ def print_run_body(console: Console, r: lifecycle.Report) -> None:
         print_io(console, result)
     for o in obs:
         if o["outcome"] != "consistent":
-            console.print(f"[yellow]{o['item']}: {o['outcome']}[/] {o['metrics'].get('error', '')}")
+            console.print(
+                f"[yellow]{esc(o['item'])}: {esc(o['outcome'])}[/]"
+                f" {esc(o['metrics'].get('error', ''))}"
+            )
     from harness.experiments.ioclaims import claims
 
     for c in claims([o for o in obs if "derived" in o["metrics"]]):
-        console.print(f"seed {c['seed']}: {c['claim']}\n  [bold]this run:[/] {c['measured']}")
+        console.print(
+            f"seed {esc(c['seed'])}: {esc(c['claim'])}\n  [bold]this run:[/] {esc(c['measured'])}"
+        )
 
 
 def plot_io(store: Store, by: Sequence[str], out: Path, runs: Sequence[str] = ()) -> Path:

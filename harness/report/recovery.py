@@ -13,6 +13,7 @@ from rich.table import Table
 
 from harness.experiments import lifecycle
 from harness.experiments.recovery_fit import PHASE_WORDS, PHASES, claims, fits
+from harness.report.markup import esc
 from harness.report.plots import NoData, _save
 from harness.store.db import Store
 
@@ -28,13 +29,13 @@ def print_body(console: Console, r: lifecycle.Report) -> None:
         pop = m.get("population", {})
         verdict = o["outcome"] + (" (no journal: expected)" if m.get("expected") else "")
         t.add_row(
-            o["cell"]["cell"],
+            esc(o["cell"]["cell"]),
             f"{o['cell']['size']:g}G",
             str(pop.get("files", "-")),
             str(pop.get("inodes_used", "-")),
             *(f"{ph[p]:.3f}" if p in ph else "-" for p in PHASES),
             f"{m.get('item_seconds', 0):.0f}",
-            verdict,
+            esc(verdict),
         )
     console.print(t)
     f = fits(obs)
@@ -42,7 +43,7 @@ def print_body(console: Console, r: lifecycle.Report) -> None:
         ft = Table("cell", "phase", "n", "s / GiB", "R²", "s / M inodes", "R²")
         for row in f:
             ft.add_row(
-                row["cell"],
+                esc(row["cell"]),
                 PHASE_WORDS[row["phase"]],
                 str(row["n"]),
                 f"{row['s_per_gib']:.4f}",
@@ -52,7 +53,7 @@ def print_body(console: Console, r: lifecycle.Report) -> None:
             )
         console.print(ft)
     for c in claims(obs):
-        console.print(f"measured: {c}")
+        console.print(f"measured: {c}", markup=False)
 
 
 def recovery_points(

@@ -15,6 +15,7 @@ from rich.table import Table
 from harness.outcome import Outcome, is_finding, is_harness
 from harness.report import diff as rdiff
 from harness.report import query
+from harness.report.markup import esc
 from harness.store.db import RunDetail, RunRow
 
 # Rows of non-consistent states printed before pointing at --json for the rest.
@@ -27,19 +28,19 @@ def print_detail(console: Console, d: RunDetail) -> None:
     head.add_column(style="bold")
     head.add_column()
     for key, value in (
-        ("run", r.id),
-        ("scenario", f"{r.scenario} ({r.kind})"),
-        ("fs", r.fs or "-"),
+        ("run", esc(r.id)),
+        ("scenario", esc(f"{r.scenario} ({r.kind})")),
+        ("fs", esc(r.fs or "-")),
         ("status", status_markup(r)),
         ("started", local_time(r.started_at)),
         ("duration", duration(r)),
         ("seed", "-" if r.seed is None else str(r.seed)),
-        ("host", r.host or "-"),
-        ("accelerator", r.accelerator or "-"),
-        ("guest kernel", r.guest_kernel or "-"),
-        ("qemu", r.qemu_version or "-"),
-        ("image", r.image_hash or "-"),
-        ("tools", ", ".join(f"{k} {v}" for k, v in sorted(r.tool_versions.items())) or "-"),
+        ("host", esc(r.host or "-")),
+        ("accelerator", esc(r.accelerator or "-")),
+        ("guest kernel", esc(r.guest_kernel or "-")),
+        ("qemu", esc(r.qemu_version or "-")),
+        ("image", esc(r.image_hash or "-")),
+        ("tools", esc(", ".join(f"{k} {v}" for k, v in sorted(r.tool_versions.items())) or "-")),
         ("outcomes", account_markup(r) or "no states checked"),
         ("exit status", exit_markup(r)),
     ):
@@ -52,14 +53,14 @@ def print_detail(console: Console, d: RunDetail) -> None:
         if k not in ("outcome_counts", "expected_outcomes")
     }
     for key, value in sorted(flatten(extra).items()):
-        head.add_row(key, str(value))
+        head.add_row(esc(key), esc(value))
     console.print(head)
 
     params = Table(title="parameters", title_justify="left")
     params.add_column("key")
     params.add_column("value", overflow="fold")
     for key, value in sorted(flatten(r.params).items()):
-        params.add_row(key, json.dumps(value))
+        params.add_row(esc(key), esc(json.dumps(value)))
     if r.params:
         console.print(params)
 
@@ -70,7 +71,7 @@ def print_detail(console: Console, d: RunDetail) -> None:
             rec.add_column(col, justify="right")
         for ph in d.recovery:
             rec.add_row(
-                ph.phase, str(ph.n), *(f"{v:.3f}" for v in (ph.mean, ph.p50, ph.p95, ph.max))
+                esc(ph.phase), str(ph.n), *(f"{v:.3f}" for v in (ph.mean, ph.p50, ph.p95, ph.max))
             )
         console.print(rec)
 
@@ -82,15 +83,17 @@ def print_detail(console: Console, d: RunDetail) -> None:
             st.add_column(col, overflow="fold")
         for s in flagged[:SHOWN_STATES]:
             st.add_row(
-                s.id,
+                esc(s.id),
                 outcome_markup(s.outcome or ""),
-                s.generator,
-                s.last_mark or "-",
-                s.description,
-                ", ".join(
-                    f"{c.stage}/{c.checker}: {c.outcome}"
-                    for c in s.checks
-                    if c.outcome != Outcome.CONSISTENT
+                esc(s.generator),
+                esc(s.last_mark or "-"),
+                esc(s.description),
+                esc(
+                    ", ".join(
+                        f"{c.stage}/{c.checker}: {c.outcome}"
+                        for c in s.checks
+                        if c.outcome != Outcome.CONSISTENT
+                    )
                 ),
             )
         console.print(st)
@@ -118,7 +121,7 @@ def print_items(console: Console, items: Sequence[Mapping[str, Any]]) -> None:
         text = ", ".join(
             f"{k} {round(v, 3) if isinstance(v, float) else v}" for k, v in shown.items()
         )
-        t.add_row(it["item"], outcome_markup(it["outcome"] or "-"), text[:300])
+        t.add_row(esc(it["item"]), outcome_markup(it["outcome"] or "-"), esc(text[:300]))
     console.print(t)
     if len(items) > SHOWN_STATES:
         console.print(f"… and {len(items) - SHOWN_STATES} more: use --json for all")
@@ -162,11 +165,11 @@ def style(outcome: str) -> str:
 
 
 def outcome_markup(outcome: str) -> str:
-    return f"[{style(outcome)}]{outcome}[/]"
+    return f"[{style(outcome)}]{esc(outcome)}[/]"
 
 
 def counts_markup(counts: Mapping[str, int], sep: str = "  ") -> str:
-    return sep.join(f"[{style(o)}]{o} {n}[/]" for o, n in counts.items())
+    return sep.join(f"[{style(o)}]{esc(o)} {n}[/]" for o, n in counts.items())
 
 
 def account_markup(r: RunRow, sep: str = "  ") -> str:
@@ -185,11 +188,11 @@ def exit_markup(r: RunRow) -> str:
 
 def status_markup(r: RunRow) -> str:
     colour = {"done": "green", "running": "cyan", "failed": "red", "interrupted": "yellow"}
-    return f"[{colour.get(str(r.status), 'white')}]{r.status}[/]"
+    return f"[{colour.get(str(r.status), 'white')}]{esc(r.status)}[/]"
 
 
 def print_grouped(console: Console, result: query.GroupedTable) -> None:
-    by = result.by or ("all",)
+    by = [esc(f) for f in result.by or ("all",)]
 
     def key_cells(key: tuple[Any, ...]) -> list[str]:
         return [_cell(v) for v in key] if result.by else ["all"]
@@ -221,14 +224,14 @@ def print_grouped(console: Console, result: query.GroupedTable) -> None:
     for f in by:
         t.add_column(f)
     if result.kind.split:
-        t.add_column(result.kind.split)
+        t.add_column(esc(result.kind.split))
     for col in ("n", "mean", "stdev", "min", "p50", "p95", "max"):
         t.add_column(col if col == "n" else f"{col} {unit}", justify="right")
     for g in result.groups:
         for i, (name, st) in enumerate(g.stats.items()):
             t.add_row(
                 *(key_cells(g.key) if i == 0 else [""] * len(by)),
-                *([name] if result.kind.split else []),
+                *([esc(name)] if result.kind.split else []),
                 str(st.n),
                 *(f"{v:.3f}" for v in (st.mean, st.stdev, st.min, st.p50, st.p95, st.max)),
                 end_section=i == len(g.stats) - 1 and len(g.stats) > 1,
@@ -237,16 +240,16 @@ def print_grouped(console: Console, result: query.GroupedTable) -> None:
 
 
 def _cell(v: Any) -> str:
-    return "-" if v is None else str(v)
+    return "-" if v is None else esc(v)
 
 
 def print_diff(console: Console, d: rdiff.RunDiff) -> None:
     console.print(
-        f"[bold]{d.a.id}[/] ({d.a.scenario}, {d.a.guest_kernel or '-'}) -> "
-        f"[bold]{d.b.id}[/] ({d.b.scenario}, {d.b.guest_kernel or '-'})"
+        f"[bold]{esc(d.a.id)}[/] ({esc(d.a.scenario)}, {esc(d.a.guest_kernel or '-')}) -> "
+        f"[bold]{esc(d.b.id)}[/] ({esc(d.b.scenario)}, {esc(d.b.guest_kernel or '-')})"
     )
     for note in d.notes:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(f"[yellow]note:[/] {esc(note)}")
     console.print(
         f"{d.matched} states checked in both; {len(d.changes)} changed outcome"
         f" ({len(d.worse)} worse)"
@@ -257,7 +260,7 @@ def print_diff(console: Console, d: rdiff.RunDiff) -> None:
             t.add_column(col, justify="right" if col.startswith("recovery") else "left")
         for c in d.changes[:SHOWN_STATES]:
             t.add_row(
-                c.state_id,
+                esc(c.state_id),
                 outcome_markup(c.before) if c.before else "[dim]absent[/]",
                 outcome_markup(c.after) if c.after else "[dim]absent[/]",
                 _secs(c.seconds_before),
@@ -275,7 +278,7 @@ def print_diff(console: Console, d: rdiff.RunDiff) -> None:
         for p in d.phases:
             pct = f"{100 * p.delta / p.mean_before:+.0f}%" if p.mean_before else "-"
             t.add_row(
-                p.phase,
+                esc(p.phase),
                 str(p.n),
                 f"{p.mean_before:.3f}",
                 f"{p.mean_after:.3f}",
@@ -290,11 +293,11 @@ def _secs(v: float | None) -> str:
 
 
 def print_check(console: Console, r: rdiff.CheckReport) -> None:
-    head = f"run {r.run.id} ({r.run.scenario}): "
+    head = esc(f"run {r.run.id} ({r.run.scenario}): ")
     if r.regressions:
         console.print(head + "[bold red]REGRESSED[/]")
         for line in r.regressions:
-            console.print(f"  [red]-[/] {line}")
+            console.print(f"  [red]-[/] {esc(line)}")
     else:
         console.print(
             head
@@ -302,4 +305,4 @@ def print_check(console: Console, r: rdiff.CheckReport) -> None:
             + (f"  ({counts_markup(r.run.outcome_counts)})" if r.run.outcome_counts else "")
         )
     for note in r.notes:
-        console.print(f"  [yellow]note:[/] {note}")
+        console.print(f"  [yellow]note:[/] {esc(note)}")

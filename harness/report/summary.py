@@ -23,6 +23,7 @@ from harness.experiments.workload import Workload
 from harness.experiments.zfs.crash import ZfsCrash
 from harness.experiments.zfs.scan import ZfsScan
 from harness.report import io, patterns, recovery, zfs
+from harness.report.markup import cells, esc
 from harness.store.db import Store
 
 Body = Callable[[Console, lifecycle.Report], None]
@@ -34,19 +35,21 @@ def counts_line(counts: Mapping[str, int]) -> str:
 
 def print_summary(console: Console, r: lifecycle.Report) -> None:
     console.print(
-        f"[bold]{r.scenario.name}[/]  run [bold]{r.run_id}[/]"
+        f"[bold]{esc(r.scenario.name)}[/]  run [bold]{esc(r.run_id)}[/]"
         + (f"  (resumed: {r.earlier} of {r.items} done earlier)" if r.resumed else "")
-        + f"  {r.seconds:.0f} s  store: {r.db}"
+        + f"  {r.seconds:.0f} s  store: {esc(r.db)}"
     )
     if r.not_resumed:
-        console.print(f"[yellow]{r.not_resumed}[/]")
+        console.print(f"[yellow]{esc(r.not_resumed)}[/]")
     BODIES[type(r.experiment)](console, r)
     if r.account.expected:
         console.print(
             "expected by design, not findings: " + counts_line(r.account.expected)
         )
     if r.account.control_failed:
-        console.print(f"[red]{r.account.control_failed}[/] (scenario expects {r.scenario.expect})")
+        console.print(
+            f"[red]{esc(r.account.control_failed)}[/] (scenario expects {r.scenario.expect})"
+        )
     elif getattr(r.scenario, "expect", None):
         console.print(f"[green]control passed[/]: expected {r.scenario.expect}")
     console.print(closing_line(r))
@@ -75,7 +78,7 @@ def _crash_body(console: Console, r: lifecycle.Report) -> None:
     assert isinstance(exp, CrashReplay)
     with Store.open(r.db, create=False) as st:
         detail = st.run_detail(r.run_id)
-        cells = patterns.summary_lines(st, r.run_id)
+        lines = patterns.summary_lines(st, r.run_id)
     rec = exp.recording
     console.print(
         f"log: {rec.get('log_entries')} entries, {rec.get('flushes')} flushes, "
@@ -89,13 +92,13 @@ def _crash_body(console: Console, r: lifecycle.Report) -> None:
         style = "red" if kind == "finding" else "yellow" if kind == "harness" else "green"
         t.add_row(f"[{style}]{name}[/]", str(counts[name]), kind)
     console.print(t)
-    for line in cells:  # an application pattern: what the states left, per cell
-        console.print(line)
+    for line in lines:  # an application pattern: what the states left, per cell
+        console.print(line, markup=False)
     if detail.recovery:
         rt = Table("recovery phase", "n", "mean ms", "p50 ms", "p95 ms", "max ms")
         for ph in detail.recovery:
             rt.add_row(
-                ph.phase,
+                esc(ph.phase),
                 str(ph.n),
                 *(f"{v * 1e3:.1f}" for v in (ph.mean, ph.p50, ph.p95, ph.max)),
             )
@@ -112,7 +115,7 @@ def _eio_body(console: Console, r: lifecycle.Report) -> None:
     t = Table(*cols)
     for o in obs:
         row = o["metrics"].get("row", {})
-        t.add_row(o["item"], *(str(row.get(c, "-")) for c in cols[1:-1]), o["outcome"])
+        t.add_row(*cells(o["item"], *(row.get(c, "-") for c in cols[1:-1]), o["outcome"]))
     f = r.scenario.fault
     flap = f", flapping: up {f.up} s, down {f.down} s (fsync-2 after it came back)" if f.up else ""
     console.print(f"fault: {f.mode} after the first fsync{flap}")
@@ -125,7 +128,7 @@ def _dust_body(console: Console, r: lifecycle.Report) -> None:
     t = Table("filesystem", "measured", "verdict")
     for o in obs:
         row = o["metrics"].get("row", {})
-        t.add_row(o["item"], ", ".join(f"{k} {v}" for k, v in row.items()), o["outcome"])
+        t.add_row(*cells(o["item"], ", ".join(f"{k} {v}" for k, v in row.items()), o["outcome"]))
     console.print(f"{r.scenario.bad_blocks} bad 4 KiB blocks (dm-dust) under the data")
     console.print(t)
 
@@ -141,7 +144,7 @@ def _drop_body(console: Console, r: lifecycle.Report) -> None:
         m = o["metrics"]
         replay = (m.get("replay") or {}).get("outcome", "-")
         same = {True: "yes", False: "[red]NO[/]", None: "-"}[m.get("agree")]
-        t.add_row(o["item"], m["drop"]["outcome"], replay, same, o["outcome"])
+        t.add_row(*cells(o["item"], m["drop"]["outcome"], replay), same, esc(o["outcome"]))
     console.print(
         f"fault: {r.scenario.fault.mode} from the return of sync points {s['drop_points']}"
     )
@@ -151,7 +154,7 @@ def _drop_body(console: Console, r: lifecycle.Report) -> None:
     console.print(
         f"the two crash models agree on {s['agree']} of {s['cross_checked']} points"
         + (
-            f"; [red]lab inconsistencies[/]: {', '.join(s['lab_inconsistencies'])}"
+            f"; [red]lab inconsistencies[/]: {esc(', '.join(s['lab_inconsistencies']))}"
             if s["lab_inconsistencies"]
             else ""
         )

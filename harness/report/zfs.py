@@ -26,6 +26,7 @@ from harness.experiments.zfs.scan import ZfsScan, overhead
 from harness.outcome import Outcome
 from harness.paths import default_db
 from harness.report import query
+from harness.report.markup import cells, esc
 from harness.store.db import ScanKind, Store
 
 MiB = 1 << 20
@@ -44,13 +45,15 @@ def print_scan_body(console: Console, r: lifecycle.Report) -> None:
     sc = r.scenario
     console.print(
         f"{sc.experiment}, fault {sc.fault.kind} on disk(s) {list(sc.fault.disks)} "
-        f"({sc.fault.when})"
+        f"({sc.fault.when})",
+        markup=False,
     )
     if exp.measurements:
         m0 = exp.measurements[0]
         console.print(
             f"ZFS {m0.zfs_version}, guest kernel {m0.guest_kernel}, {m0.accelerator}; "
-            f"event clock tick {m0.tick_ns / 1e6:g} ms"
+            f"event clock tick {m0.tick_ns / 1e6:g} ms",
+            markup=False,  # versions as the guest printed them
         )
     t = Table(box=box.SIMPLE_HEAD)
     for col in (
@@ -79,7 +82,7 @@ def print_scan_body(console: Console, r: lifecycle.Report) -> None:
         if m.outcome is Outcome.DATA_LOSS and m.expected_loss:
             style, verdict = "yellow", "data errors (expected)"
         t.add_row(
-            m.cell.label().replace(f" fill {m.cell.fill:g}%", ""),
+            esc(m.cell.label().replace(f" fill {m.cell.fill:g}%", "")),
             str(m.repetition + 1),
             f"{m.fill:.1f}",
             f"{m.seconds:.3f}" + ("" if m.seconds_source == "events" else " (status)"),
@@ -91,8 +94,8 @@ def print_scan_body(console: Console, r: lifecycle.Report) -> None:
             _mb(s.processed),
             str(cksum),
             str(m.status.error_count),
-            m.status.state,
-            f"[{style}]{verdict}[/]",
+            esc(m.status.state),
+            f"[{style}]{esc(verdict)}[/]",
         )
     console.print(t)
     if exp.measurements:
@@ -108,11 +111,12 @@ def print_sweep_fits(console: Console, summary: dict[str, Any]) -> None:
     for layout, f in summary.get("fits", {}).items():
         console.print(
             f"{layout}: {f['MB/s']} MB/s + {f['fixed_seconds']:.2f} s fixed "
-            f"(R² {f['r2']:.3f}, n {f['n']})"
+            f"(R² {f['r2']:.3f}, n {f['n']})",
+            markup=False,
         )
     for cell, spread in summary.get("spread_flagged", {}).items():
         console.print(
-            f"[yellow]spread[/] {cell}: {spread['min']:.2f}..{spread['max']:.2f} s "
+            f"[yellow]spread[/] {esc(cell)}: {spread['min']:.2f}..{spread['max']:.2f} s "
             f"around {spread['median']:.2f} s: repeat it on a quieter host"
         )
     if eta := summary.get("eta_abs_error_seconds"):
@@ -136,7 +140,8 @@ def print_crash_body(console: Console, r: lifecycle.Report) -> None:
     console.print(f"crash states of {sc.pool.layout} x{sc.pool.disks}: {len(exp.states)}")
     console.print(
         f"ZFS {rec.zfs_version}, guest kernel {rec.guest_kernel}, {rec.accelerator}; recording "
-        + ", ".join(f"{k} {v:.1f}s" for k, v in rec.seconds.items())
+        + ", ".join(f"{k} {v:.1f}s" for k, v in rec.seconds.items()),
+        markup=False,  # versions as the guest printed them
     )
     t = Table(box=box.SIMPLE_HEAD)
     for col in (
@@ -162,10 +167,12 @@ def print_crash_body(console: Console, r: lifecycle.Report) -> None:
         v = c.verify or {}
         style = "green" if c.outcome is Outcome.CONSISTENT else "red" if s.honest else "dim"
         t.add_row(
-            s.id,
-            s.generator if s.honest else f"{s.generator} ({s.model})",
-            s.mark.removeprefix("crashlab:"),
-            " ".join(map(str, s.cuts)),
+            *cells(
+                s.id,
+                s.generator if s.honest else f"{s.generator} ({s.model})",
+                s.mark.removeprefix("crashlab:"),
+                " ".join(map(str, s.cuts)),
+            ),
             f"{c.phases.get('mount', 0.0):.2f}",
             f"{c.phases.get('fsck_after', 0.0):.2f}" if "fsck_after" in c.phases else "-",
             str(c.repaired),
@@ -175,17 +182,20 @@ def print_crash_body(console: Console, r: lifecycle.Report) -> None:
             f"/{v.get('checked', 0)}"
             if v
             else "-",
-            f"[{style}]{c.outcome}[/]" + ("" if s.honest else " [dim](not counted)[/]"),
+            f"[{style}]{esc(c.outcome)}[/]" + ("" if s.honest else " [dim](not counted)[/]"),
         )
     console.print(t)
     counts = r.account.counts
-    console.print("verdicts: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())))
+    console.print(
+        "verdicts: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())), markup=False
+    )
     if exp.lying:
         lying = r.account.expected
         console.print(
             f"{len(exp.lying)} states modelled disks that lose acknowledged writes "
             "(crash.torn_model = any); their verdicts are not counted as findings: "
-            + ", ".join(f"{k} {n}" for k, n in sorted(lying.items()))
+            + ", ".join(f"{k} {n}" for k, n in sorted(lying.items())),
+            markup=False,
         )
 
 
@@ -330,11 +340,11 @@ def cmd_table(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     if not cells:
-        console.print(f"no {args.scan} scans in {db}")
+        console.print(f"no {args.scan} scans in {db}", markup=False)
         return EXIT_OK
-    t = Table(title=f"{args.scan} in {db}", title_justify="left", box=box.SIMPLE_HEAD)
+    t = Table(title=esc(f"{args.scan} in {db}"), title_justify="left", box=box.SIMPLE_HEAD)
     for k in by:
-        t.add_column(k)
+        t.add_column(esc(k))
     for col in (
         "n",
         "seconds mean ± sd",
@@ -372,4 +382,4 @@ def _cell_text(key: str, value: Any) -> str:
         return f"{value // MiB}M" if value >= MiB else f"{value // 1024}K"
     if isinstance(value, float):
         return f"{value:g}"
-    return str(value)
+    return esc(value)

@@ -390,3 +390,20 @@ def test_posix_names_need_a_directory_fsync(tmp_path: Path) -> None:
     assert got[m(2)] == {"a"}  # fsync of the root directory
     linux = required(tmp_path, ops)
     assert linux[m(1)] == {"a"}  # ext4/xfs/btrfs: fsync persists the name too
+
+
+def test_flush_after_sync_fsyncs_the_device_after_each_sync_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The triage experiment (docs/findings/ext2-nojournal-fsync-6.1.md): the device is
+    flushed after every sync call, before its mark; the oracle stays the same."""
+    flushed: list[tuple[str, int]] = []
+    monkeypatch.setattr(opgen, "flush_device", lambda dm: flushed.append((dm, len(flushed))))
+    ops = [Op("create", "a"), Op("fsync", "a"), Op("write", "a", data=b"x"), Op("fsync_dir")]
+    (tmp_path / "p").mkdir()
+    plain = opgen.execute(str(tmp_path / "p"), ops)
+    body = opgen.execute(str(tmp_path), ops, dm_name="crashlab-lw", flush_after_sync=True)
+    assert [dm for dm, _ in flushed] == ["crashlab-lw"] * 3  # two calls and the final sync
+    assert body["marks"] == plain["marks"]
+    status = run(tmp_path / "r", tmp_path / "o.json", 1, 5, "--flush-after-sync")
+    assert status == opgen.EXIT_USAGE  # no --dm-name: nothing to flush

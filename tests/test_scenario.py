@@ -319,3 +319,20 @@ def test_cli_list_flags_broken_files(sdir: Path, capsys: pytest.CaptureFixture[s
     assert run_cli(["list"]) == 2
     out = capsys.readouterr().out
     assert "good" in out and "bad" in out and "error" in out
+
+
+def test_ext4_without_a_journal_has_no_data_mode() -> None:
+    """ext4 refuses any data= on a filesystem made without a journal ("can't mount with
+    data=, fs mounted w/o journal"): the lab must not pass one."""
+    sc = scenario.load("ext4-nojournal-fsync")
+    assert sc.fs.data_mode is None and not sc.fs.journaled  # type: ignore[union-attr]
+    assert sc.fs.mount_argv("/dev/x", "/mnt") == ["mount", "-t", "ext4", "/dev/x", "/mnt"]  # type: ignore[union-attr]
+    # Removing the journal of an ordered-mode scenario drops the mode it can't have ...
+    sc = scenario.load("ext4-ordered-fsync", ('fs.mkfs_options=["-O", "^has_journal"]',))
+    assert sc.fs.data_mode is None  # type: ignore[union-attr]
+    # ... and asking for both is bad input.
+    with pytest.raises(InputError, match="with a journal have data modes"):
+        scenario.load(
+            "ext4-ordered-fsync",
+            ('fs.mkfs_options=["-O", "^has_journal"]', "fs.data_mode=ordered"),
+        )

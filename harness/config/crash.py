@@ -106,12 +106,15 @@ class FsSpec(Settings):
 
     @model_validator(mode="after")
     def _check(self) -> FsSpec:
-        if self.type in JOURNALED_DATA_MODES:
+        if self.type in JOURNALED_DATA_MODES and self.journaled:
             if self.data_mode is None:
                 object.__setattr__(self, "data_mode", DataMode.ORDERED)
         elif self.data_mode is not None:
+            # ext4 refuses any data= on a filesystem made without a journal ("can't mount
+            # with data=, fs mounted w/o journal", fs/ext4/super.c), so it has no mode.
             raise problem(
-                f"only ext3 and ext4 have data modes, not {self.type}",
+                f"only ext3 and ext4 with a journal have data modes, not {self.type}"
+                + ("" if self.journaled else " without one"),
                 "remove the key",
                 key="data_mode",
             )
@@ -171,6 +174,13 @@ class OpsWorkload(Settings):
     )
     noop_sync: bool = Field(
         False, description="a positive control: 'sync' without calling fsync; expect findings"
+    )
+    # An experiment, not a setting: after every sync call, fsync the device under test
+    # too (its dirty buffer cache, then a cache FLUSH) before the mark. A loss that this
+    # makes go away was a write the filesystem's fsync left unwritten or unflushed
+    # (docs/findings/ext2-nojournal-fsync-6.1.md).
+    flush_after_sync: bool = Field(
+        False, description="experiment: fsync the block device after every sync call"
     )
 
 

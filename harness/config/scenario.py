@@ -110,6 +110,15 @@ def load(name_or_path: str | Path, overrides: Sequence[str] = ()) -> AnyScenario
             and fs.get("type") not in [str(t) for t in JOURNALED_DATA_MODES]
         ):
             data["fs"] = {k: v for k, v in fs.items() if k != "data_mode"}
+        # --set fs.mkfs_options='["-O", "^has_journal"]': its data mode went with the
+        # journal (ext4 will not mount a journal-less filesystem with any data=).
+        if (
+            "fs.mkfs_options" in touched
+            and "fs.data_mode" not in touched
+            and isinstance(fs, dict)
+            and any("^has_journal" in str(o) for o in fs.get("mkfs_options", ()))
+        ):
+            data["fs"] = {k: v for k, v in data["fs"].items() if k != "data_mode"}
     name = data.get("name", path.stem)
     if name != path.stem:
         raise InputError(

@@ -55,6 +55,7 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
         max_size=w.max_size,
         fsync_names=bool(w.fsync_names),
         noop_sync=w.noop_sync,
+        flush_after_sync=w.flush_after_sync,
     )
 
 

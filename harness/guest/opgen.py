@@ -228,6 +228,18 @@ def perform(root: str, op: Op, noop_sync: bool = False) -> None:
         raise ValueError(f"unknown op {k!r}")
 
 
+def flush_device(dm_name: str) -> None:
+    """fsync the device-mapper device ``dm_name``: its dirty page cache, then a FLUSH."""
+    try:
+        fd = os.open(f"/dev/mapper/{dm_name}", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise OpFailed(f"fsync of /dev/mapper/{dm_name}: {e.strerror}") from None
+
+
 def emit_mark(mark_cmd: str, dm_name: str, text: str) -> None:
     if mark_cmd == "none":
         return
@@ -252,13 +264,17 @@ def execute(
     dm_name: str = "",
     fsync_names: bool = True,
     noop_sync: bool = False,
+    flush_after_sync: bool = False,
     on_mark: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run ops (given, or ``count`` drawn from ``generator``) and return the oracle body.
 
     ``on_mark(text)`` runs after each mark, before the next op: where a runtime fault is
-    switched on at a sync point (``dropremount.py``). The returned dict has ``marks``,
-    ``final_mark``, ``ops``, ``complete`` and ``error``.
+    switched on at a sync point (``dropremount.py``). ``flush_after_sync`` fsyncs the
+    device ``dm_name`` after each sync call, before its mark: the device's dirty buffer
+    cache is written and a cache FLUSH sent (blkdev_fsync) -- an experiment that tells a
+    filesystem's missing flush from a rule of ours (the model does not change). The
+    returned dict has ``marks``, ``final_mark``, ``ops``, ``complete`` and ``error``.
     """
     model = Model(fsync_names)
     rec = Recorder()
@@ -276,6 +292,8 @@ def execute(
             raise OpFailed(f"op {entry['i']} {op.kind} {op.path!r}: {e.strerror}") from None
         model.apply(op)
         if op.kind in SYNC_OPS:
+            if flush_after_sync and not noop_sync:
+                flush_device(dm_name)
             text = f"{MARK_PREFIX}{len(rec.marks) + 1 + (rec.pending is not None)}"
             emit_mark(mark_cmd, dm_name, text)
             rec.mark(model, text, entry["i"])
@@ -338,7 +356,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--root {args.root}: not a directory")
     if args.ops < 0 or args.files < 1 or args.max_size < 1:
         raise UsageError("--ops must be >= 0, --files and --max-size >= 1")
-    if args.mark_cmd == "dmsetup" and not args.dm_name:
+    if (args.mark_cmd == "dmsetup" or args.flush_after_sync) and not args.dm_name:
         raise UsageError("--mark-cmd dmsetup needs --dm-name (the dm-log-writes device)")
     gen = Generator(args.seed, args.files, args.max_size)
     body = execute(
@@ -349,6 +367,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         dm_name=args.dm_name or "",
         fsync_names=args.fsync_names == "yes",
         noop_sync=args.noop_sync,
+        flush_after_sync=args.flush_after_sync,
     )
     oracle = oracle_doc(args, body)
     write_json(args.oracle, oracle)
@@ -388,6 +407,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--noop-sync",
         action="store_true",
         help="never really fsync/sync (a positive control: the oracle must catch it)",
+    )
+    r.add_argument(
+        "--flush-after-sync",
+        action="store_true",
+        help="fsync the --dm-name device after every sync call (an experiment)",
     )
     r.add_argument("--oracle", required=True, help="where to write the oracle JSON")
     r.set_defaults(func=cmd_run)

@@ -1,4 +1,4 @@
-"""The lab's known-answer controls, with real guests (~6 min under TCG): every positive
+"""The lab's known-answer controls, with real guests (~9 min under TCG): every positive
 control must find data loss, every negative one must stay clean, and the campaign exits 0
 only then. If this fails after a change, the lab is broken, whatever else passes."""
 

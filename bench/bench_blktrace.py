@@ -23,8 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.config import scenario
-from harness.config.workload import IoCell, WorkloadScenario
-from harness.experiments import iometrics
+from harness.experiments.workload import iometrics
+from harness.experiments.workload.settings import IoCell, WorkloadScenario
 from harness.record import recorder as record
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 

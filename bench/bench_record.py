@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.config import scenario
 from harness.config.crash import FsSpec
 from harness.errors import HarnessError
-from harness.experiments import crash as run
+from harness.experiments.crash import experiment as run
 from harness.record import recorder as record
 from harness.record.logwrites import open_log
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest

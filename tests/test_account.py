@@ -24,14 +24,14 @@ from typing import Any
 
 import pytest
 
-import harness.experiments  # noqa: F401 -- registers every kind
+from harness.campaign.runner import ElementContext, Engine
 from harness.cli import campaign as cli_campaign
 from harness.config import campaign as config_campaign
 from harness.config import scenario
+from harness.config.base import ScenarioBase
 from harness.config.campaign import Element
 from harness.errors import EXIT_FINDING, EXIT_OK, HarnessError
-from harness.experiments import lifecycle
-from harness.experiments.campaign import ElementContext, Engine
+from harness.experiments import lifecycle, registry
 from harness.outcome import Outcome
 from harness.store import schema
 from harness.store.db import (
@@ -82,9 +82,9 @@ def _write(st: Store, run_id: str, table: str, it: Item) -> None:
 def _runner(table: str, it: Item) -> Any:
     def run(el: Element, ctx: ElementContext) -> str:
         sc = scenario.load(el.scenario, el.overrides)
-        cls = lifecycle.kind_of(sc)
+        kind, cls = registry.experiment(sc)
         with Store.open(ctx.db) as st:
-            run_id = st.begin_run(sc.name, cls.run_kind, sc.resolved(), el.seed, env=RunEnv())
+            run_id = st.begin_run(sc.name, kind.run_kind, sc.resolved(), el.seed, env=RunEnv())
             _write(st, run_id, table, it)
             exp = cls(lifecycle.Run(sc, st, ctx.db, run_id, el.seed, None, False, ctx.progress))  # type: ignore[arg-type]
             st.set_account(run_id, lifecycle.account(exp))
@@ -141,7 +141,7 @@ def test_a_finding_of_every_kind_fails_its_campaign(
 
 def test_every_kind_is_covered() -> None:
     kinds = {str(scenario.load(name.split()[0]).experiment_kind) for name, _, _ in FINDINGS}
-    assert kinds == set(lifecycle.REGISTRY)
+    assert kinds == set(registry.variants())
 
 
 EXPECTED = [
@@ -189,7 +189,7 @@ def test_a_store_of_the_previous_schema_is_migrated_with_its_counts(tmp_path: Pa
     nothing marked expected, no exit status; reports fall back to the counts."""
     db = tmp_path / "old.sqlite"
     with Store.open(db) as st:
-        run_id = st.begin_run("fsync-eio", lifecycle.REGISTRY["fsync-eio"].run_kind, {}, 1)
+        run_id = st.begin_run("fsync-eio", "faults", {}, 1)
         _write(st, run_id, "observations", LOSS)
         st.finish_run(run_id, RunStatus.DONE)
         # back to schema 5: what a store written by the previous crashlab holds
@@ -217,7 +217,6 @@ def test_a_store_of_the_previous_schema_is_migrated_with_its_counts(tmp_path: Pa
 class _FailsAfter(lifecycle.Observed):
     """A kind whose first item is judged, then the lab breaks (a guest that hangs)."""
 
-    run_kind = lifecycle.REGISTRY["fsync-eio"].run_kind
 
     def prepare(self) -> None:
         self.outcome = Outcome(self.sc.first)
@@ -237,11 +236,16 @@ class _FailsAfter(lifecycle.Observed):
 def test_a_run_that_fails_after_a_finding_stays_a_finding(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str, want: int
 ) -> None:
-    monkeypatch.setitem(lifecycle.REGISTRY, "fails-after", _FailsAfter)
+    fails = registry.Kind(
+        "fails", ScenarioBase, "faults", {"fails-after": registry.Variant(_FailsAfter, print)}
+    )
+    monkeypatch.setitem(registry.kinds(), "fails", fails)
     monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
     monkeypatch.setattr(lifecycle, "run_env", lambda img: RunEnv(image_hash=img.hash))
     sc = SimpleNamespace(
         name="fails",
+        path=tmp_path / "fails.toml",
+        kind="fails",
         experiment_kind="fails-after",
         seed=1,
         first=first,

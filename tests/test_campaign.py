@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from harness import paths
+from harness.campaign import runner as campaign
+from harness.campaign.runner import ElementContext, ElementStatus, Engine
 from harness.config import campaign as config_campaign
 from harness.config.campaign import Element
 from harness.errors import HarnessError, InputError
-from harness.experiments import campaign
-from harness.experiments.campaign import ElementContext, ElementStatus, Engine
 from harness.outcome import Outcome
 from harness.store.db import CheckResult, CrashState, LogInfo, RunKind, RunStatus, Stage, Store
 
@@ -224,7 +224,7 @@ import sys, functools
 sys.path.insert(0, {repo!r}); sys.path.insert(0, {tests!r})
 from pathlib import Path
 from harness.config import campaign as config_campaign
-from harness.experiments import campaign
+from harness.campaign import runner as campaign
 import test_campaign as t
 c = config_campaign.load(Path({camp!r}))
 campaign.Engine(c, Path({db!r}), runner=functools.partial(t.fake_runner, delay=0.15)).run()

@@ -29,12 +29,13 @@ from test_dask import BIN, scheduler  # noqa: F401 -- the fixture
 from test_store import check, new_run, state
 
 from harness import paths
+from harness.campaign import on_dask as campaign_dask
+from harness.campaign import worker as campaign_worker
+from harness.campaign.runner import ElementStatus
+from harness.campaign.worker import Attempt, Job
 from harness.check import distributed
 from harness.config import campaign as config_campaign
 from harness.errors import HarnessError
-from harness.experiments import campaign_dask, campaign_worker
-from harness.experiments.campaign import ElementStatus
-from harness.experiments.campaign_worker import Attempt, Job
 from harness.outcome import Outcome
 from harness.store.db import RunStatus, Store
 from harness.store.merge import snapshot
@@ -222,7 +223,7 @@ def test_a_killed_campaign_resumes_where_it_stopped(
         from test_campaign_dask import stand_in
         from harness.check import distributed
         from harness.config import campaign
-        from harness.experiments.campaign_dask import DaskEngine
+        from harness.campaign.on_dask import DaskEngine
         with distributed.client({scheduler!r}) as c:
             c.wait_for_workers(2, timeout=60)
             DaskEngine(campaign.load(Path({str(f)!r})), Path({str(db)!r}), c,

@@ -11,7 +11,7 @@ import pytest
 from harness.config import scenario
 from harness.errors import InputError
 from harness.experiments import lifecycle
-from harness.experiments.dropremount import (
+from harness.experiments.faults.dropremount import (
     DropRemount,
     combine,
     drop_points,
@@ -126,7 +126,7 @@ def test_drop_remount_agrees_with_crash_replay(guest_image: image.Image, tmp_pat
     # The end-of-run report, printed after the store is closed, as `scenario run` does.
     from rich.console import Console
 
-    from harness.report.summary import print_summary
+    from harness.experiments.summary import print_summary
 
     console = Console(record=True, width=200)
     print_summary(console, r)

@@ -11,8 +11,8 @@ import pytest
 
 from harness.check import guest as guestcheck
 from harness.config import scenario
-from harness.experiments import crash as run
 from harness.experiments import lifecycle
+from harness.experiments.crash import experiment as run
 from harness.image import build as image
 from harness.outcome import HARNESS, Outcome
 

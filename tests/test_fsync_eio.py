@@ -10,10 +10,10 @@ import pytest
 
 from faults.dm import FlakeyFault, FlakeyMode, healthy_table_args
 from harness.config import scenario
-from harness.config.faults import FaultsScenario
 from harness.errors import InputError
 from harness.experiments import lifecycle
-from harness.experiments.faults import FsyncEio, eio_args, judge
+from harness.experiments.faults.experiment import FsyncEio, eio_args, judge
+from harness.experiments.faults.settings import FaultsScenario
 from harness.image import build as image
 from harness.store.db import Store
 

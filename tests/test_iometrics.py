@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from harness.experiments import iometrics
-from harness.experiments.ioclaims import claims
-from harness.experiments.workload import measured
+from harness.experiments.workload import iometrics
+from harness.experiments.workload.experiment import measured
 from harness.guest import ioprobe
+from harness.report.ioclaims import claims
 
 DATA = Path(__file__).parent / "data" / "workload"
 CELLS = sorted(p.name for p in DATA.iterdir() if p.is_dir())

@@ -10,8 +10,16 @@ from harness import paths
 # The shared vocabulary first, then the steps in the order a run goes through them.
 SHARED = ("errors", "outcome", "paths", "tools", "proc")
 STEPS = ("config", "image", "vm", "record", "guest", "replay", "check", "store")
-STEPS += ("experiments", "report", "cli")
+# Reports read the store; an experiment kind (one folder: settings, steps, summary body)
+# uses them; campaigns run kinds; the command line drives all.
+STEPS += ("report", "experiments", "campaign", "cli")
 RANK = {name: i for i, name in enumerate((*SHARED, *STEPS))}
+# The one way up, and why: the scenario loader and the JSON Schema find a file's kind by
+# the kinds' records (a plugin lookup; the kinds' settings models live in their folders).
+UPWARD_BY_DESIGN = {
+    ("harness/config/scenario.py", "harness.experiments.registry"),
+    ("harness/config/schema.py", "harness.experiments.registry"),
+}
 
 
 def _step(module: str) -> str | None:
@@ -38,8 +46,11 @@ def test_imports_flow_down_the_pipeline() -> None:
             targets = [f"{node.module}.{a.name}" for a in node.names]
             for target in targets if node.module == "harness" else [node.module]:
                 other = _step(target)
+                where = str(f.relative_to(paths.REPO))
+                if (where, target) in UPWARD_BY_DESIGN:
+                    continue
                 if other in RANK and RANK[other] > RANK[me]:
-                    upward.append(f"{f.relative_to(paths.REPO)} imports {target}")
+                    upward.append(f"{where} imports {target}")
     assert upward == []
 
 

@@ -13,10 +13,10 @@ from logbuilder import MKFS_MARK, LogBuilder
 
 from harness import paths
 from harness.config import scenario
-from harness.config.zfs import Experiment, ZfsScenario
 from harness.errors import InputError
 from harness.experiments.zfs import crash, parse
 from harness.experiments.zfs import record as zfs_record
+from harness.experiments.zfs.settings import Experiment, ZfsScenario
 from harness.outcome import Outcome
 from harness.record.logwrites import FLUSH, FUA, Log, open_log
 from harness.replay.honest import intervals, label_regions

@@ -21,17 +21,17 @@ import pytest
 from harness.check.timed import parse_e2fsck_tt
 from harness.cli.lab import to_toml
 from harness.config import scenario
-from harness.config.recovery import RecoveryScenario, preflight
 from harness.errors import HarnessError, InputError
 from harness.experiments import lifecycle
-from harness.experiments.recovery import Item, Recovery
-from harness.experiments.recovery_crash import replay_to_mark
-from harness.experiments.recovery_fit import claims, fits
+from harness.experiments.recovery.crash import replay_to_mark
+from harness.experiments.recovery.experiment import Item, Recovery
+from harness.experiments.recovery.settings import RecoveryScenario, preflight
 from harness.image import build as image
 from harness.outcome import Outcome
 from harness.replay.replayer import image_digest
 from harness.report import query
 from harness.report.recovery import recovery_points
+from harness.report.recovery_fit import claims, fits
 from harness.store.db import RunKind, Store
 from tests.synth import run_results_cli
 

@@ -12,8 +12,8 @@ from harness import paths
 from harness.cli import lab as cli_lab
 from harness.config import crash, scenario
 from harness.config.crash import DataMode, FioWorkload, FsType, OpsWorkload
-from harness.config.zfs import ZfsScenario
 from harness.errors import InputError
+from harness.experiments.zfs.settings import ZfsScenario
 
 SHIPPED = scenario.names(paths.REPO / "scenarios")
 

@@ -12,9 +12,9 @@ import pytest
 from harness import paths
 from harness.cli.main import main
 from harness.config import scenario, vdbench
-from harness.config.workload import WorkloadScenario
 from harness.errors import InputError
-from harness.experiments.workload import check_job
+from harness.experiments.workload.experiment import check_job
+from harness.experiments.workload.settings import WorkloadScenario
 
 SEEDS = paths.REPO / "scenarios" / "vdbench"
 needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="fio not on the host")

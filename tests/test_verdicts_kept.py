@@ -16,7 +16,7 @@ from harness.check import guest as guestcheck
 from harness.check import host
 from harness.errors import GuestAgentError
 from harness.experiments import lifecycle
-from harness.experiments.crash import CrashReplay
+from harness.experiments.crash.experiment import CrashReplay
 from harness.outcome import Outcome, Tallied, tally
 from harness.proc import run
 from harness.store.db import (

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from harness.config import scenario
 from harness.experiments import lifecycle
-from harness.experiments.workload import Workload, trace_dir
+from harness.experiments.workload.experiment import Workload, trace_dir
 from harness.image import build as image
 from harness.report import io, query
 from harness.store.db import Store

@@ -9,9 +9,9 @@ import pytest
 
 from harness import paths
 from harness.config import scenario
-from harness.config.zfs import ZfsScenario
 from harness.experiments import lifecycle
 from harness.experiments.zfs import crash
+from harness.experiments.zfs.settings import ZfsScenario
 from harness.image import build as image
 from harness.outcome import Outcome, is_harness
 from harness.store import db as store

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from harness.experiments.zfs.fits import MB, cell_label, linear_fit, sweep_summary
-from harness.experiments.zfs.progress import eta_errors, eta_seconds, points
+from harness.experiments.zfs.progress import eta_seconds, points
+from harness.report.zfs import eta_errors
 
 
 def scan(layout: str, fill: int, moved_mb: float, seconds: float, **phases: float) -> Any:

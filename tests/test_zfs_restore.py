@@ -12,8 +12,8 @@ import pytest
 from faults.disk import DiskFault, FaultKind, When
 from harness import proc
 from harness.config import scenario
-from harness.config.zfs import ZfsScenario
 from harness.experiments.zfs import basefill, pool
+from harness.experiments.zfs.settings import ZfsScenario
 
 MiB = 1 << 20
 SIZE = 64 * MiB  # the smallest disk ZFS takes

@@ -9,9 +9,9 @@ import pytest
 from faults.disk import FaultKind, When
 from harness import paths
 from harness.config import scenario
-from harness.config.zfs import Experiment, Layout, ZfsScenario
 from harness.errors import InputError
 from harness.experiments.zfs import pool
+from harness.experiments.zfs.settings import Experiment, Layout, ZfsScenario
 from harness.outcome import Outcome
 from harness.report import zfs as report
 from harness.store import db as store

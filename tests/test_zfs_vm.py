@@ -9,9 +9,9 @@ import pytest
 
 from harness import paths
 from harness.config import scenario
-from harness.config.zfs import ZfsScenario
 from harness.experiments import lifecycle
 from harness.experiments.zfs import scan as run
+from harness.experiments.zfs.settings import ZfsScenario
 from harness.image import build as image
 from harness.outcome import Outcome
 from harness.store import db as store
@@ -90,7 +90,7 @@ def test_a_sweep_fills_each_pool_once(guest_image: image.Image, tmp_path: Path) 
     # The end-of-run report, printed after the store is closed, as `scenario run` does.
     from rich.console import Console
 
-    from harness.report.summary import print_summary
+    from harness.experiments.summary import print_summary
 
     console = Console(record=True, width=200)
     print_summary(console, r)

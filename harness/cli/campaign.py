@@ -16,6 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from harness import outcome, paths
+from harness.campaign import on_dask as campaign_dask
+from harness.campaign import runner as campaign
 from harness.check import distributed
 from harness.cli import backend
 from harness.config import campaign as config_campaign
@@ -23,7 +25,6 @@ from harness.config import scenario
 from harness.config.campaign import Element
 from harness.config.crash import parse_dask_target
 from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK
-from harness.experiments import campaign, campaign_dask
 from harness.report import runlog
 from harness.report.markup import cells, esc
 from harness.store.db import Store

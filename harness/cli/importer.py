@@ -13,7 +13,7 @@ from harness import errors
 from harness.cli.lab import to_toml
 from harness.config import scenario, vdbench
 from harness.errors import InputError
-from harness.experiments.workload import check_job
+from harness.experiments.workload.experiment import check_job
 
 console = Console(highlight=False)
 

@@ -14,12 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness import errors, paths
-from harness.config import scenario
-from harness.config.crash import OpsWorkload, Scenario
-from harness.config.faults import FaultsScenario
-from harness.config.recovery import RecoveryScenario
-from harness.config.settings import size_text
-from harness.config.workload import WorkloadScenario
+from harness.config import scenario, schema
 from harness.report.markup import esc
 
 console = Console(highlight=False)
@@ -40,9 +35,9 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--kind",
-        choices=["scenario", "crash", "zfs", "faults", "campaign"],
+        choices=["scenario", *schema.kinds()],
         default="scenario",
-        help="which files (scenario: both scenario kinds, told apart by `kind`)",
+        help="which files (scenario: every scenario kind, told apart by `kind`)",
     )
     p.add_argument("--write", action="store_true", help="rewrite docs/schema/*.json")
     p.set_defaults(func=cmd_schema)
@@ -51,7 +46,6 @@ def register(sub: Any) -> None:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from harness.config import schema
 
     if args.write:
         for path in schema.write():
@@ -79,15 +73,6 @@ def add_set_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _workload_label(s: Scenario) -> str:
-    w = s.workload
-    return f"ops x{w.ops}" if isinstance(w, OpsWorkload) else "fio"
-
-
-def _states_label(s: Scenario) -> str:
-    return ", ".join(st.label() for st in s.crash.states) + f" (<= {s.crash.max_states})"
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     good, bad = scenario.survey()
     table = Table(box=None, pad_edge=False)
@@ -99,42 +84,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for s in good:
         first = s.description.split(". ")[0].rstrip(".")
         first = first if len(first) <= 90 else first[:87] + "..."
-        if isinstance(s, Scenario):
-            cols = (
-                str(s.fs.type),
-                str(s.fs.data_mode or "-"),
-                _workload_label(s),
-                _states_label(s),
-            )
-        elif isinstance(s, FaultsScenario):  # a runtime-fault experiment
-            cols = (
-                ",".join(dict.fromkeys(f.type for f in s.filesystems)),
-                str(s.fault.mode),
-                s.experiment,
-                f"{len(s.filesystems)} filesystems",
-            )
-        elif isinstance(s, RecoveryScenario):  # recovery time against size and features
-            cols = (
-                ",".join(dict.fromkeys(c.fs for c in s.filesystems)),
-                f"{len(s.filesystems)} cells",
-                f"{s.population.files} files",
-                " ".join(size_text(z) for z in s.sizes),
-            )
-        elif isinstance(s, WorkloadScenario):  # fio on several filesystems, measured
-            cols = (
-                ",".join(dict.fromkeys(c.type for c in s.cells)),
-                f"{len(s.cells)} cells",
-                f"fio {size_text(s.fio.size)} {s.fio.runtime}s",
-                "x" + str(s.repetitions),
-            )
-        else:  # a ZFS scrub/resilver experiment: layout, fill and fault instead
-            p = s.pool
-            cols = (
-                "zfs",
-                f"{p.layout} x{p.disks}",
-                f"fill {s.fill:g}%",
-                f"{s.experiment}: {s.fault.kind}",
-            )
+        cols = s.catalogue_row()
         table.add_row(*(esc(c) for c in (s.name, *cols, first)))
     for b in bad:
         table.add_row(esc(b.name), "", "", "", "", f"[red]error:[/] {esc(b.error)}")

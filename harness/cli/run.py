@@ -11,9 +11,9 @@ from rich.console import Console
 from harness import paths
 from harness.cli import backend, ui
 from harness.config import scenario
-from harness.experiments import crash as run
-from harness.experiments import lifecycle
-from harness.report import runlog, summary
+from harness.experiments import lifecycle, summary
+from harness.experiments.crash import experiment as run
+from harness.report import runlog
 
 console = Console(highlight=False)
 

@@ -1,7 +1,7 @@
 """Campaign files (``campaigns/*.toml``): a pydantic model of the file, expanded into
 elements (scenario, ``--set`` overrides, seed). Every element's scenario is loaded with
 its overrides while the file is read, so a bad name or value is reported before anything
-runs. The engine that runs them is ``harness/experiments/campaign.py``.
+runs. The engine that runs them is ``harness/campaign/runner.py``.
 """
 
 from __future__ import annotations

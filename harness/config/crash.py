@@ -5,16 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
-from harness import paths
 from harness.config import settings
+from harness.config.base import ScenarioBase
 from harness.config.settings import Settings, Size, problem, size_text
 from harness.config.states import StateSpec
-from harness.config.vm import VmChoice
 from harness.errors import InputError
 
 if TYPE_CHECKING:
@@ -25,7 +23,7 @@ MiB = 1 << 20
 
 class Kind(StrEnum):
     CRASH = "crash"
-    ZFS = "zfs"  # harness/config/zfs.py
+    ZFS = "zfs"  # harness/experiments/zfs/settings.py
 
 
 class FsType(StrEnum):
@@ -281,17 +279,10 @@ class RecorderSpec(Settings):
     type: RecorderType = RecorderType.DM_LOG_WRITES
 
 
-class Scenario(VmChoice):
+class Scenario(ScenarioBase):
     """A crash-replay scenario (``kind = "crash"``, the default)."""
 
-    name: str
-    path: Path
-    description: str
     kind: Literal[Kind.CRASH] = Kind.CRASH
-    seed: int = DEFAULT_SEED
-    expect: Literal["findings", "clean"] | None = Field(
-        None, description="a known-answer control: what this scenario must find"
-    )
     fs: FsSpec
     workload: Annotated[
         Annotated[OpsWorkload, Tag("ops")]
@@ -302,13 +293,6 @@ class Scenario(VmChoice):
     crash: CrashSpec = Field(default_factory=CrashSpec)
     check: CheckSpec = Field(default_factory=CheckSpec)
     recorder: RecorderSpec = Field(default_factory=RecorderSpec)
-    extends: tuple[str, ...] = ()  # the chain of parents, nearest first
-    overrides: tuple[str, ...] = ()  # the --set arguments applied
-
-    @field_validator("description")
-    @classmethod
-    def _strip(cls, v: str) -> str:
-        return v.strip()
 
     @model_validator(mode="after")
     def _workload_fits(self) -> Scenario:
@@ -350,22 +334,19 @@ class Scenario(VmChoice):
             )
         return self
 
-    @property
-    def experiment_kind(self) -> str:
-        """The experiment kind that runs this scenario (harness/experiments/)."""
-        return "crash"
+    def catalogue_row(self) -> tuple[str, str, str, str]:
+        w, c = self.workload, self.crash
+        return (
+            str(self.fs.type),
+            str(self.fs.data_mode or "-"),
+            f"ops x{w.ops}" if isinstance(w, OpsWorkload) else "fio",
+            ", ".join(st.label() for st in c.states) + f" (<= {c.max_states})",
+        )
 
     def resolved(self) -> dict[str, Any]:
-        """Every setting with defaults filled in; JSON-able, stored with each run."""
+        out = super().resolved()
         # Where the checks ran is not what was checked: a run resumes on another cluster.
-        out = self.model_dump(
-            mode="json",
-            exclude={"path": True, "expect": True, "check": {"dask"}},
-            exclude_none=False,
-        )
-        out["path"] = paths.portable(self.path)
-        if self.expect is not None:
-            out["expect"] = self.expect
+        del out["check"]["dask"]
         if out["fs"]["data_mode"] is None:
             del out["fs"]["data_mode"]
         return out

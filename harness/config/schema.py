@@ -13,35 +13,30 @@ from pydantic import BaseModel, TypeAdapter
 
 from harness import paths
 from harness.config.campaign import CampaignFile
-from harness.config.crash import Scenario
-from harness.config.faults import FaultsScenario
-from harness.config.recovery import RecoveryScenario
-from harness.config.workload import WorkloadScenario
-from harness.config.zfs import ZfsScenario
 
 # Set by the loader from the file, never written in it.
 _INTERNAL = ("name", "path", "extends", "overrides")
-KINDS: dict[str, type[BaseModel]] = {
-    "crash": Scenario,
-    "zfs": ZfsScenario,
-    "faults": FaultsScenario,
-    "recovery": RecoveryScenario,
-    "workload": WorkloadScenario,
-    "campaign": CampaignFile,
-}
+
+
+def kinds() -> dict[str, type[BaseModel]]:
+    """Every file kind with a schema: each experiment kind's scenarios (from its record in
+    ``harness/experiments/registry.py``) and campaigns."""
+    from harness.experiments.registry import kinds as registered
+
+    out: dict[str, type[BaseModel]] = {n: k.settings for n, k in registered().items()}
+    return {**out, "campaign": CampaignFile}
 
 
 def schema(kind: str) -> dict[str, Any]:
     """The JSON Schema of one kind of file (``crash``, ``zfs``, ``campaign``)."""
-    return _schema([KINDS[kind]], f"crashlab {kind} {'file' if kind == 'campaign' else 'scenario'}")
+    what = "file" if kind == "campaign" else "scenario"
+    return _schema([kinds()[kind]], f"crashlab {kind} {what}")
 
 
 def scenario_schema() -> dict[str, Any]:
     """Both scenario kinds in one schema: a file must fit one of them."""
-    return _schema(
-        [Scenario, ZfsScenario, FaultsScenario, RecoveryScenario, WorkloadScenario],
-        "crashlab scenario",
-    )
+    models = [m for n, m in kinds().items() if n != "campaign"]
+    return _schema(models, "crashlab scenario")
 
 
 def _schema(models: list[type[BaseModel]], title: str) -> dict[str, Any]:

@@ -4,19 +4,18 @@ The lifecycle owns the run: the run row (``running`` -> ``done`` / ``failed`` /
 ``interrupted``), resuming an unfinished run of the same scenario, parameters, seed and
 guest image, the commit of each item the moment its result is known, the stored summary,
 the exit status, the run log and the stall budget. An experiment kind supplies only its
-steps, as a subclass of :class:`Experiment` registered by name::
+steps, as a subclass of :class:`Experiment` named by its kind's record
+(``harness/experiments/registry.py``)::
 
-    @lifecycle.register("crash")
     class CrashReplay(lifecycle.Experiment):
-        run_kind = RunKind.CRASH
         def prepare(self) -> None: ...          # record the workload, set the run's env
         def items(self) -> Sequence[Item]: ...  # what is checked, each with an ``id``
         def check(self, todo) -> Iterator[tuple[Item, Any]]: ...  # results as known
         def commit(self, item, result) -> None: ...               # one store transaction
 
-``scenario run`` and ``scenario campaign run`` find the kind by the scenario's
-``experiment_kind``; adding a kind is one module in ``harness/experiments/`` (imported
-by ``harness/experiments/__init__.py``) plus its scenarios.
+``scenario run`` and ``scenario campaign run`` find the kind by the scenario's ``kind``
+and ``experiment_kind``; adding a kind is one folder in ``harness/experiments/`` plus its
+scenarios (``docs/layout.md``).
 
 Exit status (README): 0 no finding, 1 a finding, 3 a harness failure, which says nothing
 about the filesystem; a scenario that declares ``expect`` (a known-answer control) exits 0
@@ -36,12 +35,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 from harness import outcome, paths
-from harness.errors import EXIT_FINDING, EXIT_HARNESS, InputError
+from harness.errors import EXIT_FINDING, EXIT_HARNESS
+from harness.experiments import registry
 from harness.image.build import Image, require_image
-from harness.store.db import Accelerator, RunEnv, RunKind, RunStatus, Store
+from harness.store.db import Accelerator, RunEnv, RunStatus, Store
 from harness.store.model import ItemOutcome
 from harness.vm import accel
 
@@ -94,8 +94,6 @@ def run_dir(run_id: str) -> Path:
 class Experiment(ABC):
     """The steps of one experiment kind; see the module docstring."""
 
-    run_kind: ClassVar[RunKind]
-
     def __init__(self, run: Run):
         self.run = run
         self.sc = run.scenario
@@ -107,6 +105,10 @@ class Experiment(ABC):
 
         :raise InputError: naming the file, the key and the value.
         """
+
+    def caveat(self) -> str | None:
+        """What "no finding" does not cover in this run, said after it (optional)."""
+        return None
 
     def close(self) -> None:  # noqa: B027 -- optional, not abstract
         """Release what ``prepare`` opened; called however the run ends."""
@@ -152,30 +154,6 @@ class Observed(Experiment):
         return {o["item"] for o in self.run.store.observations(self.run.run_id)}
 
 
-REGISTRY: dict[str, type[Experiment]] = {}
-
-
-def register(name: str) -> Callable[[type[Experiment]], type[Experiment]]:
-    """Class decorator: the experiment kind for scenarios whose ``experiment_kind`` is
-    ``name``."""
-
-    def add(cls: type[Experiment]) -> type[Experiment]:
-        REGISTRY[name] = cls
-        return cls
-
-    return add
-
-
-def kind_of(sc: Any) -> type[Experiment]:
-    name = str(sc.experiment_kind)
-    if name not in REGISTRY:
-        raise InputError(
-            f"{sc.name}: no experiment kind {name!r}",
-            hint="known kinds: " + ", ".join(sorted(REGISTRY)),
-        )
-    return REGISTRY[name]
-
-
 @dataclass
 class Report:
     run_id: str
@@ -216,7 +194,7 @@ def execute(
     :raise HarnessError: the lab failed (the run is marked failed, what was committed
         stays); ``Stalled`` past ``budget`` seconds.
     """
-    cls = kind_of(sc)
+    kind, cls = registry.experiment(sc)
     cls.preflight(sc)
     started = time.monotonic()
     seed = sc.seed  # the one seed: --seed and a campaign's seeds are `seed=N` overrides
@@ -224,7 +202,7 @@ def execute(
     params = sc.resolved()
     env = run_env(img)
     with Store.open(db) as st:
-        run_id, resumed, not_resumed = _begin(st, sc, cls, params, seed, env, fresh)
+        run_id, resumed, not_resumed = _begin(st, sc, kind.run_kind, params, seed, env, fresh)
         run = Run(sc, st, db, run_id, seed, img, resumed, progress)
         exp = cls(run)
         report = Report(run_id, db, sc, exp, resumed, 0, 0, not_resumed=not_resumed)
@@ -277,7 +255,7 @@ def _counts(a: outcome.Account) -> dict[str, Any]:
 def _begin(
     st: Store,
     sc: Any,
-    cls: type[Experiment],
+    run_kind: str,
     params: Mapping[str, Any],
     seed: int,
     env: RunEnv,
@@ -298,7 +276,7 @@ def _begin(
                 f"run {found} of this scenario is unfinished but used guest image "
                 f"{row.image_hash}, not {env.image_hash}: starting a new run"
             )
-    run_id = st.begin_run(sc.name, cls.run_kind, params, seed, fs=_fs_of(sc), env=env)
+    run_id = st.begin_run(sc.name, run_kind, params, seed, fs=_fs_of(sc), env=env)
     return run_id, False, not_resumed
 
 

@@ -13,7 +13,7 @@ import json
 import os
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,6 +141,33 @@ class Marker:
 Step = Callable[[str, list[str]], str]
 
 
+def create_log_writes(step: Step, name: str, dev: str, logdev: str) -> str:
+    """A dm-log-writes device ``name`` logging ``dev``'s writes to ``logdev``; its path."""
+    sectors = step("dm-create", ["blockdev", "--getsz", dev]).strip()
+    table = f"0 {sectors} log-writes {dev} {logdev}"
+    step("dm-create", ["dmsetup", "create", name, "--table", table])
+    return f"/dev/mapper/{name}"
+
+
+def mark_logs(step: Step, names: Sequence[str], text: str) -> None:
+    """The mark ``text`` in the log of every dm-log-writes device in ``names``.
+
+    With several devices (a pool's vdevs) each is suspended while the marks go in, one
+    after the other: no write can reach one device between its mark and another's, so
+    the marks are one moment of all of them by construction. --nolockfs: no filesystem
+    of the kernel's sits directly on these devices to freeze.
+    """
+    if len(names) == 1:
+        step("mark", ["dmsetup", "message", names[0], "0", "mark", text])
+        return
+    for name in names:
+        step("mark", ["dmsetup", "suspend", "--nolockfs", name])
+    for name in names:
+        step("mark", ["dmsetup", "message", name, "0", "mark", text])
+    for name in names:
+        step("mark", ["dmsetup", "resume", name])
+
+
 class DmMarker(Marker):
     """dm-log-writes in the guest: ``dmsetup message ... mark TEXT``."""
 
@@ -152,13 +179,10 @@ class DmMarker(Marker):
     def setup(self, step: Step, guest: Guest) -> str:
         dut = step("resolve", ["readlink", "-f", guest.disk("dut")]).strip()
         log = step("resolve", ["readlink", "-f", guest.disk("log")]).strip()
-        sectors = step("resolve", ["blockdev", "--getsz", dut]).strip()
-        table = f"0 {sectors} log-writes {dut} {log}"
-        step("dm-create", ["dmsetup", "create", DM_NAME, "--table", table])
-        return f"/dev/mapper/{DM_NAME}"
+        return create_log_writes(step, DM_NAME, dut, log)
 
     def mark(self, step: Step, text: str) -> None:
-        step("mark", ["dmsetup", "message", DM_NAME, "0", "mark", text])
+        mark_logs(step, [DM_NAME], text)
 
     def teardown(self, step: Step, guest: Guest) -> None:
         step("dm-remove", ["dmsetup", "remove", DM_NAME])

@@ -231,7 +231,7 @@ def plot_progress(store: Store, run: str, out: Path) -> Path:
     """
     import json
 
-    from harness.experiments.zfs.progress import eta_errors
+    from harness.report.zfs import eta_errors
 
     run_id = store.resolve_run_id(run)
     rows = store.execute(

@@ -129,7 +129,7 @@ class Store(StoreReads):
     def begin_run(
         self,
         scenario: str,
-        kind: RunKind,
+        kind: str,
         params: Mapping[str, Any],
         seed: int | None,
         *,

@@ -56,10 +56,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.check.guest import in_guests
-from harness.config.zfs import CrashSpec, ZfsScenario
 from harness.experiments import lifecycle
 from harness.experiments.zfs import parse, pool, zdb
 from harness.experiments.zfs.record import Recording, record_pool
+from harness.experiments.zfs.settings import CrashSpec, ZfsScenario
 from harness.outcome import Outcome, reduce
 from harness.record import logwrites
 from harness.record import recorder as record
@@ -230,11 +230,8 @@ def check_batch(
         yield st, result
 
 
-@lifecycle.register("zfs-crash")
 class ZfsCrash(lifecycle.Experiment):
     """Crash states of a whole pool: record, cut, import + scrub + verify each."""
-
-    run_kind = store.RunKind.ZFS
 
     def __init__(self, run: lifecycle.Run):
         super().__init__(run)
@@ -323,7 +320,6 @@ class ZfsCrash(lifecycle.Experiment):
             "recording": {k: round(v, 3) for k, v in self.recording.seconds.items()},
             **({"lying_disk_outcome_counts": lying} if lying else {}),
         }
-
 
 
 def _recording(rdir: Path, sc: ZfsScenario, seed: int, progress: lifecycle.Progress) -> Recording:

@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.experiments.zfs.progress import eta_errors
+from harness.report.zfs import eta_errors
 from harness.store.db import Store
 
 # A cell whose repetitions span more than this fraction of their median is flagged.

@@ -20,9 +20,9 @@ import contextlib
 import logging
 import time
 
-from harness.config.zfs import ZfsScenario
 from harness.errors import HarnessError
 from harness.experiments.zfs import pool
+from harness.experiments.zfs.settings import ZfsScenario
 from harness.vm.backend import Guest
 
 log = logging.getLogger("crashlab.zfs")

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faults.disk import DiskFault
-from harness.config.zfs import Cell, Layout, PoolSpec, ZfsScenario
 from harness.errors import HarnessError
 from harness.experiments.zfs import parse
+from harness.experiments.zfs.settings import Cell, Layout, PoolSpec, ZfsScenario
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 POOL = "tank"

@@ -3,7 +3,7 @@
 A sampler loop runs in the guest beside the scan (``start``), writing one sample a
 period: the guest's clock, ``zpool status -j`` (examined, issued, repaired bytes) and the
 "... to go" estimate of the text output, the ETA an operator reads. ``collect`` stops it
-and turns the samples into points relative to the first one; ``eta_errors`` says how far
+and turns the samples into points relative to the first one; ``report.zfs.eta_errors`` says how far
 each ETA was from the finish the scan actually had. Sampling costs the guest a
 ``zpool status`` per period (~0.1 s under TCG): ``progress_interval = 0`` turns it off.
 """
@@ -92,10 +92,3 @@ def eta_seconds(line: str) -> int | None:
     return ((days * 24 + h) * 60 + mi) * 60 + s
 
 
-def eta_errors(samples: list[dict[str, Any]]) -> list[float]:
-    """For each sample with an ETA, predicted finish minus the finish the curve shows
-    (the first sample in state FINISHED): positive = zpool was pessimistic."""
-    end = next((p["t"] for p in samples if p["state"] == "FINISHED"), None)
-    if end is None:
-        return []
-    return [p["t"] + p["eta"] - end for p in samples if p["eta"] is not None and p["t"] < end]

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config.zfs import ZfsScenario
 from harness.experiments.zfs import pool
+from harness.experiments.zfs.settings import ZfsScenario
 from harness.record import logwrites
 from harness.record import recorder as record
 from harness.replay.crashstates import MKFS_MARK
@@ -103,19 +103,12 @@ def record_pool(rdir: Path, sc: ZfsScenario, seed: int) -> Recording:
             seconds[name] = seconds.get(name, 0.0) + time.monotonic() - t0
             return out
 
+        names = [f"lw{k}" for k in range(p.disks)]
+
         def mark(text: str) -> None:
-            # Every log-writes device suspended while the marks go in, one after the
-            # other: no write can reach one vdev between its mark and another's, so a
-            # round's marks are one moment of the whole pool by construction, not only
-            # because ZFS happens to be idle after `zpool sync`. --nolockfs: there is no
-            # filesystem of the kernel's on these devices to freeze.
-            names = [f"lw{k}" for k in range(p.disks)]
-            for name in names:
-                step("mark", ["dmsetup", "suspend", "--nolockfs", name])
-            for name in names:
-                step("mark", ["dmsetup", "message", name, "0", "mark", text])
-            for name in names:
-                step("mark", ["dmsetup", "resume", name])
+            # One moment of the whole pool by construction (record.mark_logs), not only
+            # because ZFS happens to be idle after `zpool sync`.
+            record.mark_logs(step, names, text)
 
         step("modprobe", ["modprobe", "zfs"], timeout=120)
         zfs_version, kernel = pool.versions(g)
@@ -123,10 +116,8 @@ def record_pool(rdir: Path, sc: ZfsScenario, seed: int) -> Recording:
         for k in range(p.disks):
             dev = step("dm-create", ["readlink", "-f", g.disk(f"zd{k}")]).strip()
             logdev = step("dm-create", ["readlink", "-f", g.disk(f"zl{k}")]).strip()
-            sectors = step("dm-create", ["blockdev", "--getsz", dev]).strip()
-            table = f"0 {sectors} log-writes {dev} {logdev}"
-            step("dm-create", ["dmsetup", "create", f"lw{k}", "--table", table])
-        devices = [f"/dev/mapper/lw{k}" for k in range(p.disks)]
+            record.create_log_writes(step, names[k], dev, logdev)
+        devices = [f"/dev/mapper/{n}" for n in names]
         step("create", pool.create_argv(p, devices, options=("cachefile=none",)))
         # zpool create can return with a txg still syncing: once, vdev 0 logged one label
         # run more than the others before its mkfs mark (the marks go in one disk after

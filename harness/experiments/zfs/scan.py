@@ -33,11 +33,11 @@ from typing import Any
 
 from faults import disk as faults
 from faults.disk import When
-from harness.config.zfs import Cell, Experiment, ZfsScenario
 from harness.errors import HarnessError
 from harness.experiments import lifecycle
 from harness.experiments.zfs import basefill, fits, kept, parse, pool, progress
 from harness.experiments.zfs.basefill import Filled
+from harness.experiments.zfs.settings import Cell, Experiment, ZfsScenario
 from harness.outcome import Outcome
 from harness.store import db as store
 from harness.store.model import ItemOutcome
@@ -125,12 +125,9 @@ def expected_loss(sc: ZfsScenario, cell: Cell) -> bool:
     return len(sc.fault.disks) > cell.pool.layout.redundancy(cell.pool.disks)
 
 
-@lifecycle.register("zfs-scan")
 class ZfsScan(lifecycle.Experiment):
     """Scrub or resilver: pool -> fill -> fault -> scan -> measure, per cell and
     repetition, each in fresh guests on fresh disks."""
-
-    run_kind = store.RunKind.ZFS
 
     def __init__(self, run: lifecycle.Run):
         super().__init__(run)

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config.recovery import Cell, RecoveryScenario
 from harness.errors import HarnessError
+from harness.experiments.recovery.settings import Cell, RecoveryScenario
 from harness.record import logwrites
 from harness.record import recorder as record
 from harness.replay.replayer import Replayer

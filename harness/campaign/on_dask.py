@@ -37,11 +37,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.campaign import worker as campaign_worker
+from harness.campaign.runner import CampaignReport, Engine, Plan, View, failure
+from harness.campaign.worker import Attempt, Job
 from harness.config.campaign import Campaign, Element
 from harness.errors import HarnessError, InputError
-from harness.experiments import campaign_worker
-from harness.experiments.campaign import CampaignReport, Engine, Plan, View, failure
-from harness.experiments.campaign_worker import Attempt, Job
 from harness.image import build
 from harness.store.db import Store
 

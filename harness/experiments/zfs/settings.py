@@ -48,16 +48,14 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from faults.disk import LABEL_BYTES, DiskFault, FaultKind, When
-from harness import paths
 from harness.config import settings
+from harness.config.base import ScenarioBase
 from harness.config.settings import Settings, Size, parse_size, problem, size_text
-from harness.config.vm import VmChoice
 
 MiB = 1 << 20
 # ZFS refuses vdevs under 64 MiB; the labels and metaslabs want some room besides.
@@ -237,15 +235,11 @@ class Cell:
         return " ".join([f"{p.layout} x{p.disks} fill {self.fill:g}%", *extra])
 
 
-class ZfsScenario(VmChoice):
+class ZfsScenario(ScenarioBase):
     """A ZFS scenario (``kind = "zfs"``): scrub, resilver or pool crash states."""
 
-    name: str
-    path: Path
-    description: str
     kind: Literal["zfs"]
-    seed: int = 1
-    expect: Literal["findings", "clean"] | None = None
+    not_stored: ClassVar[frozenset[str]] = frozenset({"fault_spec", "crash"})
     experiment: Experiment = Experiment.RESILVER
     layout: Layout = Layout.RAIDZ1
     disks: int = Field(4, ge=1, description="data disks; spares for a resilver come on top")
@@ -284,15 +278,8 @@ class ZfsScenario(VmChoice):
     fault_spec: FaultSpec = Field(default_factory=FaultSpec, alias="fault")
     sweep: SweepSpec = Field(default_factory=SweepSpec)
     crash: CrashSpec | None = None
-    extends: tuple[str, ...] = ()
-    overrides: tuple[str, ...] = ()
 
     model_config = settings.Settings.model_config | {"populate_by_name": True}
-
-    @field_validator("description")
-    @classmethod
-    def _strip(cls, v: str) -> str:
-        return v.strip()
 
     @model_validator(mode="after")
     def _check(self) -> ZfsScenario:
@@ -391,17 +378,21 @@ class ZfsScenario(VmChoice):
         """The experiment kind that runs this scenario (harness/experiments/zfs/)."""
         return "zfs-crash" if self.experiment is Experiment.CRASH else "zfs-scan"
 
-    def resolved(self) -> dict[str, Any]:
-        out = self.model_dump(
-            mode="json", exclude={"path", "fault_spec", "crash", "expect"}, by_alias=True
+    def catalogue_row(self) -> tuple[str, str, str, str]:
+        p = self.pool
+        return (
+            "zfs",
+            f"{p.layout} x{p.disks}",
+            f"fill {self.fill:g}%",
+            f"{self.experiment}: {self.fault.kind}",
         )
-        out["path"] = paths.portable(self.path)
+
+    def resolved(self) -> dict[str, Any]:
+        out = super().resolved()
         out["fault"] = self.fault.to_json()
         out["sweep"] = {k: v for k, v in out["sweep"].items() if v}
         if self.crash is not None:
             out["crash"] = self.crash.to_json()
-        if self.expect is not None:
-            out["expect"] = self.expect
         return out
 
 

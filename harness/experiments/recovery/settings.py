@@ -1,6 +1,6 @@
 """Recovery-time scenarios (``kind = "recovery"``): how long a filesystem takes to come back
 after a real crash, against its size, its population and its mkfs features
-(``harness/experiments/recovery.py``; seeds 002 and 004).
+(``harness/experiments/recovery/experiment.py``; seeds 002 and 004).
 
 A cell is a filesystem made one way (``features`` are ``mkfs.ext* -O`` flags, ``journal_size``
 its ``-J size=``) and mounted one way; the run is every cell x every size x ``repeat``. The
@@ -16,14 +16,14 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from harness import paths, proc
 from harness.config import settings
+from harness.config.base import ScenarioBase
 from harness.config.settings import Settings, Size, problem, size_text
-from harness.config.vm import VmChoice
 from harness.errors import InputError
 
 MiB = 1 << 20
@@ -133,12 +133,8 @@ class Crash(Settings):
         return tuple(m for m in METHODS if m in methods)  # each once, in a fixed order
 
 
-class RecoveryScenario(VmChoice):
-    name: str
-    path: Path
-    description: str
+class RecoveryScenario(ScenarioBase):
     kind: Literal["recovery"]
-    seed: int = 1
     filesystems: tuple[Cell, ...] = Field(
         ({"fs": "ext2"}, {"fs": "ext4"}, {"fs": "xfs"}), min_length=1, validate_default=True
     )
@@ -151,8 +147,6 @@ class RecoveryScenario(VmChoice):
     timeout: float = Field(
         1800.0, gt=0, le=settings.MAX_SECONDS, description="seconds any one step may take"
     )
-    extends: tuple[str, ...] = ()
-    overrides: tuple[str, ...] = ()
 
     @field_validator("sizes")
     @classmethod
@@ -193,14 +187,13 @@ class RecoveryScenario(VmChoice):
             )
         return self
 
-    @property
-    def experiment_kind(self) -> str:
-        return "recovery"
-
-    def resolved(self) -> dict[str, Any]:
-        out = self.model_dump(mode="json", exclude={"path"})
-        out["path"] = paths.portable(self.path)
-        return out
+    def catalogue_row(self) -> tuple[str, str, str, str]:
+        return (
+            ",".join(dict.fromkeys(c.fs for c in self.filesystems)),
+            f"{len(self.filesystems)} cells",
+            f"{self.population.files} files",
+            " ".join(size_text(z) for z in self.sizes),
+        )
 
 
 SETTABLE = settings.settable(RecoveryScenario)

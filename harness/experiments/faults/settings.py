@@ -2,24 +2,22 @@
 filesystem (``faults/dm.py``). ``experiment = "fsync-eio"``: what fsync reports when the
 disk fails writes, per filesystem; ``"dust-scrub"``: dm-dust bad sectors under a ZFS
 mirror (scrub repairs) and under ext4 (the read fails with EIO)
-(``harness/experiments/faults.py``); ``"flakey-drop-remount"``: fstests' drop-and-remount
+(``harness/experiments/faults/experiment.py``); ``"flakey-drop-remount"``: fstests' drop-and-remount
 crash model at seeded sync points, cross-checked against crash replay
-(``harness/experiments/dropremount.py``)."""
+(``harness/experiments/faults/dropremount.py``)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
 from faults.dm import FlakeyFault, FlakeyMode
-from harness import paths
 from harness.config import settings
+from harness.config.base import ScenarioBase
 from harness.config.crash import OpsWorkload
 from harness.config.crash import Scenario as CrashScenario
 from harness.config.settings import Settings, Size, problem
-from harness.config.vm import VmChoice
 
 
 class FsCell(Settings):
@@ -91,14 +89,9 @@ DEFAULT_CELLS: tuple[dict[str, Any], ...] = (
 )
 
 
-class FaultsScenario(VmChoice):
-    name: str
-    path: Path
-    description: str
+class FaultsScenario(ScenarioBase):
     kind: Literal["faults"]
     experiment: Literal["fsync-eio", "dust-scrub", "flakey-drop-remount"] = "fsync-eio"
-    seed: int = 1
-    expect: Literal["findings", "clean"] | None = None
     filesystems: tuple[FsCell, ...] = Field(
         DEFAULT_CELLS,  # validated like any value
         min_length=1,
@@ -129,8 +122,6 @@ class FaultsScenario(VmChoice):
         True,
         description="flakey-drop-remount: replay the dm-log-writes state at each drop point too",
     )
-    extends: tuple[str, ...] = ()
-    overrides: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _drop_remount_cells(self) -> FaultsScenario:
@@ -180,7 +171,7 @@ class FaultsScenario(VmChoice):
 
     def replay_twin(self, cell: FsCell, seed: int) -> CrashScenario:
         """The crash-replay scenario of one cell: the same filesystem, workload and seed,
-        cut at every mark (``harness/experiments/dropremount.py`` cross-checks with it).
+        cut at every mark (``harness/experiments/faults/dropremount.py`` cross-checks with it).
 
         :raise ValidationError: the cell or the workload is no valid crash scenario.
         """
@@ -211,14 +202,17 @@ class FaultsScenario(VmChoice):
         """dust-scrub: how many disks the ZFS vdev takes."""
         return 2 if self.layout == "mirror" else int(self.layout[-1]) + 2
 
+    def catalogue_row(self) -> tuple[str, str, str, str]:
+        return (
+            ",".join(dict.fromkeys(f.type for f in self.filesystems)),
+            str(self.fault.mode),
+            self.experiment,
+            f"{len(self.filesystems)} filesystems",
+        )
+
     @property
     def experiment_kind(self) -> str:
         return self.experiment
-
-    def resolved(self) -> dict[str, Any]:
-        out = self.model_dump(mode="json", exclude={"path"})
-        out["path"] = paths.portable(self.path)
-        return out
 
 
 SETTABLE = settings.settable(FaultsScenario)

@@ -9,7 +9,7 @@ at mark K (``harness/guest/dropremount.py``). That is one crash model.
 
 The other is the lab's own: the same seeded workload recorded on dm-log-writes, the
 state cut exactly at mark K, replayed and checked like any crash state
-(``harness/experiments/crash.py``). Two independent models of "power failed right
+(``harness/experiments/crash/experiment.py``). Two independent models of "power failed right
 after the K-th fsync returned" must agree; a different verdict is stored as a lab
 inconsistency beside both verdicts (never in place of a finding: the item's outcome is
 the worse of the two).
@@ -33,10 +33,11 @@ from faults.dm import healthy_table_args
 from harness.check import guest as guestcheck
 from harness.check.host import CheckResult
 from harness.config import crash as crashcfg
-from harness.config.faults import FaultsScenario, FsCell
 from harness.errors import HarnessError, InputError
-from harness.experiments import crash, lifecycle
-from harness.experiments.faults import Cell, FsyncEio
+from harness.experiments import lifecycle
+from harness.experiments.crash import experiment as crash
+from harness.experiments.faults.experiment import Cell, FsyncEio
+from harness.experiments.faults.settings import FaultsScenario, FsCell
 from harness.guest import opgen
 from harness.outcome import Outcome, is_harness, reduce
 from harness.record import logwrites
@@ -94,7 +95,6 @@ def drop_points(sc: FaultsScenario, seed: int) -> list[int]:
     return sorted(random.Random(seed).sample(range(1, total + 1), min(sc.drops, total)))
 
 
-@lifecycle.register("flakey-drop-remount")
 class DropRemount(FsyncEio):
     """Items are (filesystem, sync point); see the module docstring."""
 

@@ -1,6 +1,6 @@
 """Workload scenarios (``kind = "workload"``): one fio job on several filesystems, each in
 a fresh guest, measured with fio's JSON, /proc/stat and blktrace
-(``harness/experiments/workload.py``).
+(``harness/experiments/workload/experiment.py``).
 
 A cell is a filesystem and its options: ext2, ext3/ext4 in a data mode, xfs, btrfs, or a
 single-disk ZFS pool with dataset properties (``properties = {dedup = "on", recordsize = "4K"}``).
@@ -11,15 +11,13 @@ CI-sized run is ``--set fio.size=4M --set fio.runtime=3`` on the same job.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from harness import paths
 from harness.config import settings
+from harness.config.base import ScenarioBase
 from harness.config.settings import Settings, Size, problem, size_text
-from harness.config.vm import VmChoice
 
 MiB = 1 << 20
 DATA_MODE_FS = ("ext3", "ext4")
@@ -157,12 +155,8 @@ class FioSpec(Settings):
         return {"SIZE": str(self.size), "RUNTIME": str(self.runtime)}
 
 
-class WorkloadScenario(VmChoice):
-    name: str
-    path: Path
-    description: str
+class WorkloadScenario(ScenarioBase):
     kind: Literal["workload"]
-    seed: int = 1
     repetitions: int = Field(1, ge=1, description="fresh guests per cell")
     cells: tuple[IoCell, ...] = Field(min_length=1)
     disk_size: Size = Field(1024 * MiB, description="the disk under test")
@@ -175,8 +169,6 @@ class WorkloadScenario(VmChoice):
     timeout: float = Field(
         1200.0, gt=0, le=settings.MAX_SECONDS, description="seconds one cell may take in its guest"
     )
-    extends: tuple[str, ...] = ()
-    overrides: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadScenario:
@@ -193,14 +185,13 @@ class WorkloadScenario(VmChoice):
             raise problem(f"two cells are both {dup!r}", "give one a label", key="cells")
         return self
 
-    @property
-    def experiment_kind(self) -> str:
-        return "workload"
-
-    def resolved(self) -> dict[str, Any]:
-        out = self.model_dump(mode="json", exclude={"path"})
-        out["path"] = paths.portable(self.path)
-        return out
+    def catalogue_row(self) -> tuple[str, str, str, str]:
+        return (
+            ",".join(dict.fromkeys(c.type for c in self.cells)),
+            f"{len(self.cells)} cells",
+            f"fio {size_text(self.fio.size)} {self.fio.runtime}s",
+            "x" + str(self.repetitions),
+        )
 
 
 SETTABLE = settings.settable(WorkloadScenario)

@@ -22,12 +22,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 from faults.dm import healthy_table_args
-from harness.config.faults import FaultsScenario, FsCell
 from harness.errors import GuestPanic, GuestTimeout, HarnessError
 from harness.experiments import lifecycle
+from harness.experiments.faults.settings import FaultsScenario, FsCell
 from harness.outcome import Outcome
 from harness.record import recorder as record
-from harness.store.model import RunKind
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 FSYNC_STEPS = ("fsync-1", "fsync-2", "reopen-fsync")
@@ -43,11 +42,8 @@ class Cell:
         return self.fs.name()
 
 
-@lifecycle.register("fsync-eio")
 class FsyncEio(lifecycle.Observed):
     """One filesystem per item; see the module docstring."""
-
-    run_kind = RunKind.FAULTS
 
     def prepare(self) -> None:
         assert isinstance(self.sc, FaultsScenario)
@@ -196,7 +192,6 @@ def _kernel_events(lines: Sequence[str]) -> str:
     return ",".join(events) or "-"
 
 
-@lifecycle.register("dust-scrub")
 class DustScrub(FsyncEio):
     """dm-dust bad blocks: a ZFS mirror or raidz scrubs them away; ext4 reports EIO."""
 

@@ -40,15 +40,15 @@ from typing import Any
 from harness.check import timed
 from harness.check.host import host_check
 from harness.config.crash import journaled as fs_journaled
-from harness.config.recovery import Cell, RecoveryScenario, preflight
 from harness.config.settings import size_text
 from harness.errors import GuestPanic, GuestTimeout, HarnessError
 from harness.experiments import lifecycle
-from harness.experiments.recovery_crash import SERIALS, Target, guest_spec, make_states, program
-from harness.experiments.recovery_fit import claims, fits
+from harness.experiments.recovery.crash import SERIALS, Target, guest_spec, make_states, program
+from harness.experiments.recovery.settings import Cell, RecoveryScenario, preflight
 from harness.outcome import Outcome
 from harness.record import recorder as record
-from harness.store.model import ItemOutcome, RunKind
+from harness.report.recovery_fit import claims, fits
+from harness.store.model import ItemOutcome
 from harness.vm.backend import Disk, start_guest
 
 
@@ -86,11 +86,8 @@ class Item:
         return fs_journaled(self.cell.fs, self.cell.features)
 
 
-@lifecycle.register("recovery")
 class Recovery(lifecycle.Observed):
     """One item per cell, size, repetition and crash method; see the module docstring."""
-
-    run_kind = RunKind.RECOVERY
 
     @classmethod
     def preflight(cls, sc: Any) -> None:
@@ -222,7 +219,6 @@ class Recovery(lifecycle.Observed):
             outcome = host_check(it.cell.fs, image, work, timeout=self.sc.timeout).outcome
         expected = outcome is Outcome.REPAIRED and not it.journaled()
         return {"outcome": str(outcome), "expected": expected}
-
 
 
 def _fail_the_rest(ms: Mapping[str, dict[str, Any]], failed: Mapping[str, Any]) -> None:

@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from harness import paths, proc
-from harness.config.workload import IoCell, WorkloadScenario
 from harness.errors import GuestPanic, GuestTimeout, HarnessError, InputError
-from harness.experiments import iometrics, lifecycle
+from harness.experiments import lifecycle
+from harness.experiments.workload import iometrics
+from harness.experiments.workload.settings import IoCell, WorkloadScenario
 from harness.outcome import Outcome
 from harness.record import blktrace
 from harness.record import recorder as record
-from harness.store.model import RunKind
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 GUEST_TRACE_DIR = f"{record.GUEST_DIR}/trace"
@@ -82,11 +82,8 @@ def trace_dir(run_id: str, item_id: str) -> Path:
     return paths.results_dir() / "runs" / run_id / slug
 
 
-@lifecycle.register("workload")
 class Workload(lifecycle.Observed):
     """One fio job per cell and repetition; see the module docstring."""
-
-    run_kind = RunKind.WORKLOAD
 
     def prepare(self) -> None:
         assert isinstance(self.sc, WorkloadScenario)
@@ -199,7 +196,7 @@ class Workload(lifecycle.Observed):
         )
 
     def summary(self) -> dict[str, Any]:
-        from harness.experiments.ioclaims import claims
+        from harness.report.ioclaims import claims
 
         rows = [
             o for o in self.run.store.observations(self.run.run_id) if "derived" in o["metrics"]

@@ -2,7 +2,7 @@
 
 ``run`` is the Dask task. It checks that this host has the guest image the campaign
 asked for (by recipe hash), runs the element in a child process
-(``python -m harness.experiments.campaign_worker JOB.json``) into a scratch store of
+(``python -m harness.campaign.worker JOB.json``) into a scratch store of
 this host, and returns an :class:`Attempt`: the run id, the error if the run did not
 finish, and a snapshot of the scratch store for the caller to merge.
 
@@ -113,7 +113,7 @@ def run(job: Job) -> Attempt:
     argv: list[str | Path] = [
         sys.executable,
         "-m",
-        "harness.experiments.campaign_worker",
+        "harness.campaign.worker",
         d / "job.json",
     ]
     error: str | None = None
@@ -185,11 +185,11 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m harness.experiments.campaign_worker JOB.json``: run the element into
+    """``python -m harness.campaign.worker JOB.json``: run the element into
     the store beside JOB.json and write ``result.json`` there (run id, error)."""
+    from harness.campaign.runner import failure
     from harness.config import scenario
     from harness.experiments import lifecycle
-    from harness.experiments.campaign import failure
 
     path = Path((argv or sys.argv[1:])[0])
     job = Job(**json.loads(path.read_text()))

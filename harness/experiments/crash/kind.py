@@ -1,0 +1,15 @@
+"""Crash replay (``kind = "crash"``, the default): a workload recorded on dm-log-writes,
+its log cut into crash states, each checked on the host and in a guest."""
+
+from harness.config import crash as settings
+from harness.experiments.crash.experiment import CrashReplay
+from harness.experiments.crash.summary import print_body
+from harness.experiments.registry import Kind, Variant
+
+KIND = Kind(
+    name="crash",
+    settings=settings.Scenario,
+    run_kind="crash",
+    experiments={"crash": Variant(CrashReplay, print_body)},
+    settable=settings.SETTABLE,
+)

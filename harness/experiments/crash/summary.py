@@ -1,0 +1,46 @@
+"""The end-of-run summary body of crash replay: the log, the verdicts, what each
+application pattern's states left, recovery times."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from harness import outcome
+from harness.experiments import lifecycle
+from harness.experiments.crash.experiment import CrashReplay
+from harness.report import patterns
+from harness.report.markup import esc
+from harness.store.db import Store
+
+
+def print_body(console: Console, r: lifecycle.Report) -> None:
+    exp = r.experiment
+    assert isinstance(exp, CrashReplay)
+    with Store.open(r.db, create=False) as st:
+        detail = st.run_detail(r.run_id)
+        lines = patterns.summary_lines(st, r.run_id)
+    rec = exp.recording
+    console.print(
+        f"log: {rec.get('log_entries')} entries, {rec.get('flushes')} flushes, "
+        f"{rec.get('fuas')} FUA, {rec.get('marks')} marks; {r.items} crash states"
+    )
+    t = Table("verdict", "states", "kind")
+    counts = {k: v for k, v in r.counts.items() if v}
+    for name in sorted(counts, key=lambda o: outcome.Outcome(o).severity):
+        o = outcome.Outcome(name)
+        kind = "finding" if outcome.is_finding(o) else "harness" if outcome.is_harness(o) else ""
+        style = "red" if kind == "finding" else "yellow" if kind == "harness" else "green"
+        t.add_row(f"[{style}]{name}[/]", str(counts[name]), kind)
+    console.print(t)
+    for line in lines:  # an application pattern: what the states left, per cell
+        console.print(line, markup=False)
+    if detail.recovery:
+        rt = Table("recovery phase", "n", "mean ms", "p50 ms", "p95 ms", "max ms")
+        for ph in detail.recovery:
+            rt.add_row(
+                esc(ph.phase),
+                str(ph.n),
+                *(f"{v * 1e3:.1f}" for v in (ph.mean, ph.p50, ph.p95, ph.max)),
+            )
+        console.print(rt)

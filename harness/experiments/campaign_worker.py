@@ -27,7 +27,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -37,6 +36,7 @@ from types import FrameType
 from typing import Any
 
 from harness import paths, proc
+from harness.errors import CommandTimeout
 from harness.image import build
 from harness.store.db import RunStatus, Store, canonical_json
 from harness.store.merge import snapshot
@@ -120,7 +120,7 @@ def run(job: Job) -> Attempt:
     with proc.spawn(argv, output=d / "element.log", die_with_parent=True, grace=60) as child:
         try:
             child.wait(None if job.budget is None else job.budget + BACKSTOP)
-        except subprocess.TimeoutExpired:
+        except CommandTimeout:
             error = f"timeout: stalled past its budget of {job.budget:.0f} s (stopped)"
     result = _read_result(d / "result.json")
     if error is None:

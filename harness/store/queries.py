@@ -154,6 +154,17 @@ class StoreQueries:
             )
         )
 
+    def scan_rows(self, run_id: str) -> list[tuple[Any, ...]]:
+        """(item, kind, layout, fill target, seconds, issued, processed, phases JSON,
+        progress JSON, cell JSON) of a run's scans, in order."""
+        return list(
+            self._conn.execute(
+                "SELECT item, kind, layout, fill_target, seconds, issued, processed, phases,"
+                " progress, cell FROM zfs_scans WHERE run_id = ? ORDER BY id",
+                (run_id,),
+            )
+        )
+
     # -- exports
 
     def state_rows(self, columns: Sequence[str], runs: Sequence[str]) -> list[tuple[Any, ...]]:

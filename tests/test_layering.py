@@ -17,6 +17,55 @@ def _modules(under: Path = HARNESS) -> Iterator[tuple[str, Path, ast.Module]]:
         yield ".".join(parts), path, ast.parse(path.read_text(), str(path))
 
 
+SQL_CALLS = {"execute", "executemany", "executescript"}
+
+
+def _sql_outside_the_store() -> list[str]:
+    """Where a module outside harness/store/ imports sqlite3 or runs a statement itself.
+
+    harness/guest/ is not the lab's code: those programs run inside the guest, and
+    sqlitepat.py's SQLite database is a workload under test, not our store. A call of
+    ``execute`` on a module (``lifecycle.execute``, ``opgen.execute``) is a function of
+    ours, not SQL.
+    """
+    found = []
+    for name, path, tree in _modules():
+        if name.startswith(("harness.store", "harness.guest")):
+            continue
+        modules = {
+            a.asname or a.name.partition(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for a in node.names
+        } | {
+            a.asname or a.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            for a in node.names
+            if a.name[:1].islower()  # a module or a function, not a class
+        }
+        for node in ast.walk(tree):
+            where = f"{path.relative_to(HARNESS.parent)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Import) and any(a.name == "sqlite3" for a in node.names):
+                found.append(f"{where}: import sqlite3")
+            elif isinstance(node, ast.ImportFrom) and node.module == "sqlite3":
+                found.append(f"{where}: from sqlite3 import")
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in SQL_CALLS
+                and not (isinstance(node.func.value, ast.Name) and node.func.value.id in modules)
+            ):
+                found.append(f"{where}: .{node.func.attr}(")
+    return found
+
+
+def test_sql_only_in_the_store() -> None:
+    # Every statement is a named Store method (store/reads.py, queries.py, campaigns.py),
+    # so the schema can change in one folder and a reader names what it wants.
+    assert _sql_outside_the_store() == []
+
+
 def _imported(name: str, tree: ast.Module, known: set[str]) -> set[str]:
     """The modules of ``known`` that module ``name`` imports anywhere (a function's lazy
     import too: it is still a dependency, only a later one)."""

@@ -149,14 +149,10 @@ def _run_of(db: Path, pid: int) -> str | None:
     if not db.exists():
         return None
     with Store.open(db, create=False) as st:
-        rows = st.execute(
-            "SELECT id, status FROM runs WHERE pid = ? AND host = ?"
-            " ORDER BY started_at DESC, rowid DESC LIMIT 1",
-            (pid, socket.gethostname()),
-        )
-        if not rows:
+        found = st.run_of_process(pid, socket.gethostname())
+        if found is None:
             return None
-        run_id, status = rows[0]
+        run_id, status = found
         if status == RunStatus.RUNNING:
             st.finish_run(run_id, RunStatus.INTERRUPTED, {"error": "stopped by its worker"})
         return str(run_id)
@@ -172,12 +168,7 @@ def _finished_earlier(db: Path, sc: Any, job: Job) -> str | None:
     if not db.exists():
         return None
     with Store.open(db, create=False) as st:
-        rows = st.execute(
-            "SELECT id FROM runs WHERE scenario = ? AND params = ? AND seed IS ?"
-            " AND image_hash = ? AND status = 'done' ORDER BY started_at DESC LIMIT 1",
-            (sc.name, canonical_json(sc.resolved()), sc.seed, job.image_hash),
-        )
-    return str(rows[0][0]) if rows else None
+        return st.finished_run(sc.name, canonical_json(sc.resolved()), sc.seed, job.image_hash)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

@@ -9,6 +9,7 @@ harness failure is never reported as a filesystem finding::
      └── HarnessError             exit 3: the lab itself could not do its job
           ├── ToolMissing         a host program is not installed (names its package)
           ├── CommandFailed       a host command failed (argv, status, output)
+          ├── CommandTimeout      a host command ran past its timeout (argv, timeout, output)
           ├── ImageError          the guest image could not be built or is missing
           └── GuestError          the guest misbehaved
                ├── GuestBootFailed   QEMU or the kernel did not come up
@@ -18,6 +19,8 @@ harness failure is never reported as a filesystem finding::
 """
 
 from __future__ import annotations
+
+import shlex
 
 EXIT_OK = 0
 EXIT_FINDING = 1
@@ -64,12 +67,15 @@ class ToolMissing(HarnessError):
         self.package = package
 
 
+def _tail(output: str, lines: int = 15) -> list[str]:
+    return output.strip().splitlines()[-lines:]
+
+
 class CommandFailed(HarnessError):
     def __init__(self, argv: list[str], returncode: int, stdout: str, stderr: str):
-        tail = (stderr or stdout).strip().splitlines()[-15:]
         super().__init__(
             f"command failed with exit status {returncode}: {argv[0]}",
-            detail="$ " + " ".join(argv) + "\n" + "\n".join(tail),
+            detail="\n".join(["$ " + " ".join(argv), *_tail(stderr or stdout)]),
         )
         self.argv = argv
         self.returncode = returncode
@@ -79,7 +85,18 @@ class CommandFailed(HarnessError):
 
 class CommandTimeout(HarnessError):
     """A host command ran past its timeout (and was killed): a hang, the lab's
-    ``timeout`` outcome where it is judged."""
+    ``timeout`` outcome where it is judged. A harness failure (exit 3), never a finding:
+    the filesystem may be slow or the host overloaded. ``output`` is the tail of what
+    the command printed before it was stopped."""
+
+    def __init__(self, argv: list[str], timeout: float | None, output: str = ""):
+        self.argv = argv
+        self.timeout = timeout
+        self.output = "\n".join(_tail(output))
+        super().__init__(
+            f"command timed out after {timeout} s: {argv[0]}",
+            detail="\n".join(["$ " + shlex.join(argv), *_tail(output)]),
+        )
 
 
 class ImageError(HarnessError):

@@ -50,9 +50,13 @@ def run(
     env: Mapping[str, str] | None = None,
     logfile: Path | None = None,
 ) -> Result:
-    """Run ``argv``; raise CommandFailed if ``check`` and it fails, HarnessError on timeout.
+    """Run ``argv`` to completion (killed after ``timeout`` seconds).
 
     With ``logfile``, stdout and stderr go to that file (for long builds) instead of memory.
+
+    :raise CommandFailed: ``check`` and it exited non-zero.
+    :raise CommandTimeout: it ran past ``timeout`` (argv, timeout and its output's tail).
+    :raise ToolMissing: the program is not installed.
     """
     args = [str(a) for a in argv]
     exe = tools.require(args[0]) if "/" not in args[0] else args[0]
@@ -88,9 +92,12 @@ def run(
             stdout = cp.stdout.decode(errors="replace")
             stderr = cp.stderr.decode(errors="replace")
     except subprocess.TimeoutExpired as e:
-        raise CommandTimeout(
-            f"command timed out after {timeout} s: {args[0]}", detail="$ " + shlex.join(args)
-        ) from e
+        # subprocess.run killed the child; what it printed so far says where it hung.
+        if logfile is not None:
+            output = logfile.read_text(errors="replace")
+        else:
+            output = _text(e.stderr) or _text(e.output)
+        raise CommandTimeout(args, timeout, output) from None
     result = Result(args, cp.returncode, stdout, stderr, time.monotonic() - start)
     log.debug("exit %d in %.3f s", cp.returncode, result.seconds)
     if check and cp.returncode != 0:
@@ -99,6 +106,12 @@ def run(
             stderr = "\n".join(tail)
         raise CommandFailed(args, cp.returncode, stdout, stderr)
     return result
+
+
+def _text(data: bytes | str | None) -> str:
+    if isinstance(data, bytes):
+        return data.decode(errors="replace")
+    return data or ""
 
 
 class Child:
@@ -121,9 +134,13 @@ class Child:
     def wait(self, timeout: float | None = None) -> int:
         """Block until the child exits by itself; its exit status.
 
-        :raise subprocess.TimeoutExpired: still running after ``timeout`` seconds.
+        :raise CommandTimeout: still running after ``timeout`` seconds (it is left
+            running: stopping it is the caller's, or the ``spawn`` block's, to do).
         """
-        return self.popen.wait(timeout)
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise CommandTimeout(self.argv, timeout, self.read_output()) from None
 
     def read_output(self) -> str:
         if self.output is None or not self.output.exists():

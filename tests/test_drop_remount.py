@@ -157,9 +157,9 @@ def test_the_guest_program_reads_a_long_json_report_whole() -> None:
     """checkstate.py's JSON can run past the output tail kept for the record."""
     from harness.guest import dropremount as guest
 
-    r = guest.sh(["python3", "-c", "import json; print(json.dumps({'x': 'y' * 5000}))"], 30)
-    assert len(r["out"]) == 1500 and r["stdout"].startswith('{"x"')
-    assert len(r["stdout"]) > 5000
+    r = guest.runner.run(["python3", "-c", "import json; print(json.dumps({'x': 'y' * 5000}))"], 30)
+    assert len(r.record()["out"]) == 1500 and r.stdout.startswith('{"x"')
+    assert len(r.stdout) > 5000
 
 
 def test_the_faults_table_counts_verdicts_per_filesystem_and_fault(tmp_path: Path) -> None:

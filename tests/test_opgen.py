@@ -206,11 +206,12 @@ def test_mark_goes_through_dmsetup_without_udev(
 ) -> None:
     calls: list[tuple[list[str], dict[str, str]]] = []
 
-    def fake_run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    def fake_popen(argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
         calls.append((argv, kw["env"]))
-        return subprocess.CompletedProcess(argv, 0, "", "")
+        return real_popen(["true"], **kw)
 
-    monkeypatch.setattr(subprocess, "run", fake_run)
+    real_popen = subprocess.Popen
+    monkeypatch.setattr(subprocess, "Popen", fake_popen)
     body = opgen.execute(
         str(tmp_path), [Op("create", "a"), Op("fsync", "a")], mark_cmd="dmsetup", dm_name="logw"
     )

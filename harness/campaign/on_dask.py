@@ -104,7 +104,7 @@ class DaskEngine(Engine):
         except BaseException:
             # Stopped by a person or by a lost cluster: not the elements' fault.
             for el, _ in inflight.values():
-                self._set(st, cid, el, "status = 'pending', pid = NULL")
+                self._set(st, cid, el, status="pending", pid=None)
             self.client.cancel(list(inflight))
             raise
         # The scratch stores are no longer needed; a worker that went away keeps its own.
@@ -165,7 +165,7 @@ class DaskEngine(Engine):
             a: Attempt = fut.result()
         except KilledWorker as e:
             why = f"interrupted: its Dask worker died each time it ran it ({e})"
-            st.execute(*self._failed(cid, el, why, 0.0, counter="interruptions"))
+            st.update_element(self._failed(cid, el, why, 0.0, counter="interruptions"))
             return
         except Exception as e:  # a bug in the task: a harness failure, not a loop
             self._fail(st, cid, el, failure(e, None), t0)
@@ -178,7 +178,7 @@ class DaskEngine(Engine):
             )
         near[el.key] = a.host
         if a.error is None and a.run_id:
-            also = self._update(cid, el, *self._done(a.run_id, a.seconds))
+            also = self._done(cid, el, a.run_id, a.seconds)
         else:
             also = self._failed(cid, el, a.error or "no run", a.seconds)
         if a.store and a.run_id:
@@ -195,6 +195,6 @@ class DaskEngine(Engine):
                         hint="run the same crashlab version on every lab host",
                     ) from None
         else:
-            st.execute(*also)
+            st.update_element(also)
         if a.error is None:
             self._after(st, cid, el)

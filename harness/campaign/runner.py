@@ -58,6 +58,7 @@ from harness.config.campaign import Campaign, Element
 from harness.errors import CrashlabError, InputError
 from harness.experiments import lifecycle
 from harness.experiments.lifecycle import Stalled, stall_budget
+from harness.store.campaigns import ElementUpdate, element_update
 from harness.store.db import Store, canonical_json, pid_alive, utc_now
 
 # With no history at all, a guess for the ETA only (never a stall budget).
@@ -91,13 +92,7 @@ class History:
 
 
 def history(store: Store, scenario_name: str, limit: int = 20) -> History:
-    rows = store.execute(
-        "SELECT (julianday(finished_at) - julianday(started_at)) * 86400 FROM runs"
-        " WHERE scenario = ? AND status = 'done' AND finished_at IS NOT NULL"
-        " ORDER BY started_at DESC LIMIT ?",
-        (scenario_name, limit),
-    )
-    return History([float(r[0]) for r in rows if r[0] is not None and r[0] > 0])
+    return History(store.scenario_durations(scenario_name, limit))
 
 
 # --- running ------------------------------------------------------------------------
@@ -208,39 +203,26 @@ class Engine:
             try:
                 self._run_elements(st, report)
             except BaseException:
-                st.execute(
-                    "UPDATE campaigns SET status = 'interrupted', pid = NULL WHERE id = ?",
-                    (cid,),
-                )
+                st.interrupt_campaign(cid)
                 raise
             report.rows = self.rows(st, cid)
-            st.execute(
-                "UPDATE campaigns SET status = 'done', finished_at = ? WHERE id = ?",
-                (utc_now(), cid),
-            )
+            st.finish_campaign(cid, utc_now())
         return report
 
     # -- bookkeeping (each statement atomic on its own)
 
     def _adopt(self, st: Store, new: bool) -> tuple[str, bool]:
         c = self.campaign
-        row = st.execute(
-            "SELECT id, host, pid FROM campaigns WHERE name = ? AND spec_hash = ?"
-            " AND status != 'done' ORDER BY started_at DESC, rowid DESC LIMIT 1",
-            (c.name, c.spec_hash),
-        )
+        row = st.unfinished_campaign(c.name, c.spec_hash)
         cid: str | None = None
         if row and not new:
-            cid, host, pid = row[0]
+            cid, host, pid = row
             if host == socket.gethostname() and pid and pid != os.getpid() and pid_alive(pid):
                 raise InputError(
                     f"campaign {c.name} ({cid}) is running in process {pid}",
                     hint="wait for it, or stop it first; it resumes where it stopped",
                 )
-            st.execute(
-                "UPDATE campaigns SET status = 'running', host = ?, pid = ? WHERE id = ?",
-                (socket.gethostname(), os.getpid(), cid),
-            )
+            st.resume_campaign(cid, socket.gethostname(), os.getpid())
         resumed = cid is not None
         if cid is None:
             cid = uuid.uuid4().hex[:12]
@@ -249,36 +231,31 @@ class Engine:
                 "max_failures": c.max_failures,
                 "max_interruptions": c.max_interruptions,
             }
-            st.execute(
-                "INSERT INTO campaigns (id, name, path, spec_hash, spec, started_at, host, pid)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    cid,
-                    c.name,
-                    str(c.path),
-                    c.spec_hash,
-                    canonical_json(spec),
-                    utc_now(),
-                    socket.gethostname(),
-                    os.getpid(),
-                ),
+            st.begin_campaign(
+                cid,
+                c.name,
+                str(c.path),
+                c.spec_hash,
+                canonical_json(spec),
+                utc_now(),
+                socket.gethostname(),
+                os.getpid(),
             )
         # Idempotent: a campaign killed while inserting its elements completes them here.
-        for e in c.elements:
-            st.execute(
-                "INSERT OR IGNORE INTO campaign_elements (campaign_id, key, position, scenario,"
-                " overrides, seed) VALUES (?, ?, ?, ?, ?, ?)",
-                (cid, e.key, e.position, e.scenario, json.dumps(list(e.overrides)), e.seed),
-            )
+        st.add_campaign_elements(
+            cid,
+            [
+                (e.key, e.position, e.scenario, json.dumps(list(e.overrides)), e.seed)
+                for e in c.elements
+            ],
+        )
         return cid, resumed
 
     def rows(self, st: Store, cid: str) -> list[ElementRow]:
         by_key = {e.key: e for e in self.campaign.elements}
         out = []
-        for key, status, run_id, failures, interruptions, error, seconds in st.execute(
-            "SELECT key, status, run_id, failures, interruptions, last_error, seconds"
-            " FROM campaign_elements WHERE campaign_id = ? ORDER BY position",
-            (cid,),
+        for key, status, run_id, failures, interruptions, error, seconds in st.campaign_elements(
+            cid
         ):
             if key in by_key:
                 out.append(
@@ -297,17 +274,8 @@ class Engine:
     def _row(self, st: Store, cid: str, el: Element) -> ElementRow:
         return next(r for r in self.rows(st, cid) if r.element.key == el.key)
 
-    def _set(self, st: Store, cid: str, el: Element, sql: str, args: Sequence[Any] = ()) -> None:
-        st.execute(*self._update(cid, el, sql, args))
-
-    @staticmethod
-    def _update(
-        cid: str, el: Element, sql: str, args: Sequence[Any] = ()
-    ) -> tuple[str, tuple[Any, ...]]:
-        return (
-            f"UPDATE campaign_elements SET {sql} WHERE campaign_id = ? AND key = ?",
-            (*args, cid, el.key),
-        )
+    def _set(self, st: Store, cid: str, el: Element, **values: Any) -> None:
+        st.update_element(element_update(cid, el.key, **values))
 
     # -- the loop
 
@@ -336,8 +304,9 @@ class Engine:
                 st,
                 cid,
                 row.element,
-                "status = 'failed', interruptions = interruptions + 1,"
-                " last_error = 'interrupted: the harness was killed during this run'",
+                count="interruptions",
+                status="failed",
+                last_error="interrupted: the harness was killed during this run",
             )
 
     def _settled(self, st: Store, cid: str, el: Element, plan: Plan) -> bool:
@@ -347,7 +316,7 @@ class Engine:
         if row.status in (ElementStatus.DONE, ElementStatus.QUARANTINED):
             return True
         if row.failures >= c.max_failures or row.interruptions >= c.max_interruptions:
-            self._set(st, cid, el, "status = 'quarantined', finished_at = ?", (utc_now(),))
+            self._set(st, cid, el, status="quarantined", finished_at=utc_now())
             self.view.finished(self._row(st, cid, el), plan.eta())
             return True
         return False
@@ -357,9 +326,7 @@ class Engine:
     ) -> float | None:
         """Mark ``el`` running and show it; its stall budget."""
         budget = plan.budget(el)
-        self._set(
-            st, cid, el, "status = 'running', pid = ?, started_at = ?", (os.getpid(), utc_now())
-        )
+        self._set(st, cid, el, status="running", pid=os.getpid(), started_at=utc_now())
         report.ran += 1
         self.view.element(self._row(st, cid, el), plan.expected(el), budget)
         return budget
@@ -375,19 +342,24 @@ class Engine:
                 run_id = self.runner(el, ctx)
         except KeyboardInterrupt:
             # A person stopped it: not the element's fault, so not an interruption either.
-            self._set(st, cid, el, "status = 'pending', pid = NULL")
+            self._set(st, cid, el, status="pending", pid=None)
             raise
         except (Stalled, Exception) as e:  # a bug in a runner is a harness failure, not a loop
             self._fail(st, cid, el, failure(e, budget), t0)
             return
-        self._set(st, cid, el, *self._done(run_id, time.monotonic() - t0))
+        st.update_element(self._done(cid, el, run_id, time.monotonic() - t0))
         self._after(st, cid, el)
 
     @staticmethod
-    def _done(run_id: str, seconds: float) -> tuple[str, tuple[Any, ...]]:
-        return (
-            "status = 'done', run_id = ?, seconds = ?, finished_at = ?, pid = NULL",
-            (run_id, round(seconds, 2), utc_now()),
+    def _done(cid: str, el: Element, run_id: str, seconds: float) -> ElementUpdate:
+        return element_update(
+            cid,
+            el.key,
+            status="done",
+            run_id=run_id,
+            seconds=round(seconds, 2),
+            finished_at=utc_now(),
+            pid=None,
         )
 
     def _after(self, st: Store, cid: str, el: Element) -> None:
@@ -395,23 +367,25 @@ class Engine:
             self.after_element(st, self._row(st, cid, el))
 
     def _fail(self, st: Store, cid: str, el: Element, error: str, t0: float) -> None:
-        st.execute(*self._failed(cid, el, error, time.monotonic() - t0))
+        st.update_element(self._failed(cid, el, error, time.monotonic() - t0))
 
-    @classmethod
+    @staticmethod
     def _failed(
-        cls, cid: str, el: Element, error: str, seconds: float, *, counter: str = "failures"
-    ) -> tuple[str, tuple[Any, ...]]:
-        """The statement that counts a failed attempt (or, with ``counter``, an
+        cid: str, el: Element, error: str, seconds: float, *, counter: str = "failures"
+    ) -> ElementUpdate:
+        """The update that counts a failed attempt (or, with ``counter``, an
         interruption); never over a done element, so a late failure of a duplicate attempt
         changes nothing."""
-        sql, args = cls._update(
+        return element_update(
             cid,
-            el,
-            f"status = 'failed', {counter} = {counter} + 1, last_error = ?, seconds = ?,"
-            " pid = NULL",
-            (error[:1000], round(seconds, 2)),
+            el.key,
+            count=counter,
+            unless_done=True,
+            status="failed",
+            last_error=error[:1000],
+            seconds=round(seconds, 2),
+            pid=None,
         )
-        return sql + " AND status != 'done'", args
 
 
 @dataclass

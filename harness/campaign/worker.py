@@ -27,7 +27,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -37,6 +36,7 @@ from types import FrameType
 from typing import Any
 
 from harness import paths, proc
+from harness.errors import CommandTimeout
 from harness.image import build
 from harness.store.db import RunStatus, Store, canonical_json
 from harness.store.merge import snapshot
@@ -120,7 +120,7 @@ def run(job: Job) -> Attempt:
     with proc.spawn(argv, output=d / "element.log", die_with_parent=True, grace=60) as child:
         try:
             child.wait(None if job.budget is None else job.budget + BACKSTOP)
-        except subprocess.TimeoutExpired:
+        except CommandTimeout:
             error = f"timeout: stalled past its budget of {job.budget:.0f} s (stopped)"
     result = _read_result(d / "result.json")
     if error is None:
@@ -149,14 +149,10 @@ def _run_of(db: Path, pid: int) -> str | None:
     if not db.exists():
         return None
     with Store.open(db, create=False) as st:
-        rows = st.execute(
-            "SELECT id, status FROM runs WHERE pid = ? AND host = ?"
-            " ORDER BY started_at DESC, rowid DESC LIMIT 1",
-            (pid, socket.gethostname()),
-        )
-        if not rows:
+        found = st.run_of_process(pid, socket.gethostname())
+        if found is None:
             return None
-        run_id, status = rows[0]
+        run_id, status = found
         if status == RunStatus.RUNNING:
             st.finish_run(run_id, RunStatus.INTERRUPTED, {"error": "stopped by its worker"})
         return str(run_id)
@@ -172,12 +168,7 @@ def _finished_earlier(db: Path, sc: Any, job: Job) -> str | None:
     if not db.exists():
         return None
     with Store.open(db, create=False) as st:
-        rows = st.execute(
-            "SELECT id FROM runs WHERE scenario = ? AND params = ? AND seed IS ?"
-            " AND image_hash = ? AND status = 'done' ORDER BY started_at DESC LIMIT 1",
-            (sc.name, canonical_json(sc.resolved()), sc.seed, job.image_hash),
-        )
-    return str(rows[0][0]) if rows else None
+        return st.finished_run(sc.name, canonical_json(sc.resolved()), sc.seed, job.image_hash)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

@@ -118,15 +118,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     camp = config_campaign.load(args.file)
     db = args.db or paths.default_db()
     with Store.open(db, create=False) as st:
-        found = st.execute(
-            "SELECT id, status, started_at FROM campaigns WHERE name = ? AND spec_hash = ?"
-            " ORDER BY started_at DESC, rowid DESC LIMIT 1",
-            (camp.name, camp.spec_hash),
-        )
-        if not found:
+        found = st.latest_campaign(camp.name, camp.spec_hash)
+        if found is None:
             console.print(f"campaign {camp.name} has not run against {db}", markup=False)
             return EXIT_OK
-        cid, status, started = found[0]
+        cid, status, started = found
         rows = campaign.Engine(camp, db).rows(st, cid)
         accounts = _accounts(st, rows)
     console.print(

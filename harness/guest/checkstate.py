@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 import traceback
 from typing import Any
 
@@ -22,23 +20,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import apppat  # type: ignore[import-not-found]
 import oracle  # type: ignore[import-not-found]
-
-ENV = {**os.environ, "DM_DISABLE_UDEV": "1"}
+import runner  # type: ignore[import-not-found]
 
 
 def run(argv: list[str], timeout: float) -> dict[str, Any]:
-    start = time.monotonic()
-    try:
-        p = subprocess.run(argv, capture_output=True, timeout=timeout, env=ENV, check=False)
-        rc, out, err = p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired as e:
-        rc, out, err = -1, e.stdout or b"", (e.stderr or b"") + b"\n[timed out]"
-    return {
-        "argv": argv,
-        "rc": rc,
-        "seconds": time.monotonic() - start,
-        "output": (out + err).decode(errors="replace")[-2000:],
-    }
+    """A command's record as the host's checks read it (``output``: its last 2000
+    characters; a timeout shows as rc -1 and ``[timed out]``)."""
+    record: dict[str, Any] = runner.run(argv, timeout).record(2000, key="output")
+    return record
 
 
 def fsck_argv(fs: str, dev: str, repair: bool) -> list[str]:

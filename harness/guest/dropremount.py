@@ -20,33 +20,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import opgen  # type: ignore[import-not-found]  # beside us in the guest
+import runner  # type: ignore[import-not-found]
 
-ENV = {**os.environ, "DM_DISABLE_UDEV": "1"}
 DM = "crashlab-drop"
 MNT = "/mnt/drop"
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def sh(argv: list[str], timeout: float) -> dict[str, Any]:
-    """Run a command: its exit status, seconds, the tail of its output (for the record)
-    and, whole, its standard output (what a program's JSON is read from)."""
-    start = time.monotonic()
-    try:
-        p = subprocess.run(argv, capture_output=True, timeout=timeout, env=ENV, check=False)
-        rc, stdout, err = p.returncode, p.stdout.decode(errors="replace"), p.stderr
-    except subprocess.TimeoutExpired:
-        rc, stdout, err = -1, "", b"[timed out]"
-    secs = round(time.monotonic() - start, 3)
-    tail = (stdout + err.decode(errors="replace"))[-1500:]
-    return {"argv": argv, "rc": rc, "seconds": secs, "out": tail, "stdout": stdout}
 
 
 class Failed(Exception):
@@ -58,8 +42,7 @@ def one(a: argparse.Namespace, at: int) -> dict[str, Any]:
     dev = f"/dev/mapper/{DM}"
 
     def step(name: str, argv: list[str]) -> dict[str, Any]:
-        rec = {"step": name, **sh(argv, a.timeout)}
-        del rec["stdout"]  # the tail in "out" is the record
+        rec = {"step": name, **runner.run(argv, a.timeout).record()}
         steps.append(rec)
         if rec["rc"] != 0:
             raise Failed(name)
@@ -115,14 +98,15 @@ def one(a: argparse.Namespace, at: int) -> dict[str, Any]:
                 "--oracle", oracle_path, "--mark", target, "--exact",
                 "--timeout", str(a.timeout),
             ]  # fmt: skip
-            check = sh(verify, a.timeout * 5 + 30)
-            if check["rc"] != 0:
-                steps.append({"step": "checkstate", "rc": check["rc"], "out": check["out"]})
+            # its JSON report is read whole: it can run past the tail kept for the record
+            check = runner.run(verify, a.timeout * 5 + 30)
+            if check.rc != 0:
+                steps.append({"step": "checkstate", "rc": check.rc, "out": check.output(1500)})
                 raise Failed("checkstate")
-            out["check"] = json.loads(check["stdout"])
+            out["check"] = json.loads(check.stdout)
         finally:
-            subprocess.run(["umount", MNT], capture_output=True, env=ENV, check=False)
-            subprocess.run(["dmsetup", "remove", DM], capture_output=True, env=ENV, check=False)
+            runner.run(["umount", MNT])
+            runner.run(["dmsetup", "remove", DM])
     except Failed as e:
         out["failed"] = str(e)
     return out

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from typing import Any
@@ -25,7 +24,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from eioprobe import in_child, sh  # type: ignore[import-not-found]
 
-ENV = {**os.environ, "DM_DISABLE_UDEV": "1"}
 DM = "crashlab-dust"
 LIN = "crashlab-lin"
 BLOCK = 4096
@@ -116,7 +114,7 @@ def main() -> int:
     ap.add_argument("--bad-blocks", type=int, default=256)
     ap.add_argument("--timeout", type=float, default=60.0)
     a = ap.parse_args()
-    subprocess.run(["dmesg", "-C"], check=False)
+    sh(["dmesg", "-C"])
     print(json.dumps(zfs(a) if a.fs == "zfs" else ext4(a)))
     sys.stdout.flush()
     os._exit(0)

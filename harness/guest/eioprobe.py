@@ -22,13 +22,15 @@ import argparse
 import errno
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-ENV = {**os.environ, "DM_DISABLE_UDEV": "1"}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import runner  # type: ignore[import-not-found]  # beside us in the guest
+
 DM = "crashlab-flakey"
 MNT = "/mnt/eio"
 POOL = "eiopool"
@@ -37,24 +39,10 @@ OLD, NEW = b"O", b"N"
 
 
 def sh(argv: list[str], timeout: float = 120, keep: int = 800) -> dict[str, Any]:
-    """Run a command; past ``timeout`` it is abandoned, not waited for: a process stuck in
-    the kernel (a suspended pool, a device that never answers) cannot be killed."""
-    start = time.monotonic()
-    p = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV
-    )
-    try:
-        out, _ = p.communicate(timeout=timeout)
-        rc, text = p.returncode, out.decode(errors="replace")
-    except subprocess.TimeoutExpired:
-        p.kill()
-        rc, text = -1, "[blocked: timed out]"
-    return {
-        "argv": argv,
-        "rc": rc,
-        "seconds": round(time.monotonic() - start, 3),
-        "out": text[-keep:],
-    }
+    """The probes' record of a command (dustprobe's too): stderr merged into stdout in
+    order, the last ``keep`` characters of it."""
+    record: dict[str, Any] = runner.run(argv, timeout, merge=True).record(keep)
+    return record
 
 
 def in_child(fn: Callable[[], Any], timeout: float) -> dict[str, Any]:

@@ -24,6 +24,10 @@ import threading
 import time
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import runner  # type: ignore[import-not-found]  # beside us in the guest
+
 MNT = "/mnt/test"
 POOL = "tank"
 
@@ -39,21 +43,14 @@ class Probe:
         self.env = {**os.environ, "SIZE": a.size, "RUNTIME": a.runtime}
 
     def sh(self, name: str, argv: list[str], *, must: bool = True, keep: int = 4000) -> str:
-        t = time.monotonic()
-        r = subprocess.run(argv, capture_output=True, text=True, env=self.env)
-        out = r.stdout
+        r = runner.run(argv, env=self.env)
+        # stdout and stderr apart: a step's error is read from "err" (experiments/workload)
         self.steps.append(
-            {
-                "step": name,
-                "argv": argv,
-                "rc": r.returncode,
-                "seconds": round(time.monotonic() - t, 3),
-                "out": out[-keep:],
-                "err": r.stderr[-keep:],
-            }
+            {"step": name, **r.record(keep), "out": r.stdout[-keep:], "err": r.stderr[-keep:]}
         )
-        if must and r.returncode != 0:
+        if must and r.rc != 0:
             raise Failed(name)
+        out: str = r.stdout
         return out
 
     def make_fs(self) -> None:

@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -30,7 +29,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from oracle import (  # type: ignore[import-not-found]  # beside us in the guest
+import runner  # type: ignore[import-not-found]  # beside us in the guest
+from oracle import (  # type: ignore[import-not-found]
     FORMAT,
     SYNC_OPS,
     Model,
@@ -243,15 +243,13 @@ def flush_device(dm_name: str) -> None:
 def emit_mark(mark_cmd: str, dm_name: str, text: str) -> None:
     if mark_cmd == "none":
         return
-    # udev would otherwise be asked to settle after every message and stall the workload.
-    env = dict(os.environ, DM_DISABLE_UDEV="1")
     argv = ["dmsetup", "message", dm_name, "0", "mark", text]
     try:
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        r = runner.run(argv)  # its environment keeps udev from stalling every message
     except OSError as e:
         raise OpFailed(f"cannot run {argv[0]}: {e.strerror}") from None
-    if proc.returncode != 0:
-        raise OpFailed(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    if r.rc != 0:
+        raise OpFailed(f"{' '.join(argv)} failed ({r.rc}): {r.stderr.strip()}")
 
 
 def execute(

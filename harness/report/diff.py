@@ -94,30 +94,13 @@ def _severity(outcome: str | None) -> int:
         return 99
 
 
-def _states(store: Store, run_id: str) -> dict[str, tuple[str | None, dict[str, float]]]:
-    out: dict[str, tuple[str | None, dict[str, float]]] = {
-        str(sid): (outcome, {})
-        for sid, outcome in store.execute(
-            "SELECT s.id, v.outcome FROM crash_states s LEFT JOIN verdicts v"
-            " ON v.run_id = s.run_id AND v.state_id = s.id WHERE s.run_id = ?",
-            (run_id,),
-        )
-    }
-    for sid, phase, seconds in store.execute(
-        "SELECT state_id, phase, seconds FROM recovery_times WHERE run_id = ?", (run_id,)
-    ):
-        if sid in out:
-            out[sid][1][str(phase)] = float(seconds)
-    return out
-
-
 def diff_runs(store: Store, run_a: str, run_b: str) -> RunDiff:
     """States of two runs matched by id: outcome changes and recovery-time deltas.
 
     :raise InputError: an unknown or ambiguous run id.
     """
     a, b = store.run(run_a), store.run(run_b)
-    sa, sb = _states(store, a.id), _states(store, b.id)
+    sa, sb = store.state_results(a.id), store.state_results(b.id)
     notes = []
     if a.scenario != b.scenario:
         notes.append(f"different scenarios: {a.scenario} vs {b.scenario}")
@@ -248,14 +231,7 @@ def check_run(
         return CheckReport(run, regressions, notes)
     for outcome, n in run.outcome_counts.items():
         if outcome not in exp.allowed:
-            states = [
-                str(r[0])
-                for r in store.execute(
-                    "SELECT state_id FROM verdicts WHERE run_id = ? AND outcome = ?"
-                    " ORDER BY state_id LIMIT 5",
-                    (run.id, outcome),
-                )
-            ]
+            states = store.states_with_outcome(run.id, outcome, limit=5)
             regressions.append(
                 f"{n} state(s) {outcome}, not allowed (allowed: {', '.join(sorted(exp.allowed))})"
                 f"; e.g. {', '.join(states)}"

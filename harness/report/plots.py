@@ -99,12 +99,7 @@ def plot_crashmap(store: Store, run: str, out: Path) -> Path:
     :raise InputError: unknown run. :raise NoData: the run has no crash states.
     """
     r = store.run(run)
-    states = store.execute(
-        "SELECT s.prefix, COALESCE(v.outcome, 'not checked') FROM crash_states s"
-        " LEFT JOIN verdicts v ON v.run_id = s.run_id AND v.state_id = s.id"
-        " WHERE s.run_id = ? ORDER BY s.prefix",
-        (r.id,),
-    )
+    states = store.state_prefixes(r.id)
     if not states:
         raise NoData(f"run {r.id} has no crash states")
     events = log_events(store, r.id)
@@ -193,11 +188,7 @@ def plot_scans(
                 raise InputError(f"unknown field {f!r}", hint="fields: " + ", ".join(sorted(cols)))
         points = {}
         ids = [store.resolve_run_id(r) for r in runs]
-        only = f" AND run_id IN ({', '.join('?' * len(ids))})" if ids else ""
-        for a, b, s in store.execute(
-            f"SELECT {line_field}, {x_field}, seconds FROM zfs_scans WHERE kind = ?{only}",
-            (kind_name, *ids),
-        ):
+        for a, b, s in store.zfs_scan_points(kind_name, line_field, x_field, ids):
             points.setdefault((a, b), []).append(float(s))
     points = {key: v for key, v in points.items() if key[1] is not None}
     if not points:
@@ -234,11 +225,7 @@ def plot_progress(store: Store, run: str, out: Path) -> Path:
     from harness.report.zfs import eta_errors
 
     run_id = store.resolve_run_id(run)
-    rows = store.execute(
-        "SELECT item, layout, fill_target, repetition, progress FROM zfs_scans"
-        " WHERE run_id = ? ORDER BY id",
-        (run_id,),
-    )
+    rows = store.scan_progress(run_id)
     curves = [(f"{lay} {fill:g}% #{rep + 1}", json.loads(p)) for _, lay, fill, rep, p in rows]
     curves = [(label, c) for label, c in curves if c]
     if not curves:

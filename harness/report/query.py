@@ -190,15 +190,7 @@ def param_fields(store: Store) -> dict[str, str]:
     Dotted paths always work (``workload.ops``); a leaf name alone (``ops``) works when
     no other path ends in it.
     """
-    paths = [
-        str(p)
-        for (p,) in store.execute(
-            "SELECT DISTINCT substr(j.fullkey, 3) FROM (SELECT DISTINCT params FROM runs) r,"
-            " json_tree(r.params) j WHERE j.type != 'object' AND j.fullkey NOT LIKE '%[%'"
-        )
-        # keys with dots or quotes in them would need quoting in the JSON path
-        if p and '"' not in p
-    ]
+    paths = store.param_paths()
     out = {p: f"json_extract(r.params, '$.{p}')" for p in paths}
     leaves: dict[str, list[str]] = {}
     for p in paths:
@@ -290,16 +282,10 @@ def collect(
 ) -> tuple[Values, Counts]:
     """The raw values (group key -> split -> values) and outcome counts of a kind."""
     run_ids = [store.resolve_run_id(r) for r in runs]
-    where = f" WHERE o.run_id IN ({', '.join('?' * len(run_ids))})" if run_ids else ""
     # Run-level fields once per run; the rest per row, in SQL.
     run_part = [i for i, (n, _) in enumerate(fields) if n not in k.fields]
     row_part = [i for i, (n, _) in enumerate(fields) if n in k.fields]
-    run_keys: dict[str, tuple[Any, ...]] = {
-        str(row[0]): tuple(row[1:])
-        for row in store.execute(
-            f"SELECT r.id, {', '.join([fields[i][1] for i in run_part] or ['NULL'])} FROM runs r"
-        )
-    }
+    run_keys = store.run_fields([fields[i][1] for i in run_part])
 
     def full_key(run_id: str, local: Sequence[Any]) -> tuple[Any, ...]:
         rk = run_keys.get(run_id, ())
@@ -310,16 +296,10 @@ def collect(
             key[i] = local[j]
         return tuple(key)
 
-    local_sql = "".join(f", {fields[i][1]}" for i in row_part)
+    local = [fields[i][1] for i in row_part]
     nlocal = len(row_part)
-    split = f"o.{k.split}" if k.split else "NULL"
-    group_cols = ", ".join(str(i + 1) for i in range(nlocal + 2))
     values: Values = {}
-    for row in store.execute(
-        f"SELECT o.run_id{local_sql}, {split}, group_concat(o.{k.value})"
-        f" FROM ({k.source}) o{where} GROUP BY {group_cols}",
-        run_ids,
-    ):
+    for row in store.grouped_values(k.source, local, k.split, k.value, run_ids):
         if row[-1] is None:
             continue
         s = k.value if k.split is None else str(row[-2])
@@ -329,11 +309,7 @@ def collect(
 
     counts: Counts = {}
     if k.counts_source:
-        for row in store.execute(
-            f"SELECT o.run_id{local_sql}, o.outcome, count(*)"
-            f" FROM ({k.counts_source}) o{where} GROUP BY {group_cols}",
-            run_ids,
-        ):
+        for row in store.grouped_counts(k.counts_source, local, run_ids):
             c = counts.setdefault(full_key(row[0], row[1 : 1 + nlocal]), {})
             c[str(row[-2])] = c.get(str(row[-2]), 0) + int(row[-1])
     return values, counts
@@ -382,23 +358,14 @@ def export_states(store: Store, runs: Sequence[str]) -> tuple[list[str], list[di
     :raise InputError: an unknown or ambiguous run id.
     """
     ids = list(dict.fromkeys(store.resolve_run_id(r) for r in runs))
-    marks = ", ".join("?" * len(ids))
     rows: list[dict[str, Any]] = [
-        dict(zip(EXPORT_COLUMNS, row, strict=True))
-        for row in store.execute(
-            f"SELECT {', '.join(EXPORT_COLUMNS)} FROM v_states WHERE run_id IN ({marks})"
-            " ORDER BY run_id, prefix, state_id",
-            ids,
-        )
+        dict(zip(EXPORT_COLUMNS, row, strict=True)) for row in store.state_rows(EXPORT_COLUMNS, ids)
     ]
     # Keep the order the runs were asked for.
     order = {r: i for i, r in enumerate(ids)}
     rows.sort(key=lambda r: order[r["run_id"]])
     times: dict[tuple[str, str], dict[str, float]] = {}
-    for run_id, state_id, phase, seconds in store.execute(
-        f"SELECT run_id, state_id, phase, seconds FROM recovery_times WHERE run_id IN ({marks})",
-        ids,
-    ):
+    for run_id, state_id, phase, seconds in store.recovery_times(ids):
         times.setdefault((run_id, state_id), {})[f"{phase}_seconds"] = float(seconds)
     rank = {f"{p}_seconds": i for i, p in enumerate(Phase)}
     phases = sorted({p for t in times.values() for p in t}, key=lambda p: (rank.get(p, 99), p))

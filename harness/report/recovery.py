@@ -18,14 +18,8 @@ def recovery_points(
 ) -> dict[str, dict[str, dict[float, list[float]]]]:
     """phase -> cell -> size GiB -> seconds, over the recovery runs (or ``runs``)."""
     ids = [store.resolve_run_id(r) for r in runs]
-    where = f" AND r.id IN ({', '.join('?' * len(ids))})" if ids else ""
     out: dict[str, dict[str, dict[float, list[float]]]] = {}
-    for cell, size, phase, seconds in store.execute(
-        "SELECT json_extract(o.cell, '$.cell'), json_extract(o.cell, '$.size'), p.key, p.value"
-        " FROM observations o JOIN runs r ON r.id = o.run_id AND r.kind = 'recovery',"
-        f" json_each(o.metrics, '$.phases') p WHERE 1{where}",
-        ids,
-    ):
+    for cell, size, phase, seconds in store.recovery_phase_points(ids):
         out.setdefault(str(phase), {}).setdefault(str(cell), {}).setdefault(float(size), []).append(
             float(seconds)
         )

@@ -18,7 +18,6 @@ import json
 import logging
 import shlex
 import socket
-import sqlite3
 import sys
 import tempfile
 import time
@@ -33,35 +32,13 @@ from pathlib import Path
 from harness import proc
 from harness.errors import HarnessError, InputError
 from harness.report.serve_meta import STATIC_MOUNT, STYLESHEET, metadata
-from harness.store.db import Store
+from harness.store.snapshot import snapshot
 
 log = logging.getLogger("crashlab.serve")
 
 HOST = "127.0.0.1"  # never configurable: the store holds host names and kernel logs
 DEFAULT_PORT = 8001
 STARTUP_TIMEOUT = 60.0
-
-
-def snapshot(db: Path, dest: Path) -> None:
-    """A consistent copy of the store at ``db`` in ``dest`` (WAL pages included).
-
-    :raise InputError: ``db`` is missing or not a crashlab results file.
-    """
-    # Store.open refuses foreign or damaged files with a clear message (and migrates ours).
-    with Store.open(db, create=False):
-        pass
-    src = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    dst = sqlite3.connect(dest)
-    try:
-        src.backup(dst)
-        # The copy keeps the source's WAL flag; a rollback journal keeps the snapshot one
-        # self-contained file, which immutable mode reads completely.
-        dst.execute("PRAGMA journal_mode = DELETE")
-    except sqlite3.Error as e:
-        raise InputError(f"{db}: cannot take a snapshot: {e}") from None
-    finally:
-        src.close()
-        dst.close()
 
 
 def check_port(port: int) -> int:

@@ -25,6 +25,7 @@ from typing import Any, Self
 from harness.errors import InputError
 from harness.outcome import Account, Outcome, is_harness, reduce
 from harness.store import merge
+from harness.store.campaigns import StoreCampaigns
 from harness.store.model import (
     APPLICATION_ID,
     OUTPUT_EXCERPT,
@@ -52,11 +53,12 @@ from harness.store.model import (
     utc_now,
 )
 from harness.store.opening import _adopt, _check_magic, _refuse
+from harness.store.queries import StoreQueries
 from harness.store.reads import StoreReads
 from harness.store.schema import _ZFS_JSON_COLUMNS, SCHEMA_VERSION, ZFS_SCAN_EXTRA
 
 
-class Store(StoreReads):
+class Store(StoreReads, StoreQueries, StoreCampaigns):
     """An open results database. Use ``Store.open()``; close it or use it as a context."""
 
     def __init__(self, path: Path, conn: sqlite3.Connection):

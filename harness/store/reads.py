@@ -224,8 +224,48 @@ class StoreReads:
             exit_status=exit_status,
         )
 
+    # -- finding a run or a state
+
+    def run_of_process(self, pid: int, host: str) -> tuple[str, RunStatus] | None:
+        """(id, status) of the newest run begun or resumed by process ``pid`` on ``host``."""
+        row = self._conn.execute(
+            "SELECT id, status FROM runs WHERE pid = ? AND host = ?"
+            " ORDER BY started_at DESC, rowid DESC LIMIT 1",
+            (pid, host),
+        ).fetchone()
+        return None if row is None else (str(row[0]), RunStatus(row[1]))
+
+    def finished_run(
+        self, scenario: str, params: str, seed: int | None, image_hash: str | None
+    ) -> str | None:
+        """The newest done run with this scenario, canonical parameters JSON, seed and
+        image."""
+        row = self._conn.execute(
+            "SELECT id FROM runs WHERE scenario = ? AND params = ? AND seed IS ?"
+            " AND image_hash = ? AND status = 'done' ORDER BY started_at DESC LIMIT 1",
+            (scenario, params, seed, image_hash),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def crash_state(self, prefix: str) -> tuple[str, str] | None:
+        """(run id, parameters JSON) of the newest crash state whose id starts with
+        ``prefix``."""
+        row = self._conn.execute(
+            "SELECT run_id, params FROM crash_states WHERE id LIKE ? ORDER BY rowid DESC",
+            (prefix + "%",),
+        ).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]))
+
+    def scanned_items(self, run_id: str) -> set[str]:
+        """Items of a ZFS scan run that have their scan: the ones a resumed run skips."""
+        rows = self._conn.execute(
+            "SELECT item FROM zfs_scans WHERE run_id = ? AND item IS NOT NULL", (run_id,)
+        )
+        return {str(r[0]) for r in rows}
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """An ad-hoc query (e.g. on the ``v_*`` views) for reports and tests; autocommitted."""
+        """Any statement, autocommitted: for tests and the store's own modules. The rest
+        of the harness calls named methods (tests/test_layering.py holds it to that)."""
         return list(self._conn.execute(sql, params))
 
 

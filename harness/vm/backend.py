@@ -1,125 +1,39 @@
-"""What the lab needs from a virtual machine, independent of how it is started.
+"""Which backend starts a guest: direct QEMU (``harness.vm.qemu``, the default) or
+libvirt (``harness.vm.libvirt``, a transient domain).
 
-Two backends implement it: direct QEMU (``harness.vm.qemu``, the default) and libvirt
-(``harness.vm.libvirt``, a transient domain). Callers use ``start_guest()`` and a
-``Guest``; nothing else. Which backend ``start_guest`` uses is chosen once per run by
-``select()`` (the CLI does it from the scenario's ``backend`` key, ``--backend`` or
-``CRASHLAB_BACKEND``); without a choice, ``CRASHLAB_BACKEND`` or QEMU.
+Callers use ``start_guest()`` and a ``Guest``; nothing else. Which backend
+``start_guest`` uses is chosen once per run by ``select()`` (the CLI does it from the
+scenario's ``backend`` key, ``--backend`` or ``CRASHLAB_BACKEND``); without a choice,
+``CRASHLAB_BACKEND`` or QEMU. The disks, the spec and the protocols live in
+``harness.vm.base`` (re-exported here for callers); the backends import that, never
+this module, and are imported here only when chosen (libvirt's binding is optional).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Protocol
+from dataclasses import dataclass
 
 from harness.config.vm import DEFAULT_LIBVIRT_URI
 from harness.config.vm import Backend as BackendName
-from harness.vm.agent import ExecResult
+from harness.errors import InputError
+from harness.vm.base import HOTPLUG_PORTS, Backend, Disk, Guest, GuestSpec
 
-# Spare root ports for a guest that will take disks by hotplug: a few is what a caller
-# usually wants (``GuestSpec(hotplug_ports=HOTPLUG_PORTS)``).
-HOTPLUG_PORTS = 4
-
-
-@dataclass(frozen=True)
-class Disk:
-    """A disk for the guest. The guest finds it as /dev/disk/by-id/virtio-<serial>."""
-
-    path: Path
-    serial: str
-    format: str = "raw"
-    readonly: bool = False
-    # Writes go to a throw-away overlay: the file on the host is never changed.
-    snapshot: bool = False
-    # QEMU's own write logger (block driver blklogwrites): every write the guest makes to
-    # this disk is also logged, in dm-log-writes format, to this file.
-    blklogwrites: Path | None = None
-    # A raw disk through the host's page cache: for a disk no crash state is taken from
-    # and that the host reads back at once (a ZFS fill, exported, then copied).
-    host_cache: bool = False
-
-    @property
-    def direct(self) -> bool:
-        """Opened O_DIRECT on the host (QEMU ``cache.direct=on``, libvirt
-        ``cache='none'``): a completed guest write is in the file, which is what a crash
-        (kill) leaves. Raw disks are, unless ``host_cache``; overlays are throw-away."""
-        return self.format == "raw" and not self.snapshot and not self.host_cache
-
-
-@dataclass(frozen=True)
-class GuestSpec:
-    disks: Sequence[Disk] = ()
-    memory_mb: int = 1024
-    cpus: int = 2
-    udev: bool = False
-    boot_timeout: float = 180.0
-    command_timeout: float = 300.0
-    # Where the console log and sockets go; a temporary directory if None.
-    workdir: Path | None = None
-    extra_cmdline: Sequence[str] = field(default_factory=tuple)
-    # Spare PCIe root ports for disks plugged while the guest runs (``attach_disk``): the
-    # root bus, where the boot-time disks sit, has no hotplug on q35. One disk each. None
-    # unless asked for: a guest that plugs nothing is the same machine as before hotplug
-    # existed, so its measurements compare with older runs' (a 4-port guest's I/O bench
-    # was 3.5 % slower by the median, within the noise, but not shown to be equal).
-    hotplug_ports: int = 0
-
-
-class Guest(Protocol):
-    console_log: Path
-    accelerator: str
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        input: bytes | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        check: bool = False,
-    ) -> ExecResult: ...
-
-    def write_file(self, path: str, data: bytes) -> None: ...
-
-    def read_file(self, path: str) -> bytes: ...
-
-    def disk(self, serial: str) -> str: ...
-
-    def attach_disk(self, disk: Disk, *, timeout: float = 60.0) -> str:
-        """Hot-plug ``disk`` into the running guest (raw or qcow2, read-only or not; not
-        ``snapshot`` nor ``blklogwrites``); returns its path there, ``disk(serial)``.
-
-        :raise InputError: a bad or already used serial, an option hotplug cannot do.
-        :raise HarnessError: the file is missing, no free hotplug port, the VM refused.
-        :raise GuestTimeout: the guest did not see the disk within ``timeout``.
-        """
-
-    def detach_disk(self, serial: str, *, timeout: float = 60.0) -> None:
-        """Unplug a disk ``attach_disk`` added; returns once the guest has let it go.
-
-        :raise InputError: ``serial`` is not a hot-plugged disk of this guest.
-        :raise GuestTimeout: the guest did not release it within ``timeout``.
-        """
-
-    def attach_disks(self, disks: Sequence[Disk], *, timeout: float = 60.0) -> list[str]:
-        """``attach_disk`` of several disks, waiting for the guest once."""
-
-    def detach_disks(self, serials: Sequence[str], *, timeout: float = 60.0) -> None:
-        """``detach_disk`` of several disks, all asked for before waiting for any."""
-
-    def boot_seconds(self) -> float: ...
-
-    def kill(self) -> None:
-        """A real crash: stop the VM at once, nothing flushed (the disks are the state)."""
-
-
-class Backend(Protocol):
-    name: str
-
-    def start(self, spec: GuestSpec) -> AbstractContextManager[Guest]: ...
+__all__ = [
+    "HOTPLUG_PORTS",
+    "Backend",
+    "BackendName",
+    "Disk",
+    "Guest",
+    "GuestSpec",
+    "Selection",
+    "backend",
+    "select",
+    "selected",
+    "start_guest",
+]
 
 
 @dataclass(frozen=True)
@@ -145,10 +59,6 @@ def selected() -> Selection:
     ``CRASHLAB_LIBVIRT_POOL``."""
     if _selected is not None:
         return _selected
-    import os
-
-    from harness.errors import InputError
-
     name = os.environ.get("CRASHLAB_BACKEND") or BackendName.QEMU
     if name not in set(BackendName):
         raise InputError(
@@ -162,15 +72,28 @@ def selected() -> Selection:
     )
 
 
-def backend() -> Backend:
-    sel = selected()
-    if sel.backend is BackendName.LIBVIRT:
-        from harness.vm.libvirt import LibvirtBackend
-
-        return LibvirtBackend(sel.libvirt_uri, sel.libvirt_pool)
+def _qemu(sel: Selection) -> Backend:
     from harness.vm.qemu import QemuBackend
 
     return QemuBackend()
+
+
+def _libvirt(sel: Selection) -> Backend:
+    from harness.vm.libvirt import LibvirtBackend
+
+    return LibvirtBackend(sel.libvirt_uri, sel.libvirt_pool)
+
+
+_BACKENDS: dict[BackendName, Callable[[Selection], Backend]] = {
+    BackendName.QEMU: _qemu,
+    BackendName.LIBVIRT: _libvirt,
+}
+
+
+def backend() -> Backend:
+    """The selected backend (``selected()``)."""
+    sel = selected()
+    return _BACKENDS[sel.backend](sel)
 
 
 def start_guest(spec: GuestSpec) -> AbstractContextManager[Guest]:

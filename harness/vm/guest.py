@@ -31,7 +31,7 @@ from harness.errors import (
 )
 from harness.vm import console
 from harness.vm.agent import Agent, ExecResult
-from harness.vm.backend import Disk, GuestSpec
+from harness.vm.base import Disk, GuestSpec
 
 log = logging.getLogger("crashlab.qemu")
 # Boots tried before a guest that does not answer is the lab's timeout (``boot()``).

@@ -35,7 +35,7 @@ from harness import paths
 from harness.errors import HarnessError
 from harness.image.build import Image
 from harness.vm import libvirtd
-from harness.vm.backend import Disk
+from harness.vm.base import Disk
 
 log = logging.getLogger("crashlab.libvirt")
 

@@ -21,7 +21,7 @@ from harness.errors import GuestAgentError, GuestBootFailed, GuestError, GuestTi
 from harness.image.build import Image, require_image
 from harness.vm import accel, console
 from harness.vm.agent import Agent
-from harness.vm.backend import Disk, GuestSpec
+from harness.vm.base import Disk, GuestSpec
 from harness.vm.guest import AgentGuest, boot, kernel_cmdline, workdir_for
 
 

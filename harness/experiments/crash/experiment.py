@@ -319,20 +319,17 @@ def reproduce(state_id: str, *, db: Path, out: Path) -> tuple[Path, dict[str, An
     """Rebuild one stored crash state's image from its run's log."""
     st = store.Store.open(db, create=False)
     try:
-        rows = st.execute(
-            "SELECT run_id, params FROM crash_states WHERE id LIKE ? ORDER BY rowid DESC",
-            (state_id + "%",),
-        )
+        found = st.crash_state(state_id)
     finally:
         st.close()
-    if not rows:
+    if found is None:
         from harness.errors import InputError
 
         raise InputError(
             f"no crash state with id {state_id!r} in {db}",
             hint="ids are listed by: scenario results show RUN",
         )
-    run_id, params = rows[0]
+    run_id, params = found
     state = crashstates.CrashState.from_dict(json.loads(params))
     rdir = lifecycle.run_dir(run_id)
     meta = json.loads((rdir / "recording.json").read_text())

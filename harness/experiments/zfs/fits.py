@@ -40,13 +40,7 @@ def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float] | N
 def rows(st: Store, run_id: str) -> list[dict[str, Any]]:
     """The run's scans: cell, layout, seconds, bytes moved and the harness phases."""
     out = []
-    found = list(
-        st.execute(
-            "SELECT item, kind, layout, fill_target, seconds, issued, processed, phases,"
-            " progress, cell FROM zfs_scans WHERE run_id = ? ORDER BY id",
-            (run_id,),
-        )
-    )
+    found = st.scan_rows(run_id)
     cells = [json.loads(c or "{}") for *_, c in found]
     for (item, kind, layout, fill, seconds, issued, processed, phases, curve, _), cell in zip(
         found, cells, strict=True

@@ -146,11 +146,7 @@ class ZfsScan(lifecycle.Experiment):
         return self.reps
 
     def done(self) -> set[str]:
-        rows = self.run.store.execute(
-            "SELECT item FROM zfs_scans WHERE run_id = ? AND item IS NOT NULL",
-            (self.run.run_id,),
-        )
-        return {str(r[0]) for r in rows}
+        return self.run.store.scanned_items(self.run.run_id)
 
     def check(self, todo: Sequence[lifecycle.Item]) -> Iterator[tuple[Rep, Measurement]]:
         run = self.run

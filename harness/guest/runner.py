@@ -1,0 +1,90 @@
+"""How every guest program runs a command (runs inside the guest; stdlib only).
+
+The host copies all of harness/guest/ into one guest directory (``install_scripts``), so
+a program imports this as ``runner``, beside it. ``run()`` is the one place a guest
+program starts a command: argv only, bounded by a timeout, and never stuck behind one
+that cannot die (a process blocked in the kernel on a suspended pool or a device that
+never answers ignores SIGKILL: after a short grace it is abandoned, not waited for).
+``Ran.record()`` is the JSON shape the host reads back.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Any
+
+# udev would otherwise be asked to settle after every dmsetup call and stall the guest.
+ENV = {**os.environ, "DM_DISABLE_UDEV": "1"}
+# The host reads a command's timeout by this marker in its output (check/guest.py).
+TIMED_OUT = "[timed out]"
+# How long a command killed at its timeout gets to hand back its output.
+GRACE = 5.0
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What a command did: ``rc`` -1 when it was killed at its timeout."""
+
+    argv: list[str]
+    rc: int
+    stdout: str
+    stderr: str  # "" with ``merge``: it went to stdout, in order
+    seconds: float
+    timed_out: bool = False
+
+    def output(self, keep: int) -> str:
+        """The last ``keep`` characters of stdout then stderr (the timeout marker last)."""
+        return (self.stdout + self.stderr)[-keep:]
+
+    def record(self, keep: int = 1500, key: str = "out") -> dict[str, Any]:
+        """The JSON the host stores and reads: argv, rc, seconds and the output's tail
+        under ``key`` (``output`` for the check programs, ``out`` for the others)."""
+        return {
+            "argv": self.argv,
+            "rc": self.rc,
+            "seconds": round(self.seconds, 3),
+            key: self.output(keep),
+        }
+
+
+def run(
+    argv: list[str],
+    timeout: float | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    merge: bool = False,
+) -> Ran:
+    """Run ``argv`` (stdin closed, environment ``env`` or ``ENV``) for at most ``timeout``
+    seconds; ``merge``: stderr into stdout, interleaved as printed."""
+    start = time.monotonic()
+    p = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge else subprocess.PIPE,
+        env=ENV if env is None else env,
+    )
+    try:
+        out, err = p.communicate(timeout=timeout)
+        rc, timed_out = p.returncode, False
+    except subprocess.TimeoutExpired:
+        p.kill()
+        try:
+            out, err = p.communicate(timeout=GRACE)
+        except subprocess.TimeoutExpired:
+            out, err = b"", b""  # unkillable: abandoned, its output with it
+        rc, timed_out = -1, True
+    stderr = (err or b"").decode(errors="replace")
+    if timed_out:
+        stderr += f"\n{TIMED_OUT}"
+    return Ran(
+        argv,
+        rc,
+        (out or b"").decode(errors="replace"),
+        stderr,
+        time.monotonic() - start,
+        timed_out,
+    )

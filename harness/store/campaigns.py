@@ -1,0 +1,150 @@
+"""The campaign tables (``campaigns``, ``campaign_elements``): a mixin of ``Store``
+(harness/store/db.py), so the campaign engine and ``campaign status`` name what they
+read and write instead of writing SQL.
+
+Each statement here is atomic on its own (autocommitted), as the engine's bookkeeping
+wants. An element's update is built apart from running it (``element_update``) because
+the Dask engine runs it inside the transaction that merges the element's run
+(``Store.merge_run(..., also=[update])``): the run and its element's status land
+together or not at all.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+# What an element update may set, and the counters it may bump.
+_ELEMENT_COLUMNS = frozenset(
+    {"status", "run_id", "seconds", "started_at", "finished_at", "pid", "last_error"}
+)
+_ELEMENT_COUNTERS = frozenset({"failures", "interruptions"})
+
+
+class ElementUpdate(NamedTuple):
+    """One UPDATE of one campaign element; a (sql, args) pair, as ``merge_run`` takes."""
+
+    sql: str
+    args: tuple[Any, ...]
+
+
+def element_update(
+    campaign_id: str,
+    key: str,
+    *,
+    count: str | None = None,
+    unless_done: bool = False,
+    **values: Any,
+) -> ElementUpdate:
+    """Set ``values`` (column -> value; None is NULL) of the element ``key``, bump the
+    counter ``count`` (failures or interruptions); ``unless_done``: leave a done element
+    alone (a late failure of a duplicate attempt changes nothing).
+
+    :raise ValueError: an unknown column or counter.
+    """
+    unknown = set(values) - _ELEMENT_COLUMNS | ({count} - _ELEMENT_COUNTERS - {None})
+    if unknown:
+        raise ValueError(f"campaign_elements: cannot set {sorted(map(str, unknown))}")
+    sets = [f"{c} = ?" for c in values] + ([f"{count} = {count} + 1"] if count else [])
+    return ElementUpdate(
+        f"UPDATE campaign_elements SET {', '.join(sets)} WHERE campaign_id = ? AND key = ?"
+        + (" AND status != 'done'" if unless_done else ""),
+        (*values.values(), campaign_id, key),
+    )
+
+
+class StoreCampaigns:
+    _conn: sqlite3.Connection
+
+    def latest_campaign(self, name: str, spec_hash: str) -> tuple[str, str, str] | None:
+        """(id, status, started_at) of the newest campaign ``name`` run with this spec."""
+        row = self._conn.execute(
+            "SELECT id, status, started_at FROM campaigns WHERE name = ? AND spec_hash = ?"
+            " ORDER BY started_at DESC, rowid DESC LIMIT 1",
+            (name, spec_hash),
+        ).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]), str(row[2]))
+
+    def unfinished_campaign(
+        self, name: str, spec_hash: str
+    ) -> tuple[str, str | None, int | None] | None:
+        """(id, host, pid) of the newest campaign ``name`` with this spec not yet done."""
+        row = self._conn.execute(
+            "SELECT id, host, pid FROM campaigns WHERE name = ? AND spec_hash = ?"
+            " AND status != 'done' ORDER BY started_at DESC, rowid DESC LIMIT 1",
+            (name, spec_hash),
+        ).fetchone()
+        return None if row is None else (str(row[0]), row[1], row[2])
+
+    def begin_campaign(
+        self,
+        cid: str,
+        name: str,
+        path: str,
+        spec_hash: str,
+        spec: str,
+        started_at: str,
+        host: str,
+        pid: int,
+    ) -> None:
+        """Record a new campaign (``spec``: its canonical JSON), running in ``pid``."""
+        self._conn.execute(
+            "INSERT INTO campaigns (id, name, path, spec_hash, spec, started_at, host, pid)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (cid, name, path, spec_hash, spec, started_at, host, pid),
+        )
+
+    def resume_campaign(self, cid: str, host: str, pid: int) -> None:
+        """Mark an unfinished campaign as running in ``pid`` on ``host``."""
+        self._conn.execute(
+            "UPDATE campaigns SET status = 'running', host = ?, pid = ? WHERE id = ?",
+            (host, pid, cid),
+        )
+
+    def interrupt_campaign(self, cid: str) -> None:
+        self._conn.execute(
+            "UPDATE campaigns SET status = 'interrupted', pid = NULL WHERE id = ?", (cid,)
+        )
+
+    def finish_campaign(self, cid: str, finished_at: str) -> None:
+        self._conn.execute(
+            "UPDATE campaigns SET status = 'done', finished_at = ? WHERE id = ?",
+            (finished_at, cid),
+        )
+
+    def add_campaign_elements(
+        self, cid: str, elements: Sequence[tuple[str, int, str, str, int | None]]
+    ) -> None:
+        """Elements (key, position, scenario, overrides JSON, seed) a campaign does not
+        have yet: idempotent, so a campaign killed while adding them completes them."""
+        self._conn.executemany(
+            "INSERT OR IGNORE INTO campaign_elements (campaign_id, key, position, scenario,"
+            " overrides, seed) VALUES (?, ?, ?, ?, ?, ?)",
+            [(cid, *e) for e in elements],
+        )
+
+    def campaign_elements(self, cid: str) -> list[tuple[Any, ...]]:
+        """(key, status, run_id, failures, interruptions, last_error, seconds) of every
+        element of a campaign, in order."""
+        return list(
+            self._conn.execute(
+                "SELECT key, status, run_id, failures, interruptions, last_error, seconds"
+                " FROM campaign_elements WHERE campaign_id = ? ORDER BY position",
+                (cid,),
+            )
+        )
+
+    def update_element(self, update: ElementUpdate) -> None:
+        """Run an ``element_update()`` on its own."""
+        self._conn.execute(update.sql, update.args)
+
+    def scenario_durations(self, scenario: str, limit: int = 20) -> list[float]:
+        """Seconds the newest ``limit`` finished runs of ``scenario`` took."""
+        rows = self._conn.execute(
+            "SELECT (julianday(finished_at) - julianday(started_at)) * 86400 FROM runs"
+            " WHERE scenario = ? AND status = 'done' AND finished_at IS NOT NULL"
+            " ORDER BY started_at DESC LIMIT ?",
+            (scenario, limit),
+        )
+        return [float(r[0]) for r in rows if r[0] is not None and r[0] > 0]

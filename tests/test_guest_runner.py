@@ -1,0 +1,47 @@
+"""harness/guest/runner.py: the one command runner of the guest programs (run here on
+the host: it is stdlib only)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from harness.guest import runner
+
+GUEST = Path(runner.__file__).parent
+
+
+def test_a_command_s_record() -> None:
+    r = runner.run(["sh", "-c", "echo out; echo err >&2; exit 3"], 30)
+    assert (r.rc, r.stdout, r.stderr, r.timed_out) == (3, "out\n", "err\n", False)
+    rec = r.record(5, key="output")
+    assert rec["argv"][0] == "sh" and rec["rc"] == 3 and rec["output"] == "\nerr\n"
+    assert isinstance(rec["seconds"], float)
+
+
+def test_merge_keeps_the_order_the_command_printed_in() -> None:
+    r = runner.run(["sh", "-c", "echo a; echo b >&2; echo c"], 30, merge=True)
+    assert r.stdout == "a\nb\nc\n" and r.stderr == ""
+
+
+def test_a_timeout_kills_and_says_so_with_the_output_so_far() -> None:
+    t0 = time.monotonic()
+    r = runner.run(["sh", "-c", "echo started; exec sleep 30"], 0.3)
+    assert time.monotonic() - t0 < 10
+    assert r.rc == -1 and r.timed_out and r.stdout == "started\n"
+    # check/guest.py reads a timed-out mount by this marker
+    assert runner.TIMED_OUT in r.record()["out"]
+
+
+def test_the_environment_keeps_udev_out_of_dmsetup() -> None:
+    r = runner.run([sys.executable, "-c", "import os; print(os.environ['DM_DISABLE_UDEV'])"])
+    assert r.stdout.strip() == "1"
+
+
+def test_every_guest_program_that_runs_commands_uses_the_runner() -> None:
+    # install_scripts copies the whole folder, so runner.py is beside each program there.
+    for path in sorted(GUEST.glob("*.py")):
+        text = path.read_text()
+        if path.name != "runner.py" and "subprocess.run(" in text:
+            raise AssertionError(f"{path.name} runs a command itself; use runner.run")

@@ -5,6 +5,7 @@ exceptions. Exceptions are for the two other things that can go wrong, kept apar
 harness failure is never reported as a filesystem finding::
 
     CrashlabError                 message + hint; never shown as a traceback
+     ├── NotRun                   exit 0: the kernel lacks what the scenario needs (not run)
      ├── InputError               exit 2: a bad scenario, option, file or value
      └── HarnessError             exit 3: the lab itself could not do its job
           ├── ToolMissing         a host program is not installed (names its package)
@@ -41,6 +42,14 @@ class CrashlabError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class NotRun(CrashlabError):
+    """A scenario this kernel cannot run: an out-of-tree module it needs (ZFS, dm-dust)
+    is not built for it. Like fstests' ``_notrun``: reported with the reason, and neither a
+    failure nor a finding; no run is recorded."""
+
+    exit_status = EXIT_OK
 
 
 class InputError(CrashlabError):

@@ -9,7 +9,7 @@ from harness import paths
 
 # The shared vocabulary first, then the steps in the order a run goes through them.
 SHARED = ("errors", "outcome", "paths", "tools", "proc")
-STEPS = ("config", "image", "vm", "record", "guest", "replay", "check", "store")
+STEPS = ("config", "image", "kernel", "vm", "record", "guest", "replay", "check", "store")
 # Reports read the store; an experiment kind (one folder: settings, steps, summary body)
 # uses them; campaigns run kinds; the command line drives all.
 STEPS += ("report", "experiments", "campaign", "cli")

@@ -55,7 +55,7 @@ from typing import Any, Protocol
 from harness import paths
 from harness.config import scenario
 from harness.config.campaign import Campaign, Element
-from harness.errors import CrashlabError, InputError
+from harness.errors import CrashlabError, InputError, NotRun
 from harness.experiments import lifecycle
 from harness.experiments.lifecycle import Stalled, stall_budget
 from harness.store.campaigns import ElementUpdate, element_update
@@ -344,6 +344,13 @@ class Engine:
             # A person stopped it: not the element's fault, so not an interruption either.
             self._set(st, cid, el, status="pending", pid=None)
             raise
+        except NotRun as e:
+            # This kernel cannot run the element (no ZFS, no dm-dust for it): done, with
+            # the reason and no run, never a failure or a finding.
+            done = self._done(cid, el, None, time.monotonic() - t0)
+            st.update_element(done)
+            st.update_element(element_update(cid, el.key, last_error=f"not run: {e.message}"))
+            return
         except (Stalled, Exception) as e:  # a bug in a runner is a harness failure, not a loop
             self._fail(st, cid, el, failure(e, budget), t0)
             return
@@ -351,7 +358,7 @@ class Engine:
         self._after(st, cid, el)
 
     @staticmethod
-    def _done(cid: str, el: Element, run_id: str, seconds: float) -> ElementUpdate:
+    def _done(cid: str, el: Element, run_id: str | None, seconds: float) -> ElementUpdate:
         return element_update(
             cid,
             el.key,

@@ -1,5 +1,6 @@
-"""``--backend``, ``--libvirt-uri`` and ``--libvirt-pool``: which VM backend a command's
-guests boot on, and how their files reach a libvirt host.
+"""``--backend``, ``--libvirt-uri``, ``--libvirt-pool`` and ``--kernel``: which VM backend
+a command's guests boot on, how their files reach a libvirt host, and which kernel they
+boot.
 
 On ``scenario run`` and ``scenario campaign run`` they are overrides of the scenario keys
 ``backend``, ``libvirt_uri`` and ``libvirt_pool`` (harness/config/vm.py); the
@@ -23,6 +24,7 @@ _ENV = (
     ("backend", "CRASHLAB_BACKEND"),
     ("libvirt_uri", "CRASHLAB_LIBVIRT_URI"),
     ("libvirt_pool", "CRASHLAB_LIBVIRT_POOL"),
+    ("kernel", "CRASHLAB_KERNEL"),
 )
 
 
@@ -49,6 +51,17 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "(once per content) and the disks into its storage pool NAME, and the disks back "
         "after the guest; also CRASHLAB_LIBVIRT_POOL or the scenario key `libvirt_pool`",
     )
+    _kernel_option(p)
+
+
+def _kernel_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--kernel",
+        default=None,
+        metavar="RELEASE",
+        help="boot guests on this kernel (`scenario kernel list`) instead of the image's "
+        "own; also CRASHLAB_KERNEL or the scenario key `kernel`",
+    )
 
 
 def overrides(args: argparse.Namespace) -> list[str]:
@@ -59,7 +72,8 @@ def overrides(args: argparse.Namespace) -> list[str]:
             f"CRASHLAB_BACKEND={env!r}: unknown backend", hint="one of " + ", ".join(Backend)
         )
     sets = [f"{key}={os.environ[var]}" for key, var in _ENV if os.environ.get(var)]
-    return sets + [f"{key}={getattr(args, key)}" for key, _ in _ENV if getattr(args, key)]
+    flags = [f"{key}={getattr(args, key)}" for key, _ in _ENV if getattr(args, key, None)]
+    return sets + flags
 
 
 def select_for(sc: Any) -> None:

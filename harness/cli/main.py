@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.cli import (
         importer as cli_importer,
     )
+    from harness.cli import kernel as cli_kernel
     from harness.cli import (
         lab as cli_lab,
     )
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
     cli_lab.register(sub)
     cli_image.register(sub)
+    cli_kernel.register(sub)
     cli_vm.register(sub)
     cli_results.register(sub)
     cli_campaign.register(sub)
@@ -102,7 +104,10 @@ def lab_bug(*, debug: bool) -> int:
 def report(e: errors.CrashlabError, *, debug: bool = False) -> None:
     kind = "error" if isinstance(e, errors.InputError) else "harness error"
     # Messages and hints carry paths and values: only our own prefix is markup.
-    err_console.print(f"[bold red]{kind}:[/] {esc(e.message)}")
+    if isinstance(e, errors.NotRun):
+        err_console.print(f"[bold yellow]not run:[/] {esc(e.message)}")
+    else:
+        err_console.print(f"[bold red]{kind}:[/] {esc(e.message)}")
     if e.detail:
         lines = e.detail.rstrip().splitlines()
         for line in lines if debug else lines[-20:]:

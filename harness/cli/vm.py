@@ -18,6 +18,7 @@ from harness.config.settings import parse_size, validate
 from harness.config.vm import VmChoice
 from harness.errors import InputError
 from harness.image import build as image
+from harness.kernel.store import booting
 from harness.report.markup import esc
 from harness.vm import accel
 from harness.vm.backend import Disk, GuestSpec, start_guest
@@ -77,10 +78,14 @@ def cmd_vm_run(args: argparse.Namespace) -> int:
         raise InputError("vm run: no command given", hint="scenario vm run --disk 256M -- lsblk")
     err = Console(stderr=True)
     sets = dict(o.split("=", 1) for o in backend.overrides(args))
-    backend.select_for(validate(Path("vm run"), VmChoice, sets, list(sets)))
-    with tempfile.TemporaryDirectory(
-        prefix="crashlab-disks-", dir=os.environ.get("CRASHLAB_WORK")
-    ) as tmp:
+    choice = validate(Path("vm run"), VmChoice, sets, list(sets))
+    backend.select_for(choice)
+    with (
+        booting(choice.kernel),
+        tempfile.TemporaryDirectory(
+            prefix="crashlab-disks-", dir=os.environ.get("CRASHLAB_WORK")
+        ) as tmp,
+    ):
         disks = []
         for i, spec in enumerate(args.disk):
             path = Path(spec)

@@ -50,6 +50,11 @@ class ScenarioBase(VmChoice):
         a kind with several experiments chooses by its keys."""
         return str(self.kind)
 
+    def kernel_modules(self) -> tuple[str, ...]:
+        """Out-of-tree modules its guests load besides the experiment's own (``zfs`` for
+        a ZFS cell): on a kernel without them the scenario is not run."""
+        return ()
+
     def catalogue_row(self) -> tuple[str, str, str, str]:
         """What ``scenario list`` shows of it: filesystems, mode, workload, states."""
         return (self.kind, "-", "-", "-")
@@ -61,7 +66,9 @@ class ScenarioBase(VmChoice):
         )
         out["path"] = paths.portable(self.path)
         # Absent rather than null when unset: a store written before every kind had the
-        # key resumes its runs.
+        # key (or before kernels were chosen) resumes its runs.
         if self.expect is not None:
             out["expect"] = self.expect
+        if out.get("kernel") is None:
+            out.pop("kernel", None)
         return out

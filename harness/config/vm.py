@@ -36,6 +36,12 @@ class VmChoice(Settings):
         description="libvirt connection URI (backend = libvirt), e.g. qemu+ssh://HOST/system",
     )
 
+    kernel: str | None = Field(
+        None,
+        description="the guest kernel to boot, by release (`scenario kernel list`; "
+        "`scenario kernel add` brings one); unset: the image's own",
+    )
+
     libvirt_pool: str = Field(
         "",
         exclude=True,

@@ -38,9 +38,10 @@ from types import FrameType
 from typing import Any, Protocol
 
 from harness import outcome, paths
-from harness.errors import EXIT_FINDING, EXIT_HARNESS
+from harness.errors import EXIT_FINDING, EXIT_HARNESS, NotRun
 from harness.experiments import registry
 from harness.image.build import Image, require_image
+from harness.kernel.store import Kernel, booting, describe
 from harness.store.db import Accelerator, RunEnv, RunStatus, Store
 from harness.store.model import ItemOutcome
 from harness.vm import accel
@@ -190,19 +191,52 @@ def execute(
     """Run scenario ``sc`` to the end (or resume it); every result is in ``db`` as soon
     as it is known.
 
-    :raise InputError: bad input found late (an unknown kind).
+    :raise InputError: bad input found late (an unknown kind, a kernel without an option
+        the scenario needs).
+    :raise NotRun: the chosen kernel has no build of a module the scenario needs.
     :raise HarnessError: the lab failed (the run is marked failed, what was committed
         stays); ``Stalled`` past ``budget`` seconds.
     """
     kind, cls = registry.experiment(sc)
-    cls.preflight(sc)
+    with booting(getattr(sc, "kernel", None)) as k:
+        if k is not None:
+            require_kernel(k, registry.variant(sc), sc)
+        cls.preflight(sc)
+        return _execute(sc, kind.run_kind, cls, db, fresh, budget, progress)
+
+
+def require_kernel(k: Kernel, variant: registry.Variant, sc: Any) -> None:
+    """What the scenario needs of kernel ``k``, before its run is recorded.
+
+    :raise InputError: a ``CONFIG_*`` option it needs is not set.
+    :raise NotRun: an out-of-tree module it needs is not built for this kernel.
+    """
+    for option in variant.kernel_options:
+        k.require(option, f"{sc.name} ({sc.experiment_kind})")
+    for m in (*variant.kernel_modules, *sc.kernel_modules()):
+        if not k.modules.get(m):
+            raise NotRun(
+                f"{sc.name} on kernel {k.name}: needs {m}, which is not built for it",
+                hint="the image's kernel has it; scenario kernel list shows what each has",
+            )
+
+
+def _execute(
+    sc: Any,
+    run_kind: str,
+    cls: type[Experiment],
+    db: Path,
+    fresh: bool,
+    budget: float | None,
+    progress: Progress,
+) -> Report:
     started = time.monotonic()
     seed = sc.seed  # the one seed: --seed and a campaign's seeds are `seed=N` overrides
     img = require_image()
     params = sc.resolved()
     env = run_env(img)
     with Store.open(db) as st:
-        run_id, resumed, not_resumed = _begin(st, sc, kind.run_kind, params, seed, env, fresh)
+        run_id, resumed, not_resumed = _begin(st, sc, run_kind, params, seed, env, fresh)
         run = Run(sc, st, db, run_id, seed, img, resumed, progress)
         exp = cls(run)
         report = Report(run_id, db, sc, exp, resumed, 0, 0, not_resumed=not_resumed)
@@ -281,13 +315,16 @@ def _begin(
 
 
 def run_env(img: Image) -> RunEnv:
-    """Where every guest of a run runs, recorded once here for every kind: the image's
-    kernel (guests boot the image's own vmlinuz), the accelerator the backends choose
-    (the same cached probe), QEMU, and the host's and the image's tool versions."""
+    """Where every guest of a run runs, recorded once here for every kind: the kernel it
+    boots (the image's own, or the one ``--kernel`` chose, with where it came from), the
+    accelerator the backends choose (the same cached probe), QEMU, and the host's and the
+    image's tool versions."""
     packages = img.manifest.get("packages")
     tools = {str(k): str(v) for k, v in packages.items()} if isinstance(packages, dict) else {}
     zfs = img.manifest.get("zfs_version")
     host = {"host": platform.release(), **({"zfs-kmod": str(zfs)} if zfs else {})}
+    source = img.manifest.get("kernel_source")
+    host["kernel"] = describe(source if isinstance(source, dict) else {"image": img.hash})
     return RunEnv(
         accelerator=Accelerator(accel.choose(img)),
         guest_kernel=str(img.manifest.get("kernel") or "") or None,

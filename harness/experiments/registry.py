@@ -43,10 +43,14 @@ DEFAULT_KIND = "crash"
 
 @dataclass(frozen=True)
 class Variant:
-    """One experiment of a kind: its class and the body of its end-of-run summary."""
+    """One experiment of a kind: its class, the body of its end-of-run summary, and what
+    it needs of the guest kernel -- ``CONFIG_*`` options (a kernel without one is bad
+    input) and out-of-tree modules, ``dm-dust`` or ``zfs`` (without one: not run)."""
 
     experiment: type[Experiment]
     body: Body
+    kernel_options: tuple[str, ...] = ()
+    kernel_modules: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,11 @@ def experiment(sc: Any) -> tuple[Kind, type[Experiment]]:
             hint="known: " + ", ".join(sorted(k.experiments)),
         )
     return k, k.experiments[name].experiment
+
+
+def variant(sc: Any) -> Variant:
+    k, _ = experiment(sc)
+    return k.experiments[str(sc.experiment_kind)]
 
 
 def body(exp: type[Experiment]) -> Body:

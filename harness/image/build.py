@@ -18,7 +18,8 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -108,9 +109,32 @@ def _open(d: Path) -> Image | None:
     return Image(d, files[0], files[1], files[2], json.loads(manifest.read_text()))
 
 
+# The kernel a run boots instead of the image's own (``harness/kernel``): chosen for the
+# whole run by the lifecycle, so every guest any step boots -- recorder, checks, probes,
+# on either backend -- gets it from require_image() with nothing passed down.
+_boot_with: Callable[[Image], Image] | None = None
+
+
+@contextmanager
+def booting(swap: Callable[[Image], Image] | None) -> Iterator[None]:
+    """Within: ``require_image()`` returns ``swap(image)`` (the root image with another
+    kernel and its initrd); None leaves the image's own."""
+    global _boot_with
+    before, _boot_with = _boot_with, swap
+    try:
+        yield
+    finally:
+        _boot_with = before
+
+
 def require_image() -> Image:
     """The image to boot: the current recipe's, or the one ``$CRASHLAB_IMAGE`` names (a
-    cached hash or an image directory), e.g. to compare two kernels' results."""
+    cached hash or an image directory), with the kernel ``booting()`` chose, if any."""
+    img = _root_image()
+    return _boot_with(img) if _boot_with is not None else img
+
+
+def _root_image() -> Image:
     if chosen := os.environ.get("CRASHLAB_IMAGE"):
         d = Path(chosen) if "/" in chosen else paths.images_dir() / chosen
         img = _open(d)

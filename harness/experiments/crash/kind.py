@@ -10,6 +10,6 @@ KIND = Kind(
     name="crash",
     settings=settings.Scenario,
     run_kind="crash",
-    experiments={"crash": Variant(CrashReplay, print_body)},
+    experiments={"crash": Variant(CrashReplay, print_body, ("DM_LOG_WRITES",))},
     settable=settings.SETTABLE,
 )

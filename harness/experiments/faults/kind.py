@@ -13,9 +13,11 @@ KIND = Kind(
     settings=settings.FaultsScenario,
     run_kind="faults",
     experiments={
-        "fsync-eio": Variant(FsyncEio, summary.eio_body),
-        "dust-scrub": Variant(DustScrub, summary.dust_body),
-        "flakey-drop-remount": Variant(DropRemount, summary.drop_body),
+        "fsync-eio": Variant(FsyncEio, summary.eio_body, ("DM_FLAKEY",)),
+        "dust-scrub": Variant(DustScrub, summary.dust_body, (), ("dm-dust",)),
+        "flakey-drop-remount": Variant(
+            DropRemount, summary.drop_body, ("DM_FLAKEY", "DM_LOG_WRITES")
+        ),
     },
     settable=settings.SETTABLE,
 )

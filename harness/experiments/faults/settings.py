@@ -202,6 +202,9 @@ class FaultsScenario(ScenarioBase):
         """dust-scrub: how many disks the ZFS vdev takes."""
         return 2 if self.layout == "mirror" else int(self.layout[-1]) + 2
 
+    def kernel_modules(self) -> tuple[str, ...]:
+        return ("zfs",) if any(c.type == "zfs" for c in self.filesystems) else ()
+
     def catalogue_row(self) -> tuple[str, str, str, str]:
         return (
             ",".join(dict.fromkeys(f.type for f in self.filesystems)),

@@ -10,6 +10,6 @@ KIND = Kind(
     name="recovery",
     settings=settings.RecoveryScenario,
     run_kind="recovery",
-    experiments={"recovery": Variant(Recovery, print_body)},
+    experiments={"recovery": Variant(Recovery, print_body, ("DM_LOG_WRITES",))},
     settable=settings.SETTABLE,
 )

@@ -185,6 +185,9 @@ class WorkloadScenario(ScenarioBase):
             raise problem(f"two cells are both {dup!r}", "give one a label", key="cells")
         return self
 
+    def kernel_modules(self) -> tuple[str, ...]:
+        return ("zfs",) if any(c.type == "zfs" for c in self.cells) else ()
+
     def catalogue_row(self) -> tuple[str, str, str, str]:
         return (
             ",".join(dict.fromkeys(c.type for c in self.cells)),

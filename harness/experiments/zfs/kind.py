@@ -12,8 +12,8 @@ KIND = Kind(
     settings=settings.ZfsScenario,
     run_kind="zfs",
     experiments={
-        "zfs-scan": Variant(ZfsScan, print_scan_body),
-        "zfs-crash": Variant(ZfsCrash, print_crash_body),
+        "zfs-scan": Variant(ZfsScan, print_scan_body, (), ("zfs",)),
+        "zfs-crash": Variant(ZfsCrash, print_crash_body, ("DM_LOG_WRITES",), ("zfs",)),
     },
     settable=settings.SETTABLE,
     aliases=settings.ALIASES,

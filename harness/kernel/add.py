@@ -1,0 +1,183 @@
+"""``scenario kernel add SPEC``: a kernel into the cache, from one of three sources.
+
+- ``deb:PACKAGE``: a Debian kernel package (``linux-image-6.12.95+deb12-amd64``,
+  ``linux-image-6.1.0-47-amd64``), fetched with ``apt-get download`` and unpacked with
+  ``dpkg-deb -x`` -- never installed on the host.
+- ``tree:PATH``: a kernel a user built: ``PATH/arch/x86/boot/bzImage``, ``PATH/.config``,
+  and ``make modules_install INSTALL_MOD_PATH=PATH`` (``PATH/lib/modules/<release>``).
+- ``mutant:NAME``: the image's kernel with one module rebuilt from ``mutants/NAME.patch``
+  (``mutant.py``).
+
+An entry is built in ``<name>.partial`` and renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness import proc
+from harness.errors import InputError
+from harness.image.build import Image
+from harness.kernel import initrd, mutant
+from harness.kernel.store import OPTIONS, Kernel, kernels_dir, parse_config, write_manifest
+
+Step = Callable[[str, float], None]  # (what was done, seconds it took)
+
+HINT = (
+    "deb:linux-image-6.12.95+deb12-amd64 (apt-cache search --names-only '^linux-image' "
+    "lists them), tree:~/src/linux, or mutant:NAME (mutants/)"
+)
+
+
+def add(spec: str, img: Image, on_step: Step = lambda what, s: None) -> Kernel:
+    """Fetch or build the kernel ``spec`` names, cache it and return it."""
+    kind, _, arg = spec.partition(":")
+    if not arg:
+        raise InputError(f"kernel source {spec!r}: expected KIND:VALUE", hint=HINT)
+    if kind == "deb":
+        return _deb(arg, on_step)
+    if kind == "tree":
+        return _tree(Path(arg).expanduser(), on_step)
+    if kind == "mutant":
+        return mutant.add(arg, img, on_step)
+    raise InputError(f"kernel source {spec!r}: unknown kind {kind!r}", hint=HINT)
+
+
+def _fresh(name: str) -> Path:
+    work = kernels_dir() / f"{name}.partial"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    return work
+
+
+def _timed(on_step: Step, what: str, fn: Callable[[], Any]) -> Any:
+    t = time.monotonic()
+    out = fn()
+    on_step(what, time.monotonic() - t)
+    return out
+
+
+def _deb(package: str, on_step: Step) -> Kernel:
+    work = _fresh(package)
+    dl = work / "dl"
+    dl.mkdir()
+    r = _timed(
+        on_step,
+        "apt-get download",
+        lambda: proc.run(["apt-get", "download", package], cwd=dl, check=False, timeout=1800),
+    )
+    debs = sorted(dl.glob("*.deb"))
+    if r.returncode != 0 or not debs:
+        why = (r.stderr.strip().splitlines() or ["no package downloaded"])[-1]
+        shutil.rmtree(work, ignore_errors=True)
+        raise InputError(f"kernel source deb:{package}: apt-get download: {why}", hint=HINT)
+    version = proc.run(["dpkg-deb", "-f", debs[0], "Version"]).stdout.strip()
+    root = work / "root"
+    _timed(on_step, "dpkg-deb -x", lambda: proc.run(["dpkg-deb", "-x", debs[0], root]))
+    releases = [p.name for p in (root / "lib" / "modules").glob("*") if p.is_dir()]
+    if len(releases) != 1:
+        shutil.rmtree(work, ignore_errors=True)
+        raise InputError(
+            f"kernel source deb:{package}: not a kernel image package "
+            f"(modules for {releases or 'no release'})",
+            hint=HINT,
+        )
+    rel = releases[0]
+    source = {"kind": "deb", "package": package, "version": version}
+    return _finish(
+        work,
+        rel,
+        root,
+        root / "boot" / f"vmlinuz-{rel}",
+        root / "boot" / f"config-{rel}",
+        source,
+        on_step,
+    )
+
+
+def _tree(path: Path, on_step: Step) -> Kernel:
+    where = f"kernel source tree:{path}"
+    bz, config = path / "arch" / "x86" / "boot" / "bzImage", path / ".config"
+    relfile = path / "include" / "config" / "kernel.release"
+    for f, what in (
+        (bz, "no bzImage (make bzImage)"),
+        (config, "no .config"),
+        (relfile, "no include/config/kernel.release (build the tree first)"),
+    ):
+        if not f.is_file():
+            raise InputError(f"{where}: {what}: {f}", hint="build it: make -j$(nproc)")
+    rel = relfile.read_text().strip()
+    if not (path / "lib" / "modules" / rel).is_dir():
+        raise InputError(
+            f"{where}: no modules for {rel} under {path / 'lib' / 'modules'}",
+            hint=f"make modules_install INSTALL_MOD_PATH={path}",
+        )
+    digest = hashlib.sha256(config.read_bytes()).hexdigest()
+    source = {"kind": "tree", "path": str(path), "config_sha256": digest}
+    return _finish(_fresh(rel), rel, path, bz, config, source, on_step)
+
+
+def _finish(
+    work: Path,
+    rel: str,
+    root: Path,
+    vmlinuz: Path,
+    config: Path,
+    source: dict[str, Any],
+    on_step: Step,
+) -> Kernel:
+    """From a root holding ``lib/modules/<rel>``: the initrd, the manifest, into place."""
+    if not vmlinuz.is_file() or not config.is_file():
+        shutil.rmtree(work, ignore_errors=True)
+        raise InputError(f"kernel {rel}: no {vmlinuz.name} or {config.name} in the source")
+    mods = root / "lib" / "modules" / rel
+    tree = work / "tree"
+    dest = tree / "lib" / "modules" / rel
+
+    def stage() -> None:
+        for part in initrd.TREE_PARTS:
+            if (mods / part).is_dir():
+                shutil.copytree(mods / part, dest / part, symlinks=True)
+        for f in mods.glob("modules.*"):
+            shutil.copy2(f, dest / f.name)
+        proc.run(["depmod", "-b", tree, rel])
+        proc.run(["depmod", "-b", root, rel]) if root != tree else None
+
+    _timed(on_step, "module tree (fs, dm, virtio) + depmod", stage)
+    early = initrd.early_modules(tree, rel)
+    _timed(
+        on_step,
+        "initrd",
+        lambda: initrd.build(work / "initrd.img", early, tree, whole=True, work=work),
+    )
+    shutil.copy2(vmlinuz, work / "vmlinuz")
+    shutil.copy2(config, work / "config")
+    config_all = parse_config(config.read_text())
+    options = {o: config_all[o] for o in OPTIONS if o in config_all}
+    k = Kernel(
+        name=rel,
+        release=rel,
+        source=source,
+        options=options,
+        modules={
+            "dm-dust": config_all.get("DM_DUST") in ("y", "m"),
+            "zfs": any(dest.rglob("zfs.ko*")),
+        },
+    )
+    return install(work, k)
+
+
+def install(work: Path, k: Kernel) -> Kernel:
+    """Keep the entry's files (vmlinuz, initrd, config, manifest), rename it into place."""
+    for d in ("dl", "root", "tree", "initrd", "src", "base"):
+        shutil.rmtree(work / d, ignore_errors=True)
+    final = kernels_dir() / k.name
+    write_manifest(work, k)
+    shutil.rmtree(final, ignore_errors=True)
+    work.rename(final)
+    return Kernel(k.name, k.release, k.source, k.options, k.modules, final)

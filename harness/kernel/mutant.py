@@ -1,0 +1,151 @@
+"""``mutant:NAME``: the image's kernel with one filesystem module rebuilt from Debian's
+``linux-source-6.1`` with ``mutants/NAME.patch`` applied -- a known class of
+crash-consistency bug put back, to show the lab catches bugs in filesystem code.
+
+The module is built out of tree against the image kernel's headers (the same source
+version: 6.1.192 is 6.1.0-56), cached by the patch's hash. The guest boots the image's
+vmlinuz with an initrd holding the mutant: for ext4 and jbd2 the initrd loads it and the
+root disk itself is mounted by the mutant (the root is a disposable snapshot, and the
+alternative, a root that is not ext4, would mean a second root image to build and keep);
+for xfs and btrfs it replaces the stock module in the root's overlay, where modprobe
+finds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from harness import paths, proc
+from harness.errors import InputError, ToolMissing
+from harness.image.build import Image
+from harness.kernel import initrd
+from harness.kernel.store import Kernel, image_kernel, kernels_dir
+
+if TYPE_CHECKING:
+    from harness.kernel.add import Step
+
+SOURCE_TAR = Path("/usr/src/linux-source-6.1.tar.xz")  # linux-source-6.1 (host deps)
+TOP = "linux-source-6.1"
+
+
+def mutants_dir() -> Path:
+    return paths.REPO / "mutants"
+
+
+def names() -> list[str]:
+    return sorted(p.stem for p in mutants_dir().glob("*.patch"))
+
+
+def patch_file(name: str) -> Path:
+    p = mutants_dir() / f"{name}.patch"
+    if not p.is_file():
+        raise InputError(
+            f"kernel source mutant:{name}: no {p}", hint="mutants: " + ", ".join(names())
+        )
+    return p
+
+
+def module_dir(patch: Path) -> str:
+    """The one source folder the patch edits (``fs/ext4``): the module it rebuilds."""
+    dirs = {
+        str(Path(line.split()[1]).parent).removeprefix("b/")
+        for line in patch.read_text().splitlines()
+        if line.startswith("+++ ")
+    }
+    if len(dirs) != 1:
+        raise InputError(f"{patch}: edits {sorted(dirs)}; a mutant patches one module's folder")
+    return dirs.pop()
+
+
+def add(name: str, img: Image, on_step: Step) -> Kernel:
+    from harness.kernel.add import _fresh, _timed, install
+
+    patch = patch_file(name)
+    digest = hashlib.sha256(patch.read_bytes()).hexdigest()
+    base = image_kernel(img)
+    kname = f"{base.release}+{name}"
+    cached = kernels_dir() / kname / "manifest.json"
+    if cached.is_file() and json.loads(cached.read_text())["source"].get("sha256") == digest:
+        on_step("cached (same patch)", 0.0)
+        from harness.kernel.store import resolve
+
+        return resolve(kname, img)
+    headers = Path(f"/usr/src/linux-headers-{base.release}")
+    for need, pkg in ((SOURCE_TAR, "linux-source-6.1"), (headers, f"linux-headers-{base.release}")):
+        if not need.exists():
+            raise ToolMissing(str(need), pkg)
+    work = _fresh(kname)
+    src = work / "src"
+    src.mkdir()
+    mdir = module_dir(patch)
+    _timed(
+        on_step,
+        f"extract {mdir}",
+        lambda: proc.run(["tar", "-xJf", SOURCE_TAR, "-C", src, f"{TOP}/{mdir}"]),
+    )
+    r = proc.run(
+        ["patch", "-p1", "--forward", "--batch", "-d", src / TOP, "-i", patch.resolve()],
+        check=False,
+    )
+    if r.returncode != 0:
+        shutil.rmtree(work, ignore_errors=True)
+        raise InputError(
+            f"{patch}: does not apply to {TOP}/{mdir}: {(r.stdout + r.stderr).strip()[-600:]}",
+            hint="regenerate it against linux-source-6.1 (mutants/README.md)",
+        )
+    mod = src / TOP / mdir
+    _timed(
+        on_step,
+        f"make {mdir} (out of tree, -j2)",
+        lambda: proc.run(
+            ["make", "-C", headers, f"M={mod}", "-j2", "modules"],
+            timeout=3600,
+            logfile=work / "build.log",
+        ),
+    )
+    ko = mod / f"{Path(mdir).name}.ko"
+    _check_vermagic(ko, base.release)
+    # The initrd: the image's own (its busybox and early modules), this module in place.
+    stage = work / "base"
+    stage.mkdir()
+    proc.run(["cpio", "-idm", "--quiet", "-F", img.initrd.resolve()], cwd=stage)
+    early = [stage / "lib" / "modules" / n for n in (stage / "modules.order").read_text().split()]
+    early = [ko if p.name == ko.name else p for p in early]
+    tree = work / "tree"
+    into = tree / "lib" / "modules" / base.release / "kernel" / mdir
+    into.mkdir(parents=True)
+    shutil.copy2(ko, into / ko.name)
+    _timed(
+        on_step,
+        "initrd",
+        lambda: initrd.build(work / "initrd.img", early, tree, whole=False, work=work),
+    )
+    shutil.copy2(img.kernel, work / "vmlinuz")
+    k = Kernel(
+        name=kname,
+        release=base.release,
+        source={
+            "kind": "mutant",
+            "patch": name,
+            "sha256": digest,
+            "module": mdir,
+            "base": base.release,
+        },
+        options=base.options,
+        modules=base.modules,
+    )
+    return install(work, k)
+
+
+def _check_vermagic(ko: Path, release: str) -> None:
+    magic = proc.run(["modinfo", "-F", "vermagic", ko]).stdout.strip()
+    if magic.split()[:1] != [release]:
+        raise InputError(
+            f"{ko.name}: built for {magic.split()[0] if magic else '?'}, "
+            f"the kernel is {release} (vermagic {magic!r})",
+            hint=f"build against /usr/src/linux-headers-{release}",
+        )

@@ -4,6 +4,7 @@ it after a kill, and end with a summary of every element."""
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +26,7 @@ from harness.config import scenario
 from harness.config.campaign import Element
 from harness.config.crash import parse_dask_target
 from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK
-from harness.report import runlog
+from harness.report import mutants, runlog
 from harness.report.markup import cells, esc
 from harness.store.db import Store
 
@@ -65,6 +66,15 @@ def register(sub: Any) -> None:
     run.set_defaults(func=cmd_run)
     status = csub.add_parser("status", parents=[common], help="the latest campaign's elements")
     status.set_defaults(func=cmd_status)
+    mut = csub.add_parser(
+        "mutants",
+        parents=[common],
+        help="the detection table of a mutant campaign: which mutant each scenario caught",
+        description="Exit 0: every mutant caught and every stock control clean; 1: a gap "
+        "(a mutant nothing caught) or a stock control that found something.",
+    )
+    mut.add_argument("--json", action="store_true")
+    mut.set_defaults(func=cmd_mutants)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -130,6 +140,41 @@ def cmd_status(args: argparse.Namespace) -> int:
     )
     console.print(_elements_table(rows, accounts))
     return EXIT_OK
+
+
+def cmd_mutants(args: argparse.Namespace) -> int:
+    camp = config_campaign.load(args.file)
+    db = args.db or paths.default_db()
+    with Store.open(db, create=False) as st:
+        found = st.latest_campaign(camp.name, camp.spec_hash)
+        if found is None:
+            console.print(f"campaign {camp.name} has not run against {db}", markup=False)
+            return EXIT_OK
+        rows = campaign.Engine(camp, db).rows(st, found[0])
+        reads = {
+            r.run_id: (st.account(r.run_id)[0], st.item_outcomes(r.run_id))
+            for r in rows
+            if r.run_id
+        }
+    d = mutants.detection(mutants.runs_of(rows, reads))
+    if args.json:
+        print(json.dumps(d.to_json(), indent=2))
+    else:
+        t = Table("mutant", "scenario", "result", "findings", "states", "run")
+        for c in d.cells:
+            style = {"caught": "green", "clean": "green", "missed": "red", "FOUND": "red"}
+            mark = f"[{style.get(c.result, 'yellow')}]{esc(c.result)}[/]"
+            t.add_row(
+                esc(c.mutant or "(stock)"),
+                esc(c.scenario),
+                mark,
+                str(c.findings),
+                esc(" ".join(c.states) or "-"),
+                esc(c.run_id or "-"),
+            )
+        console.print(t)
+        console.print(mutants.summary_line(d), markup=False)
+    return EXIT_FINDING if d.gaps or d.false_alarms else EXIT_OK
 
 
 def _accounts(

@@ -112,13 +112,13 @@ def image_kernel(img: Image) -> Kernel:
 
 
 def _open(d: Path) -> Kernel | None:
-    try:
-        m = json.loads((d / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return None
     if not all((d / f).is_file() for f in ("vmlinuz", "initrd.img")):
         return None
-    return Kernel(m["name"], m["release"], m["source"], m["options"], m["modules"], d)
+    try:
+        m = json.loads((d / "manifest.json").read_text())
+        return Kernel(m["name"], m["release"], m["source"], m["options"], m["modules"], d)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # half-written, or not ours: not a kernel to boot
 
 
 def cached() -> list[Kernel]:
@@ -156,15 +156,36 @@ def write_manifest(d: Path, k: Kernel) -> None:
 
 @contextmanager
 def booting(name: str | None) -> Iterator[Kernel | None]:
-    """Within: every guest boots kernel ``name``; None (or the image's release): the
-    image's own, and nothing changes."""
+    """Within: every guest boots kernel ``name`` (a release, ``<release>+<mutant>``, or
+    ``+<mutant>`` of the image's kernel); None (or the image's release): the image's own,
+    and nothing changes."""
     if name is None:
         yield None
         return
+    if name.startswith("+"):  # "+MUTANT": a mutant of the image's kernel, whichever it is
+        name = str(build.require_image().manifest.get("kernel")) + name
     found = [k for k in cached() if k.name == name]
-    k = found[0] if found else resolve(name, build.require_image())
+    k = found[0] if found else _fetch(name, build.require_image())
     with build.booting(None if k.is_image_kernel else k.boot_image):
         yield k
+
+
+def _fetch(name: str, img: Image) -> Kernel:
+    """A kernel not cached yet, added on first use when its name says how: the image's
+    kernel, ``<image release>+<mutant>`` (built from mutants/), or a Debian kernel
+    package's release (``linux-image-<name>``). A campaign over kernels then needs no
+    step before it; ``scenario kernel add`` does the same up front."""
+    from harness.kernel import add, mutant
+
+    base, _, patch = name.partition("+")
+    if name == image_kernel(img).name:
+        return image_kernel(img)
+    if patch and base == image_kernel(img).release and patch in mutant.names():
+        return add.add(f"mutant:{patch}", img)
+    try:
+        return add.add(f"deb:linux-image-{name}", img)
+    except InputError:
+        return resolve(name, img)  # not a package either: say what the lab has
 
 
 def describe(source: dict[str, Any]) -> str:

@@ -1,0 +1,166 @@
+"""Kernels under test (harness/kernel): the cache's records, bad input, what a scenario
+needs of its kernel, the mutants, and the mutant campaign's detection table. The real
+downloads, builds and boots are in tests/test_kernel_vm.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from harness import paths
+from harness.config import scenario
+from harness.errors import InputError, NotRun
+from harness.experiments import lifecycle
+from harness.kernel import add, mutant
+from harness.kernel.store import Kernel, booting, cached, parse_config, write_manifest
+from harness.outcome import Account, Outcome
+from harness.report import mutants as detection
+from harness.store.model import ItemOutcome
+
+DATA = Path(__file__).parent / "data" / "kernel"
+
+
+def test_the_config_says_what_the_kernel_has() -> None:
+    cfg = parse_config((DATA / "config-6.12.95-excerpt").read_text())
+    assert cfg["DM_LOG_WRITES"] == "m" and cfg["VIRTIO_PCI"] == "y"
+    assert "DM_DUST" not in cfg  # "# CONFIG_DM_DUST is not set"
+    assert cfg["CC_VERSION_TEXT"].startswith("x86_64-linux-gnu-gcc-12")
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("linux-image-6.12", "expected KIND:VALUE"),
+        ("nope:x", "unknown kind 'nope'"),
+        ("mutant:no-such-mutant", "no-such-mutant"),
+    ],
+)
+def test_a_bad_kernel_source_names_itself(spec: str, words: str) -> None:
+    with pytest.raises(InputError) as e:
+        add.add(spec, SimpleNamespace())  # type: ignore[arg-type]
+    assert words in e.value.message and e.value.hint
+
+
+def test_a_tree_without_its_build_says_which_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as e:
+        add.add(f"tree:{tmp_path}", SimpleNamespace())  # type: ignore[arg-type]
+    assert "bzImage" in e.value.message and str(tmp_path) in e.value.message
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("CRASHLAB_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _fake(cache: Path, name: str, options: dict[str, str], modules: dict[str, bool]) -> Kernel:
+    """A cached entry as add() leaves one (files that are never booted here)."""
+    d = cache / "kernels" / name
+    d.mkdir(parents=True)
+    (d / "vmlinuz").write_bytes(b"")
+    (d / "initrd.img").write_bytes(b"")
+    k = Kernel(
+        name,
+        name,
+        {"kind": "deb", "package": f"linux-image-{name}", "version": "1"},
+        options,
+        modules,
+        d,
+    )
+    write_manifest(d, k)
+    return k
+
+
+def test_a_half_written_entry_is_not_a_kernel(cache: Path) -> None:
+    _fake(cache, "6.12.1", {"DM_LOG_WRITES": "m"}, {})
+    broken = cache / "kernels" / "6.12.2"
+    broken.mkdir()
+    (broken / "vmlinuz").write_bytes(b"")
+    (broken / "initrd.img").write_bytes(b"")
+    (broken / "manifest.json").write_text(json.dumps({"name": "x"}))
+    assert [k.name for k in cached()] == ["6.12.1"]
+
+
+def test_what_a_scenario_needs_of_its_kernel(cache: Path) -> None:
+    """A missing CONFIG option is bad input; a missing out-of-tree module is not run; both
+    before any run is recorded (no image, no store touched)."""
+    _fake(cache, "6.99.0-nolog", {"DM_FLAKEY": "m"}, {"dm-dust": False, "zfs": False})
+    db = cache / "lab.sqlite"
+    sc = scenario.load("ext4-ordered-fsync", ["kernel=6.99.0-nolog"])
+    with pytest.raises(InputError) as e:
+        lifecycle.execute(sc, db=db)
+    assert "CONFIG_DM_LOG_WRITES" in e.value.message and "6.99.0-nolog" in e.value.message
+    with pytest.raises(NotRun) as n:
+        lifecycle.execute(scenario.load("dust-scrub", ["kernel=6.99.0-nolog"]), db=db)
+    assert "dm-dust" in n.value.message and n.value.exit_status == 0
+    assert not db.exists()
+
+
+def test_an_unset_kernel_is_not_a_stored_parameter() -> None:
+    """Runs stored before kernels were chosen resume: no "kernel": null in their params."""
+    assert "kernel" not in scenario.load("ext4-ordered-fsync").resolved()
+    chosen = scenario.load("ext4-ordered-fsync", ["kernel=+ext4-fsync-no-commit"]).resolved()
+    assert chosen["kernel"] == "+ext4-fsync-no-commit"
+
+
+def test_booting_nothing_changes_nothing() -> None:
+    with booting(None) as k:
+        assert k is None
+
+
+@pytest.mark.skipif(not mutant.SOURCE_TAR.is_file(), reason="linux-source-6.1 not installed")
+def test_every_mutant_applies_to_the_image_kernels_source(tmp_path: Path) -> None:
+    """Each patch edits one module's folder and applies to linux-source-6.1 as shipped."""
+    names = mutant.names()
+    assert len(names) >= 8
+    dirs = {n: mutant.module_dir(mutant.patch_file(n)) for n in names}
+    assert set(dirs.values()) >= {"fs/ext4", "fs/jbd2", "fs/xfs", "fs/btrfs"}
+    folders = sorted({f"{mutant.TOP}/{d}" for d in dirs.values()})
+    subprocess.run(["tar", "-xJf", mutant.SOURCE_TAR, "-C", tmp_path, *folders], check=True)
+    for n in names:
+        patch = mutant.patch_file(n)
+        r = subprocess.run(
+            ["patch", "-p1", "--dry-run", "--batch", "-d", tmp_path / mutant.TOP, "-i", patch],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert r.returncode == 0, (n, r.stdout, r.stderr)
+        assert patch.read_text().startswith("# "), f"{n}: say the bug class it re-creates"
+
+
+def _account(findings: int) -> Account:
+    from harness.outcome import Tallied, tally
+
+    items = [Tallied(f"s{i}", Outcome.DATA_LOSS, False) for i in range(findings)]
+    return tally([*items, Tallied("ok", Outcome.CONSISTENT, False)], None)
+
+
+def test_the_detection_table_lists_gaps_and_false_alarms() -> None:
+    def run(n: int) -> tuple[str, Account, list[ItemOutcome]]:
+        items = [ItemOutcome(f"s{i}", Outcome.DATA_LOSS, {}, "verdicts") for i in range(n)]
+        return (f"run{n}", _account(n), items)
+
+    cells = [
+        detection.cell("ext4-ordered-fsync", ["expect=clean"], "done", None, run(0)),
+        detection.cell(
+            "ext4-ordered-fsync", ["kernel=+ext4-fsync-no-commit"], "done", None, run(3)
+        ),
+        detection.cell("ext4-ordered-fsync", ["kernel=+ext4-fsync-no-flush"], "done", None, run(0)),
+        detection.cell("xfs-fsync", ["kernel=+xfs-fsync-no-log-force"], "done", "not run: x", None),
+        detection.cell("btrfs-fsync", [], "done", None, run(1)),
+        detection.cell("xfs-fsync", ["kernel=6.12.95+deb12-amd64"], "done", None, run(0)),
+    ]
+    d = detection.detection(cells)
+    assert [c.result for c in d.cells] == ["clean", "caught", "missed", "not run", "FOUND", "clean"]
+    assert d.cells[1].states == ("s0", "s1", "s2")
+    assert d.cells[5].mutant is None  # a release with a '+' is not a mutant
+    assert d.gaps == ["ext4-fsync-no-flush", "xfs-fsync-no-log-force"]
+    assert d.rate == pytest.approx(1 / 3)
+    assert [c.scenario for c in d.false_alarms] == ["btrfs-fsync"]
+    assert "1 of 3 mutants caught" in detection.summary_line(d)
+    assert paths.REPO.joinpath("campaigns", "mutants.toml").is_file()

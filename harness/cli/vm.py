@@ -18,6 +18,7 @@ from harness.config.settings import parse_size, validate
 from harness.config.vm import VmChoice
 from harness.errors import InputError
 from harness.image import build as image
+from harness.kernel import store as kernel_store
 from harness.kernel.store import booting
 from harness.report.markup import esc
 from harness.vm import accel
@@ -162,6 +163,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                 f"[bold]{esc(res.accelerator)}[/]",
                 esc(res.reason + (" (cached probe; --reprobe to redo)" if res.cached else "")),
             )
+    for k in kernel_store.cached():
+        t.add_row("kernel", "[green]cached[/]", esc(f"{k.name}: {kernel_store.describe(k.source)}"))
     console.print(t)
     if missing:
         console.print(

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from harness.check import distributed
 from harness.cli import backend
 from harness.config import campaign as config_campaign
 from harness.config import scenario
-from harness.config.campaign import Element
+from harness.config.campaign import Campaign, Element
 from harness.config.crash import parse_dask_target
 from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK
 from harness.report import mutants, runlog
@@ -124,39 +125,55 @@ def _print_plan(camp: config_campaign.Campaign) -> None:
         console.print(f"[yellow]skipped[/] optional scenario {esc(name)}: it does not exist yet")
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+@dataclass
+class _Latest:
+    """The newest run of a campaign file against a store, read while the store is open."""
+
+    camp: Campaign
+    cid: str
+    status: str
+    started: str
+    rows: list[campaign.ElementRow]
+
+
+def _latest(args: argparse.Namespace, read: Callable[[Store, _Latest], Any]) -> Any:
+    """``read(store, latest)`` on the campaign's newest run; None if it never ran."""
     camp = config_campaign.load(args.file)
     db = args.db or paths.default_db()
     with Store.open(db, create=False) as st:
         found = st.latest_campaign(camp.name, camp.spec_hash)
         if found is None:
             console.print(f"campaign {camp.name} has not run against {db}", markup=False)
-            return EXIT_OK
+            return None
         cid, status, started = found
-        rows = campaign.Engine(camp, db).rows(st, cid)
-        accounts = _accounts(st, rows)
-    console.print(
-        f"campaign [bold]{esc(camp.name)}[/] {esc(f'{cid}: {status}, started {started}')}"
-    )
-    console.print(_elements_table(rows, accounts))
+        return read(
+            st, _Latest(camp, cid, status, started, campaign.Engine(camp, db).rows(st, cid))
+        )
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    got = _latest(args, lambda st, lt: (lt, _accounts(st, lt.rows)))
+    if got is None:
+        return EXIT_OK
+    lt, accounts = got
+    when = f"{lt.cid}: {lt.status}, started {lt.started}"
+    console.print(f"campaign [bold]{esc(lt.camp.name)}[/] {esc(when)}")
+    console.print(_elements_table(lt.rows, accounts))
     return EXIT_OK
 
 
+def _mutant_reads(st: Store, lt: _Latest) -> list[mutants.Cell]:
+    reads = {
+        r.run_id: (st.account(r.run_id)[0], st.item_outcomes(r.run_id)) for r in lt.rows if r.run_id
+    }
+    return mutants.runs_of(lt.rows, reads)
+
+
 def cmd_mutants(args: argparse.Namespace) -> int:
-    camp = config_campaign.load(args.file)
-    db = args.db or paths.default_db()
-    with Store.open(db, create=False) as st:
-        found = st.latest_campaign(camp.name, camp.spec_hash)
-        if found is None:
-            console.print(f"campaign {camp.name} has not run against {db}", markup=False)
-            return EXIT_OK
-        rows = campaign.Engine(camp, db).rows(st, found[0])
-        reads = {
-            r.run_id: (st.account(r.run_id)[0], st.item_outcomes(r.run_id))
-            for r in rows
-            if r.run_id
-        }
-    d = mutants.detection(mutants.runs_of(rows, reads))
+    cells = _latest(args, _mutant_reads)
+    if cells is None:
+        return EXIT_OK
+    d = mutants.detection(cells)
     if args.json:
         print(json.dumps(d.to_json(), indent=2))
     else:

@@ -42,10 +42,13 @@ class Detection:
     def caught(self, mutant: str) -> bool:
         return any(c.mutant == mutant and c.result == "caught" for c in self.cells)
 
+    def pending(self, mutant: str) -> bool:
+        return any(c.mutant == mutant and c.result == "pending" for c in self.cells)
+
     @property
     def gaps(self) -> list[str]:
-        """Mutants no scenario caught (not counting elements still pending)."""
-        return [m for m in self.mutants if not self.caught(m)]
+        """Mutants no scenario caught, once none of their elements is still to run."""
+        return [m for m in self.mutants if not self.caught(m) and not self.pending(m)]
 
     @property
     def rate(self) -> float:
@@ -105,6 +108,8 @@ def detection(cells: Sequence[Cell]) -> Detection:
 def summary_line(d: Detection) -> str:
     caught = sum(d.caught(m) for m in d.mutants)
     line = f"detection: {caught} of {len(d.mutants)} mutants caught ({d.rate:.0%})"
+    if waiting := [m for m in d.mutants if d.pending(m) and not d.caught(m)]:
+        line += f"; {len(waiting)} still to run"
     if d.gaps:
         line += "; the lab's gaps: " + ", ".join(d.gaps)
     if d.false_alarms:

@@ -15,6 +15,7 @@ from harness import paths
 from harness.config import scenario
 from harness.errors import InputError, NotRun
 from harness.experiments import lifecycle
+from harness.image.build import load_recipe
 from harness.kernel import add, mutant
 from harness.kernel.store import Kernel, booting, cached, parse_config, write_manifest
 from harness.outcome import Account, Outcome
@@ -164,3 +165,21 @@ def test_the_detection_table_lists_gaps_and_false_alarms() -> None:
     assert [c.scenario for c in d.false_alarms] == ["btrfs-fsync"]
     assert "1 of 3 mutants caught" in detection.summary_line(d)
     assert paths.REPO.joinpath("campaigns", "mutants.toml").is_file()
+
+
+@pytest.mark.skipif(not mutant.SOURCE_TAR.is_file(), reason="linux-source-6.1 not installed")
+def test_a_patch_that_does_not_apply_names_its_hunk(cache: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "mine.patch"
+    bad.write_text(
+        "--- a/fs/ext4/fsync.c\n+++ b/fs/ext4/fsync.c\n@@ -1,3 +1,3 @@\n"
+        " no such line\n-nor this one\n+but this\n no such line either\n"
+    )
+    release = load_recipe().kernel
+    img = SimpleNamespace(manifest={"kernel": release}, hash="img")
+    if not Path(f"/usr/src/linux-headers-{release}").is_dir():
+        pytest.skip("the image kernel's headers are not installed")
+    with pytest.raises(InputError) as e:
+        add.add(f"patch:{bad}", img)  # type: ignore[arg-type]
+    assert str(bad) in e.value.message and "does not apply" in e.value.message
+    assert "FAILED" in e.value.message or "hunk" in e.value.message.lower()
+    assert not list((cache / "kernels").glob("*.partial"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import Any
 
 from harness.config.vm import Backend
@@ -56,6 +57,15 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 def _kernel_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
+        "--fs-patch",
+        type=lambda s: f"kernel={Path(s).expanduser().resolve()}",
+        dest="fs_patch",
+        default=None,
+        metavar="FILE",
+        help="boot the image's kernel with the ext4, jbd2, xfs or btrfs module rebuilt "
+        "from this patch of linux-source-6.1 (cached by its hash); e.g. a mutants/ file",
+    )
+    p.add_argument(
         "--kernel",
         default=None,
         metavar="RELEASE",
@@ -73,7 +83,8 @@ def overrides(args: argparse.Namespace) -> list[str]:
         )
     sets = [f"{key}={os.environ[var]}" for key, var in _ENV if os.environ.get(var)]
     flags = [f"{key}={getattr(args, key)}" for key, _ in _ENV if getattr(args, key, None)]
-    return sets + flags
+    patch = [args.fs_patch] if getattr(args, "fs_patch", None) else []
+    return sets + flags + patch
 
 
 def select_for(sc: Any) -> None:

@@ -6,7 +6,8 @@
 - ``tree:PATH``: a kernel a user built: ``PATH/arch/x86/boot/bzImage``, ``PATH/.config``,
   and ``make modules_install INSTALL_MOD_PATH=PATH`` (``PATH/lib/modules/<release>``).
 - ``mutant:NAME``: the image's kernel with one module rebuilt from ``mutants/NAME.patch``
-  (``mutant.py``).
+  (``mutant.py``); ``patch:FILE``: the same from a user's patch of ext4, jbd2, xfs or
+  btrfs (``scenario run --fs-patch FILE``).
 
 An entry is built in ``<name>.partial`` and renamed into place only when complete.
 """
@@ -30,7 +31,7 @@ Step = Callable[[str, float], None]  # (what was done, seconds it took)
 
 HINT = (
     "deb:linux-image-6.12.95+deb12-amd64 (apt-cache search --names-only '^linux-image' "
-    "lists them), tree:~/src/linux, or mutant:NAME (mutants/)"
+    "lists them), tree:~/src/linux, mutant:NAME (mutants/) or patch:FILE"
 )
 
 
@@ -45,7 +46,18 @@ def add(spec: str, img: Image, on_step: Step = lambda what, s: None) -> Kernel:
         return _tree(Path(arg).expanduser(), on_step)
     if kind == "mutant":
         return mutant.add(arg, img, on_step)
+    if kind == "patch":
+        return _patch(Path(arg).expanduser(), img, on_step)
     raise InputError(f"kernel source {spec!r}: unknown kind {kind!r}", hint=HINT)
+
+
+def _patch(path: Path, img: Image, on_step: Step) -> Kernel:
+    """A filesystem under test from a user's patch, built like a mutant: named by the
+    patch's stem and hash, so two versions of one patch are two kernels."""
+    if not path.is_file():
+        raise InputError(f"kernel source patch:{path}: no such file", hint=HINT)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    return mutant.add(f"{path.stem}-{digest}", img, on_step, patch=path)
 
 
 def _fresh(name: str) -> Path:

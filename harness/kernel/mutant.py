@@ -61,10 +61,12 @@ def module_dir(patch: Path) -> str:
     return dirs.pop()
 
 
-def add(name: str, img: Image, on_step: Step) -> Kernel:
+def add(name: str, img: Image, on_step: Step, patch: Path | None = None) -> Kernel:
+    """The image's kernel with the module ``patch`` edits rebuilt; ``patch`` defaults to
+    ``mutants/<name>.patch`` (a user's patch: ``scenario run --fs-patch FILE``)."""
     from harness.kernel.add import _fresh, _timed, install
 
-    patch = patch_file(name)
+    patch = patch or patch_file(name)
     digest = hashlib.sha256(patch.read_bytes()).hexdigest()
     base = image_kernel(img)
     kname = f"{base.release}+{name}"

@@ -162,6 +162,13 @@ def booting(name: str | None) -> Iterator[Kernel | None]:
     if name is None:
         yield None
         return
+    if name.endswith(".patch"):  # --fs-patch FILE: built on first use, cached by hash
+        from harness.kernel import add
+
+        k = add.add(f"patch:{name}", build.require_image())
+        with build.booting(k.boot_image):
+            yield k
+        return
     if name.startswith("+"):  # "+MUTANT": a mutant of the image's kernel, whichever it is
         name = str(build.require_image().manifest.get("kernel")) + name
     found = [k for k in cached() if k.name == name]

@@ -183,3 +183,18 @@ def test_a_patch_that_does_not_apply_names_its_hunk(cache: Path, tmp_path: Path)
     assert str(bad) in e.value.message and "does not apply" in e.value.message
     assert "FAILED" in e.value.message or "hunk" in e.value.message.lower()
     assert not list((cache / "kernels").glob("*.partial"))
+
+
+@pytest.mark.parametrize("name", ["mutants.toml", "mutants-ci.toml", "kernels.toml"])
+def test_the_kernel_campaigns_load_and_name_real_scenarios(name: str) -> None:
+    from harness.config import campaign
+
+    camp = campaign.load(paths.REPO / "campaigns" / name)
+    for el in camp.elements:
+        sc = scenario.load(el.scenario, el.overrides)
+        kernel = sc.kernel or ""
+        if kernel.startswith("+"):
+            assert kernel[1:] in mutant.names(), el  # every mutant named exists
+    mutated = {detection.mutant_of(el.overrides) for el in camp.elements} - {None}
+    if name == "mutants.toml":
+        assert mutated == set(mutant.names())  # each mutant has a scenario meant to catch it

@@ -42,6 +42,11 @@ def test_diff_matches_states_by_id(db: tuple[Path, dict[str, str]]) -> None:
     fsck = next(p for p in d.phases if p.phase == "fsck")
     assert fsck.n == 4 and fsck.mean_after == pytest.approx(2 * fsck.mean_before)
     assert any("guest kernel" in n for n in d.notes)
+    # What compares across kernels: each run's outcome counts, before and after.
+    befores = {o: a for o, (a, _) in d.outcomes.items()}
+    afters = {o: b for o, (_, b) in d.outcomes.items()}
+    assert sum(befores.values()) == sum(afters.values()) >= 4
+    assert afters.get("data_loss", 0) == befores.get("data_loss", 0) + 1
 
 
 def test_diff_of_different_scenarios_notes_it(db: tuple[Path, dict[str, str]]) -> None:

@@ -69,6 +69,10 @@ class RunDiff:
     changes: Sequence[StateChange]  # outcome changed (including appearing / vanishing)
     phases: Sequence[PhaseDelta]
     notes: Sequence[str] = field(default_factory=list)
+    # outcome -> (count in A, count in B), from each run's account; "(expected)" marks
+    # the outcomes its kind's rule expects. What compares across kernels, whose
+    # recordings differ and so share few state ids.
+    outcomes: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def worse(self) -> list[StateChange]:
@@ -82,6 +86,7 @@ class RunDiff:
             "changes": [c.to_json() for c in self.changes],
             "phases": [{**p.__dict__, "delta": p.delta} for p in self.phases],
             "notes": list(self.notes),
+            "outcomes": {o: list(n) for o, n in self.outcomes.items()},
         }
 
 
@@ -110,6 +115,10 @@ def diff_runs(store: Store, run_a: str, run_b: str) -> RunDiff:
         va, vb = getattr(a, k), getattr(b, k)
         if va != vb:
             notes.append(f"{label}: {va} -> {vb}")
+    # The same release can be two builds (a mutant, a patched module, a user's tree).
+    ka, kb = a.tool_versions.get("kernel"), b.tool_versions.get("kernel")
+    if ka != kb and a.guest_kernel == b.guest_kernel:
+        notes.append(f"kernel build: {ka or '-'} -> {kb or '-'}")
     changes = []
     for sid in sorted(set(sa) | set(sb)):
         oa, ta = sa.get(sid, (None, {}))
@@ -133,7 +142,23 @@ def diff_runs(store: Store, run_a: str, run_b: str) -> RunDiff:
         for p, (va, vb) in sorted(per.items())
     ]
     matched = sum(1 for sid in both if sa[sid][0] is not None and sb[sid][0] is not None)
-    return RunDiff(a, b, matched, changes, phases, notes)
+    if a.guest_kernel != b.guest_kernel and matched < max(len(sa), len(sb)):
+        notes.append(
+            "another kernel writes another log, so states are matched by id only where the "
+            "recordings agree: compare the outcome counts"
+        )
+    return RunDiff(a, b, matched, changes, phases, notes, _outcomes(store, a.id, b.id))
+
+
+def _outcomes(store: Store, run_a: str, run_b: str) -> dict[str, tuple[int, int]]:
+    ca, cb = (_counts(store.account(r)[0]) for r in (run_a, run_b))
+    return {o: (ca.get(o, 0), cb.get(o, 0)) for o in sorted({*ca, *cb})}
+
+
+def _counts(account: Any) -> dict[str, int]:
+    out = dict(account.counts)
+    out.update({f"{o} (expected)": n for o, n in account.expected.items()})
+    return out
 
 
 # --- baselines ----------------------------------------------------------------------

@@ -250,6 +250,14 @@ def print_diff(console: Console, d: rdiff.RunDiff) -> None:
     )
     for note in d.notes:
         console.print(f"[yellow]note:[/] {esc(note)}")
+    if d.outcomes:
+        console.print(
+            "outcomes: "
+            + ", ".join(
+                f"{esc(o)} {a}" + (f" -> [bold]{b}[/]" if a != b else "")
+                for o, (a, b) in d.outcomes.items()
+            )
+        )
     console.print(
         f"{d.matched} states checked in both; {len(d.changes)} changed outcome"
         f" ({len(d.worse)} worse)"

@@ -185,7 +185,7 @@ def test_a_patch_that_does_not_apply_names_its_hunk(cache: Path, tmp_path: Path)
     assert not list((cache / "kernels").glob("*.partial"))
 
 
-@pytest.mark.parametrize("name", ["mutants.toml", "mutants-ci.toml", "kernels.toml"])
+@pytest.mark.parametrize("name", ["mutants.toml", "kernels.toml", "controls.toml"])
 def test_the_kernel_campaigns_load_and_name_real_scenarios(name: str) -> None:
     from harness.config import campaign
 

@@ -198,3 +198,23 @@ def test_the_kernel_campaigns_load_and_name_real_scenarios(name: str) -> None:
     mutated = {detection.mutant_of(el.overrides) for el in camp.elements} - {None}
     if name == "mutants.toml":
         assert mutated == set(mutant.names())  # each mutant has a scenario meant to catch it
+
+
+def test_a_campaign_element_its_kernel_cannot_run_is_done_not_failed(tmp_path: Path) -> None:
+    """not run: neither a failure (no retry, no quarantine) nor a finding; the reason kept."""
+    from harness.campaign.runner import Engine
+    from harness.cli import campaign as cli_campaign
+    from harness.config import campaign
+
+    f = tmp_path / "k.toml"
+    f.write_text('[[run]]\nscenario = "dust-scrub"\nset = ["kernel=6.99.0-nodust"]\n')
+
+    def runner(el: object, ctx: object) -> str:
+        raise NotRun("dust-scrub on kernel 6.99.0-nodust: needs dm-dust, which is not built")
+
+    db = tmp_path / "lab.sqlite"
+    report = Engine(campaign.load(f), db, runner=runner).run()
+    assert cli_campaign.summarize(report) == 0
+    (row,) = report.rows
+    assert str(row.status) == "done" and row.run_id is None and row.failures == 0
+    assert row.last_error is not None and row.last_error.startswith("not run: dust-scrub")

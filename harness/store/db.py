@@ -52,7 +52,7 @@ from harness.store.model import (
     pid_alive,
     utc_now,
 )
-from harness.store.opening import _adopt, _check_magic, _refuse
+from harness.store.opening import _adopt, _check_readable, _refuse
 from harness.store.queries import StoreQueries
 from harness.store.reads import StoreReads
 from harness.store.schema import _ZFS_JSON_COLUMNS, SCHEMA_VERSION, ZFS_SCAN_EXTRA
@@ -86,7 +86,7 @@ class Store(StoreReads, StoreQueries, StoreCampaigns):
                 )
             path.parent.mkdir(parents=True, exist_ok=True)
         else:
-            _check_magic(path)
+            _check_readable(path)
         try:
             # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a transaction is
             # exactly what the code says and never silently spans two states.

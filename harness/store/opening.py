@@ -3,14 +3,13 @@ each migration in its own transaction with its version bump."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
 from harness.errors import InputError
 from harness.store.model import APPLICATION_ID
 from harness.store.schema import _TABLES, MIGRATIONS, SCHEMA_VERSION
-
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def _refuse(path: Path, problem: str, hint: str | None = None) -> InputError:
@@ -23,15 +22,15 @@ def _refuse(path: Path, problem: str, hint: str | None = None) -> InputError:
 # --- the store ----------------------------------------------------------------------
 
 
-def _check_magic(path: Path) -> None:
-    try:
-        with path.open("rb") as f:
-            head = f.read(len(_SQLITE_MAGIC))
-    except OSError as e:
-        raise _refuse(path, f"cannot read: {e.strerror}") from None
-    # An empty file is what `touch` makes; SQLite treats it as a new database.
-    if head and head != _SQLITE_MAGIC:
-        raise _refuse(path, "is not an SQLite database (so not a crashlab results file)")
+def _check_readable(path: Path) -> None:
+    """The file can be read. Never by opening it ourselves: closing any descriptor of a
+    file drops every POSIX lock this process holds on it, including those of the SQLite
+    connections a campaign keeps open while each run opens the store again -- and with
+    them gone, another process's checkpoint reset the WAL under a live writer and
+    corrupted a store (https://www.sqlite.org/howtocorrupt.html, section 2.2). SQLite
+    itself reads the header (``_adopt``)."""
+    if not os.access(path, os.R_OK):
+        raise _refuse(path, "cannot read: permission denied")
 
 
 def _adopt(path: Path, conn: sqlite3.Connection) -> None:
@@ -77,6 +76,10 @@ def _adopt(path: Path, conn: sqlite3.Connection) -> None:
                 hint="restore it from a backup, or pass --db with a new file",
             )
     except sqlite3.DatabaseError as e:
+        if "file is not a database" in str(e):  # SQLite's own reading of the header
+            raise _refuse(
+                path, "is not an SQLite database (so not a crashlab results file)"
+            ) from None
         raise _refuse(path, f"is not a usable SQLite database: {e}") from None
 
 

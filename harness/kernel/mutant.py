@@ -100,11 +100,14 @@ def add(name: str, img: Image, on_step: Step, patch: Path | None = None) -> Kern
             hint="regenerate it against linux-source-6.1 (mutants/README.md)",
         )
     mod = src / TOP / mdir
+    # A module's Makefile may add -I $(srctree)/$(src) (xfs: its trace header, libxfs/);
+    # out of tree, srctree is the headers, so the source's own folders come in here.
+    includes = " ".join(f"-I{d}" for d in (mod, *sorted(p for p in mod.iterdir() if p.is_dir())))
     _timed(
         on_step,
         f"make {mdir} (out of tree, -j2)",
         lambda: proc.run(
-            ["make", "-C", headers, f"M={mod}", "-j2", "modules"],
+            ["make", "-C", headers, f"M={mod}", f"KCFLAGS={includes}", "-j2", "modules"],
             timeout=3600,
             logfile=work / "build.log",
         ),

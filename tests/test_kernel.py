@@ -164,6 +164,12 @@ def test_the_detection_table_lists_gaps_and_false_alarms() -> None:
     assert d.rate == pytest.approx(1 / 3)
     assert [c.scenario for c in d.false_alarms] == ["btrfs-fsync"]
     assert "1 of 3 mutants caught" in detection.summary_line(d)
+    # A build the harness failed is not the mutant escaping: not measured, not a gap.
+    broken = detection.cell(
+        "xfs-fsync", ["kernel=+xfs-fsync-no-log-force"], "quarantined", "x", None
+    )
+    d2 = detection.detection([*cells[:3], broken])
+    assert broken.result == "failed" and d2.gaps == ["ext4-fsync-no-flush"]
     assert paths.REPO.joinpath("campaigns", "mutants.toml").is_file()
 
 

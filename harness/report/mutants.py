@@ -43,7 +43,9 @@ class Detection:
         return any(c.mutant == mutant and c.result == "caught" for c in self.cells)
 
     def pending(self, mutant: str) -> bool:
-        return any(c.mutant == mutant and c.result == "pending" for c in self.cells)
+        """Not measured yet: an element still to run, or one the harness failed (a build
+        that broke is the lab's failure, never the mutant's escape)."""
+        return any(c.mutant == mutant and c.result in ("pending", "failed") for c in self.cells)
 
     @property
     def gaps(self) -> list[str]:
@@ -91,7 +93,8 @@ def cell(
     if last_error and last_error.startswith("not run"):
         return Cell(mutant, scenario, "not run")
     if run is None:
-        return Cell(mutant, scenario, "failed" if status == "failed" else "pending")
+        failed = status in ("failed", "quarantined")
+        return Cell(mutant, scenario, "failed" if failed else "pending")
     run_id, account, items = run
     states = tuple(sorted(i.item for i in items if is_finding(i.outcome)))[:5]
     if account.findings:
@@ -109,7 +112,7 @@ def summary_line(d: Detection) -> str:
     caught = sum(d.caught(m) for m in d.mutants)
     line = f"detection: {caught} of {len(d.mutants)} mutants caught ({d.rate:.0%})"
     if waiting := [m for m in d.mutants if d.pending(m) and not d.caught(m)]:
-        line += f"; {len(waiting)} still to run"
+        line += f"; {len(waiting)} not measured (still to run, or the harness failed)"
     if d.gaps:
         line += "; the lab's gaps: " + ", ".join(d.gaps)
     if d.false_alarms:

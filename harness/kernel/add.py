@@ -15,6 +15,7 @@ An entry is built in ``<name>.partial`` and renamed into place only when complet
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -74,7 +75,17 @@ def _timed(on_step: Step, what: str, fn: Callable[[], Any]) -> Any:
     return out
 
 
+# Debian policy's package name. apt-get takes a name it does not know as a regular
+# expression, and would fetch every kernel `linux-image-6.1.*` matches (gigabytes).
+_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+
+
 def _deb(package: str, on_step: Step) -> Kernel:
+    if not _PACKAGE.fullmatch(package):
+        raise InputError(
+            f"kernel source deb:{package}: not a Debian package name",
+            hint="one package, no pattern: " + HINT,
+        )
     work = _fresh(package)
     dl = work / "dl"
     dl.mkdir()
@@ -88,6 +99,15 @@ def _deb(package: str, on_step: Step) -> Kernel:
         why = (r.stderr.strip().splitlines() or ["no package downloaded"])[-1]
         shutil.rmtree(work, ignore_errors=True)
         raise InputError(f"kernel source deb:{package}: apt-get download: {why}", hint=HINT)
+    got = [proc.run(["dpkg-deb", "-f", d, "Package"]).stdout.strip() for d in debs]
+    if got != [package]:
+        # A name's dots and pluses still match as a pattern: another package came.
+        shutil.rmtree(work, ignore_errors=True)
+        raise InputError(
+            f"kernel source deb:{package}: no such package; apt matched it as a pattern "
+            f"and fetched {', '.join(got)}",
+            hint=HINT,
+        )
     version = proc.run(["dpkg-deb", "-f", debs[0], "Version"]).stdout.strip()
     root = work / "root"
     _timed(on_step, "dpkg-deb -x", lambda: proc.run(["dpkg-deb", "-x", debs[0], root]))
@@ -158,7 +178,6 @@ def _finish(
         for f in mods.glob("modules.*"):
             shutil.copy2(f, dest / f.name)
         proc.run(["depmod", "-b", tree, rel])
-        proc.run(["depmod", "-b", root, rel]) if root != tree else None
 
     _timed(on_step, "module tree (fs, dm, virtio) + depmod", stage)
     early = initrd.early_modules(tree, rel)

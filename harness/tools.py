@@ -36,6 +36,7 @@ PACKAGES: dict[str, str] = {
     "patch": "patch",
     "make": "make",
     "strip": "binutils",
+    "zstd": "zstd",
 }
 
 

@@ -12,6 +12,7 @@ and a whole 6.12 module subset is ~30 MB, which QEMU loads in well under a secon
 
 from __future__ import annotations
 
+import gzip
 import lzma
 import shutil
 from collections.abc import Sequence
@@ -40,11 +41,15 @@ TREE_PARTS = (
 
 
 def plain(ko: Path, out: Path) -> Path:
-    """``ko`` uncompressed into ``out`` (a ``.ko``); xz-compressed modules are unpacked."""
-    name = ko.name.removesuffix(".xz")
-    dest = out / name
+    """``ko`` uncompressed into ``out`` (a ``.ko``): Debian compresses with xz, a user's
+    tree may use any of the kernel's CONFIG_MODULE_COMPRESS_* (xz, gzip, zstd)."""
+    dest = out / (ko.name.split(".ko")[0] + ".ko")
     if ko.suffix == ".xz":
         dest.write_bytes(lzma.decompress(ko.read_bytes()))
+    elif ko.suffix == ".gz":
+        dest.write_bytes(gzip.decompress(ko.read_bytes()))
+    elif ko.suffix == ".zst":
+        proc.run(["zstd", "-q", "-d", "-f", ko, "-o", dest])
     else:
         shutil.copy2(ko, dest)
     return dest

@@ -76,7 +76,8 @@ def _timed(on_step: Step, what: str, fn: Callable[[], Any]) -> Any:
 
 
 # Debian policy's package name. apt-get takes a name it does not know as a regular
-# expression, and would fetch every kernel `linux-image-6.1.*` matches (gigabytes).
+# expression: `linux-image-6.1.0-4` (a typo, or `--kernel 6.1.0-4` fetched on first use)
+# matches fifteen packages, their -dbg ones near a gigabyte each.
 _PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
 
 
@@ -86,6 +87,7 @@ def _deb(package: str, on_step: Step) -> Kernel:
             f"kernel source deb:{package}: not a Debian package name",
             hint="one package, no pattern: " + HINT,
         )
+    _require_one_package(package)
     work = _fresh(package)
     dl = work / "dl"
     dl.mkdir()
@@ -95,19 +97,10 @@ def _deb(package: str, on_step: Step) -> Kernel:
         lambda: proc.run(["apt-get", "download", package], cwd=dl, check=False, timeout=1800),
     )
     debs = sorted(dl.glob("*.deb"))
-    if r.returncode != 0 or not debs:
+    if r.returncode != 0 or len(debs) != 1:
         why = (r.stderr.strip().splitlines() or ["no package downloaded"])[-1]
         shutil.rmtree(work, ignore_errors=True)
         raise InputError(f"kernel source deb:{package}: apt-get download: {why}", hint=HINT)
-    got = [proc.run(["dpkg-deb", "-f", d, "Package"]).stdout.strip() for d in debs]
-    if got != [package]:
-        # A name's dots and pluses still match as a pattern: another package came.
-        shutil.rmtree(work, ignore_errors=True)
-        raise InputError(
-            f"kernel source deb:{package}: no such package; apt matched it as a pattern "
-            f"and fetched {', '.join(got)}",
-            hint=HINT,
-        )
     version = proc.run(["dpkg-deb", "-f", debs[0], "Version"]).stdout.strip()
     root = work / "root"
     _timed(on_step, "dpkg-deb -x", lambda: proc.run(["dpkg-deb", "-x", debs[0], root]))
@@ -130,6 +123,27 @@ def _deb(package: str, on_step: Step) -> Kernel:
         source,
         on_step,
     )
+
+
+def _require_one_package(package: str) -> None:
+    """What ``apt-get download`` would fetch, asked first (``--print-uris``, no download):
+    ``package`` itself and nothing else.
+
+    :raise InputError: apt does not know it (with apt's words), or knows it only as a
+        pattern of other packages (named).
+    """
+    r = proc.run(["apt-get", "download", "--print-uris", package], check=False, timeout=120)
+    if r.returncode != 0:
+        why = (r.stderr.strip().splitlines() or ["apt-get failed"])[-1]
+        raise InputError(f"kernel source deb:{package}: apt-get download: {why}", hint=HINT)
+    # One line per file: 'URI' FILENAME SIZE HASH, the file named PACKAGE_VERSION_ARCH.deb.
+    got = sorted({line.split()[1].split("_")[0] for line in r.stdout.splitlines() if line})
+    if got != [package]:
+        raise InputError(
+            f"kernel source deb:{package}: no such package (apt takes it as a pattern "
+            f"of {len(got)}: {', '.join(got[:4])}" + (", ..." if len(got) > 4 else "") + ")",
+            hint=HINT,
+        )
 
 
 def _tree(path: Path, on_step: Step) -> Kernel:

@@ -360,3 +360,19 @@ def test_a_kernel_boots_the_same_root_image(cache: Path, tmp_path: Path) -> None
     with pytest.raises(InputError) as e:
         resolve("6.12.95+deb12-amd46", img)
     assert "'6.12.95+deb12-amd64'" in (e.value.hint or "")
+
+
+def test_plain_modules_are_carried_xzd(tmp_path: Path) -> None:
+    """What a deb of 6.1 or a user's tree ships plain goes into the initrd xz'd (the
+    guest's kmod reads .ko.xz); the early ones come out plain again for busybox."""
+    ko = tmp_path / "kernel/drivers/md/dm-flakey.ko"
+    ko.parent.mkdir(parents=True)
+    body = b"\x7fELF dm-flakey" * 1000
+    ko.write_bytes(body)
+    initrd.compress(tmp_path)
+    assert not ko.exists()
+    xz = ko.with_name("dm-flakey.ko.xz")
+    assert lzma.decompress(xz.read_bytes()) == body
+    # kbuild's choice, which every kmod and the kernel's own decompressor read.
+    assert xz.read_bytes()[6:8] == b"\x00\x01"  # stream flags: CRC32
+    assert initrd.plain(xz, tmp_path).read_bytes() == body

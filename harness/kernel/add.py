@@ -193,9 +193,10 @@ def _finish(
                 shutil.copytree(mods / part, dest / part, symlinks=True)
         for f in mods.glob("modules.*"):
             shutil.copy2(f, dest / f.name)
-        proc.run(["depmod", "-b", tree, rel])
 
-    _timed(on_step, "module tree (fs, dm, virtio) + depmod", stage)
+    _timed(on_step, "module tree (fs, dm, virtio)", stage)
+    _timed(on_step, "xz the plain modules", lambda: initrd.compress(dest))
+    _timed(on_step, "depmod", lambda: proc.run(["depmod", "-b", tree, rel]))
     early = initrd.early_modules(tree, rel)
     _timed(
         on_step,

@@ -55,6 +55,19 @@ def plain(ko: Path, out: Path) -> Path:
     return dest
 
 
+def compress(tree: Path) -> None:
+    """xz every plain ``.ko`` under ``tree``, as kbuild's CONFIG_MODULE_COMPRESS_XZ does
+    (CRC32, 1 MiB dictionary). The initrd carries the module tree, and under TCG every
+    megabyte of it costs boot time: Debian's 6.1 ships its modules plain (a 89 MB initrd,
+    14.4 s to the first command, against 8.5-9.6 s for 6.12's xz'd 23 MB). The guest's
+    kmod loads .ko.xz; the early modules are unpacked again for busybox (``plain``)."""
+    lzma2 = [{"id": lzma.FILTER_LZMA2, "preset": 3, "dict_size": 1 << 20}]
+    for ko in tree.rglob("*.ko"):
+        data = lzma.compress(ko.read_bytes(), check=lzma.CHECK_CRC32, filters=lzma2)
+        ko.with_name(ko.name + ".xz").write_bytes(data)
+        ko.unlink()
+
+
 def early_modules(root: Path, release: str) -> list[Path]:
     """The early modules and their dependencies, in load order, from the tree under
     ``root/lib/modules/<release>`` (its ``modules.dep`` made by ``depmod -b``)."""

@@ -27,6 +27,16 @@ PACKAGES: dict[str, str] = {
     "virtlogd": "libvirt-daemon-system",
     "virsh": "libvirt-clients",
     "vagrant": "vagrant",
+    # Kernels under test (harness/kernel): fetched, unpacked, a mutant module built.
+    "apt-get": "apt",
+    "dpkg-deb": "dpkg",
+    "depmod": "kmod",
+    "modprobe": "kmod",
+    "modinfo": "kmod",
+    "patch": "patch",
+    "make": "make",
+    "strip": "binutils",
+    "zstd": "zstd",
 }
 
 

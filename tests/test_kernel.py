@@ -4,20 +4,32 @@ downloads, builds and boots are in tests/test_kernel_vm.py."""
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
+import lzma
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from harness import paths
+from harness import paths, proc, tools
 from harness.config import scenario
 from harness.errors import InputError, NotRun
 from harness.experiments import lifecycle
-from harness.image.build import load_recipe
-from harness.kernel import add, mutant
-from harness.kernel.store import Kernel, booting, cached, parse_config, write_manifest
+from harness.image.build import Image, load_recipe
+from harness.kernel import add, initrd, mutant
+from harness.kernel.store import (
+    Kernel,
+    booting,
+    cached,
+    image_kernel,
+    parse_config,
+    resolve,
+    write_manifest,
+)
 from harness.outcome import Account, Outcome
 from harness.report import mutants as detection
 from harness.store.model import ItemOutcome
@@ -224,3 +236,149 @@ def test_a_campaign_element_its_kernel_cannot_run_is_done_not_failed(tmp_path: P
     (row,) = report.rows
     assert str(row.status) == "done" and row.run_id is None and row.failures == 0
     assert row.last_error is not None and row.last_error.startswith("not run: dust-scrub")
+
+
+# -- kernel add's sources, beyond bad specs ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("package", "words"),
+    [
+        ("linux-image-6.1.*", "not a Debian package name"),
+        ("Linux-Image-6.12", "not a Debian package name"),
+        ("linux-image-6.1.0-4", "as a pattern of"),  # asked of apt (--print-uris)
+    ],
+)
+def test_an_apt_pattern_is_refused_before_anything_is_fetched(
+    package: str, words: str, cache: Path
+) -> None:
+    """apt-get takes an unknown name as a pattern: linux-image-6.1.0-4 matches fifteen
+    packages (their -dbg ones near a gigabyte each). Refused, nothing downloaded."""
+    if "pattern" in words and not tools.available("apt-get"):
+        pytest.skip("needs apt-get (a Debian host)")
+    with pytest.raises(InputError) as e:
+        add.add(f"deb:{package}", SimpleNamespace())  # type: ignore[arg-type]
+    assert package in e.value.message and words in e.value.message and e.value.hint
+    assert not (cache / "kernels").exists()
+
+
+@pytest.mark.skipif(not tools.available("apt-get"), reason="needs apt-get (a Debian host)")
+def test_an_unknown_package_carries_apts_words(cache: Path) -> None:
+    with pytest.raises(InputError) as e:
+        add.add("deb:linux-image-0.0.0-0-nonesuch", SimpleNamespace())  # type: ignore[arg-type]
+    assert "apt-get download: E: " in e.value.message
+    assert "'linux-image-0.0.0-0-nonesuch'" in e.value.message
+
+
+@pytest.mark.skipif(
+    not all(tools.available(t) for t in ("busybox", "cpio", "depmod", "modprobe")),
+    reason="needs busybox-static, cpio and kmod",
+)
+def test_a_tree_with_its_drivers_built_in(tmp_path: Path, cache: Path) -> None:
+    """A user's tree (make; make modules_install INSTALL_MOD_PATH=PATH) whose root-disk
+    drivers are built in: cached under its release, nothing to load early, and the
+    user's tree only read."""
+    t, rel = tmp_path / "linux", "6.13.0-lab"
+    (t / "arch/x86/boot").mkdir(parents=True)
+    (t / "arch/x86/boot/bzImage").write_bytes(b"bz")
+    (t / ".config").write_text(
+        "CONFIG_VIRTIO_PCI=y\nCONFIG_VIRTIO_BLK=y\nCONFIG_EXT4_FS=y\nCONFIG_DM_FLAKEY=m\n"
+    )
+    (t / "include/config").mkdir(parents=True)
+    (t / "include/config/kernel.release").write_text(rel + "\n")
+    mods = t / "lib/modules" / rel
+    mods.mkdir(parents=True)
+    builtin = ("drivers/virtio/virtio_pci", "drivers/block/virtio_blk", "fs/ext4/ext4")
+    (mods / "modules.builtin").write_text("".join(f"kernel/{m}.ko\n" for m in builtin))
+    k = add.add(f"tree:{t}", SimpleNamespace())  # type: ignore[arg-type]
+    assert (k.name, k.release, k.dir) == (rel, rel, cache / "kernels" / rel)
+    assert k.source == {
+        "kind": "tree",
+        "path": str(t),
+        "config_sha256": hashlib.sha256((t / ".config").read_bytes()).hexdigest(),
+    }
+    assert k.options == {"VIRTIO_PCI": "y", "VIRTIO_BLK": "y", "EXT4_FS": "y", "DM_FLAKEY": "m"}
+    assert k.modules == {"dm-dust": False, "zfs": False}
+    assert (cache / "kernels" / rel / "vmlinuz").read_bytes() == b"bz"
+    listing = proc.run(["cpio", "-t", "--quiet", "-F", cache / "kernels" / rel / "initrd.img"])
+    assert {"init", "bin/busybox", f"tree/lib/modules/{rel}/modules.dep"} <= set(
+        listing.stdout.split()
+    )
+    assert sorted(p.name for p in mods.iterdir()) == ["modules.builtin"]
+
+
+@pytest.mark.parametrize("suffix", ["", ".xz", ".gz", ".zst"])
+def test_early_modules_go_in_the_initrd_uncompressed(suffix: str, tmp_path: Path) -> None:
+    """busybox's insmod reads plain .ko only, whatever CONFIG_MODULE_COMPRESS_* made."""
+    if suffix == ".zst" and not tools.available("zstd"):
+        pytest.skip("needs zstd")
+    body = b"\x7fELF a module" * 100
+    ko = tmp_path / f"virtio_blk.ko{suffix}"
+    (tmp_path / "raw").write_bytes(body)
+    if suffix == ".zst":
+        proc.run(["zstd", "-q", tmp_path / "raw", "-o", ko])
+    else:
+        pack: dict[str, Callable[[bytes], bytes]] = {
+            "": bytes,
+            ".xz": lzma.compress,
+            ".gz": gzip.compress,
+        }
+        ko.write_bytes(pack[suffix](body))
+    out = tmp_path / "out"
+    out.mkdir()
+    dest = initrd.plain(ko, out)
+    assert dest == out / "virtio_blk.ko" and dest.read_bytes() == body
+
+
+@pytest.mark.skipif(
+    not all(tools.available(t) for t in ("gcc", "objcopy", "modinfo")),
+    reason="needs gcc, objcopy and modinfo to make a module-like object",
+)
+def test_a_module_built_for_another_kernel_names_both(tmp_path: Path) -> None:
+    (tmp_path / "e.c").write_text("")
+    (tmp_path / "modinfo").write_bytes(b"vermagic=6.12.95+deb12-amd64 SMP mod_unload \0")
+    proc.run(["gcc", "-c", tmp_path / "e.c", "-o", tmp_path / "e.o"])
+    ko = tmp_path / "ext4.ko"
+    proc.run(["objcopy", "--add-section", f".modinfo={tmp_path / 'modinfo'}", tmp_path / "e.o", ko])
+    mutant._check_vermagic(ko, "6.12.95+deb12-amd64")
+    with pytest.raises(InputError) as e:
+        mutant._check_vermagic(ko, "6.1.0-56-amd64")
+    assert "6.12.95+deb12-amd64" in e.value.message and "6.1.0-56-amd64" in e.value.message
+
+
+def test_a_kernel_boots_the_same_root_image(cache: Path, tmp_path: Path) -> None:
+    """boot_image swaps vmlinuz and initrd and nothing else: the root image, its hash (the
+    accelerator probe's key) and its tools stay; the manifest says which kernel."""
+    img = Image(
+        tmp_path,
+        tmp_path / "rootfs.qcow2",
+        tmp_path / "vmlinuz",
+        tmp_path / "initrd.img",
+        {"recipe_hash": "0123456789abcdef", "kernel": "6.1.0-56-amd64"},
+    )
+    k = _fake(cache, "6.12.95+deb12-amd64", {"DM_LOG_WRITES": "m"}, {})
+    booted = k.boot_image(img)
+    assert (booted.rootfs, booted.hash) == (img.rootfs, img.hash)
+    assert (booted.kernel, booted.initrd) == (k.dir / "vmlinuz", k.dir / "initrd.img")  # type: ignore[operator]
+    assert booted.manifest["kernel"] == "6.12.95+deb12-amd64"
+    assert booted.manifest["kernel_source"] == k.source
+    assert image_kernel(img).boot_image(img) is img
+    with pytest.raises(InputError) as e:
+        resolve("6.12.95+deb12-amd46", img)
+    assert "'6.12.95+deb12-amd64'" in (e.value.hint or "")
+
+
+def test_plain_modules_are_carried_xzd(tmp_path: Path) -> None:
+    """What a deb of 6.1 or a user's tree ships plain goes into the initrd xz'd (the
+    guest's kmod reads .ko.xz); the early ones come out plain again for busybox."""
+    ko = tmp_path / "kernel/drivers/md/dm-flakey.ko"
+    ko.parent.mkdir(parents=True)
+    body = b"\x7fELF dm-flakey" * 1000
+    ko.write_bytes(body)
+    initrd.compress(tmp_path)
+    assert not ko.exists()
+    xz = ko.with_name("dm-flakey.ko.xz")
+    assert lzma.decompress(xz.read_bytes()) == body
+    # kbuild's choice, which every kmod and the kernel's own decompressor read.
+    assert xz.read_bytes()[6:8] == b"\x00\x01"  # stream flags: CRC32
+    assert initrd.plain(xz, tmp_path).read_bytes() == body

@@ -15,6 +15,7 @@ An entry is built in ``<name>.partial`` and renamed into place only when complet
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -74,7 +75,19 @@ def _timed(on_step: Step, what: str, fn: Callable[[], Any]) -> Any:
     return out
 
 
+# Debian policy's package name. apt-get takes a name it does not know as a regular
+# expression: `linux-image-6.1.0-4` (a typo, or `--kernel 6.1.0-4` fetched on first use)
+# matches fifteen packages, their -dbg ones near a gigabyte each.
+_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+
+
 def _deb(package: str, on_step: Step) -> Kernel:
+    if not _PACKAGE.fullmatch(package):
+        raise InputError(
+            f"kernel source deb:{package}: not a Debian package name",
+            hint="one package, no pattern: " + HINT,
+        )
+    _require_one_package(package)
     work = _fresh(package)
     dl = work / "dl"
     dl.mkdir()
@@ -84,7 +97,7 @@ def _deb(package: str, on_step: Step) -> Kernel:
         lambda: proc.run(["apt-get", "download", package], cwd=dl, check=False, timeout=1800),
     )
     debs = sorted(dl.glob("*.deb"))
-    if r.returncode != 0 or not debs:
+    if r.returncode != 0 or len(debs) != 1:
         why = (r.stderr.strip().splitlines() or ["no package downloaded"])[-1]
         shutil.rmtree(work, ignore_errors=True)
         raise InputError(f"kernel source deb:{package}: apt-get download: {why}", hint=HINT)
@@ -110,6 +123,27 @@ def _deb(package: str, on_step: Step) -> Kernel:
         source,
         on_step,
     )
+
+
+def _require_one_package(package: str) -> None:
+    """What ``apt-get download`` would fetch, asked first (``--print-uris``, no download):
+    ``package`` itself and nothing else.
+
+    :raise InputError: apt does not know it (with apt's words), or knows it only as a
+        pattern of other packages (named).
+    """
+    r = proc.run(["apt-get", "download", "--print-uris", package], check=False, timeout=120)
+    if r.returncode != 0:
+        why = (r.stderr.strip().splitlines() or ["apt-get failed"])[-1]
+        raise InputError(f"kernel source deb:{package}: apt-get download: {why}", hint=HINT)
+    # One line per file: 'URI' FILENAME SIZE HASH, the file named PACKAGE_VERSION_ARCH.deb.
+    got = sorted({line.split()[1].split("_")[0] for line in r.stdout.splitlines() if line})
+    if got != [package]:
+        raise InputError(
+            f"kernel source deb:{package}: no such package (apt takes it as a pattern "
+            f"of {len(got)}: {', '.join(got[:4])}" + (", ..." if len(got) > 4 else "") + ")",
+            hint=HINT,
+        )
 
 
 def _tree(path: Path, on_step: Step) -> Kernel:
@@ -152,15 +186,17 @@ def _finish(
     dest = tree / "lib" / "modules" / rel
 
     def stage() -> None:
+        # Made first: a tree whose drivers are all built in has none of TREE_PARTS.
+        dest.mkdir(parents=True)
         for part in initrd.TREE_PARTS:
             if (mods / part).is_dir():
                 shutil.copytree(mods / part, dest / part, symlinks=True)
         for f in mods.glob("modules.*"):
             shutil.copy2(f, dest / f.name)
-        proc.run(["depmod", "-b", tree, rel])
-        proc.run(["depmod", "-b", root, rel]) if root != tree else None
 
-    _timed(on_step, "module tree (fs, dm, virtio) + depmod", stage)
+    _timed(on_step, "module tree (fs, dm, virtio)", stage)
+    _timed(on_step, "xz the plain modules", lambda: initrd.compress(dest))
+    _timed(on_step, "depmod", lambda: proc.run(["depmod", "-b", tree, rel]))
     early = initrd.early_modules(tree, rel)
     _timed(
         on_step,

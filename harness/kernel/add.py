@@ -17,8 +17,6 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +24,8 @@ from harness import proc
 from harness.errors import InputError
 from harness.image.build import Image
 from harness.kernel import initrd, mutant
-from harness.kernel.store import OPTIONS, Kernel, kernels_dir, parse_config, write_manifest
-
-Step = Callable[[str, float], None]  # (what was done, seconds it took)
+from harness.kernel.entry import Step, fresh, install, timed
+from harness.kernel.store import OPTIONS, Kernel, parse_config
 
 HINT = (
     "deb:linux-image-6.12.95+deb12-amd64 (apt-cache search --names-only '^linux-image' "
@@ -61,20 +58,6 @@ def _patch(path: Path, img: Image, on_step: Step) -> Kernel:
     return mutant.add(f"{path.stem}-{digest}", img, on_step, patch=path)
 
 
-def _fresh(name: str) -> Path:
-    work = kernels_dir() / f"{name}.partial"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    return work
-
-
-def _timed(on_step: Step, what: str, fn: Callable[[], Any]) -> Any:
-    t = time.monotonic()
-    out = fn()
-    on_step(what, time.monotonic() - t)
-    return out
-
-
 # Debian policy's package name. apt-get takes a name it does not know as a regular
 # expression: `linux-image-6.1.0-4` (a typo, or `--kernel 6.1.0-4` fetched on first use)
 # matches fifteen packages, their -dbg ones near a gigabyte each.
@@ -88,10 +71,10 @@ def _deb(package: str, on_step: Step) -> Kernel:
             hint="one package, no pattern: " + HINT,
         )
     _require_one_package(package)
-    work = _fresh(package)
+    work = fresh(package)
     dl = work / "dl"
     dl.mkdir()
-    r = _timed(
+    r = timed(
         on_step,
         "apt-get download",
         lambda: proc.run(["apt-get", "download", package], cwd=dl, check=False, timeout=1800),
@@ -103,7 +86,7 @@ def _deb(package: str, on_step: Step) -> Kernel:
         raise InputError(f"kernel source deb:{package}: apt-get download: {why}", hint=HINT)
     version = proc.run(["dpkg-deb", "-f", debs[0], "Version"]).stdout.strip()
     root = work / "root"
-    _timed(on_step, "dpkg-deb -x", lambda: proc.run(["dpkg-deb", "-x", debs[0], root]))
+    timed(on_step, "dpkg-deb -x", lambda: proc.run(["dpkg-deb", "-x", debs[0], root]))
     releases = [p.name for p in (root / "lib" / "modules").glob("*") if p.is_dir()]
     if len(releases) != 1:
         shutil.rmtree(work, ignore_errors=True)
@@ -165,7 +148,7 @@ def _tree(path: Path, on_step: Step) -> Kernel:
         )
     digest = hashlib.sha256(config.read_bytes()).hexdigest()
     source = {"kind": "tree", "path": str(path), "config_sha256": digest}
-    return _finish(_fresh(rel), rel, path, bz, config, source, on_step)
+    return _finish(fresh(rel), rel, path, bz, config, source, on_step)
 
 
 def _finish(
@@ -194,11 +177,11 @@ def _finish(
         for f in mods.glob("modules.*"):
             shutil.copy2(f, dest / f.name)
 
-    _timed(on_step, "module tree (fs, dm, virtio)", stage)
-    _timed(on_step, "xz the plain modules", lambda: initrd.compress(dest))
-    _timed(on_step, "depmod", lambda: proc.run(["depmod", "-b", tree, rel]))
+    timed(on_step, "module tree (fs, dm, virtio)", stage)
+    timed(on_step, "xz the plain modules", lambda: initrd.compress(dest))
+    timed(on_step, "depmod", lambda: proc.run(["depmod", "-b", tree, rel]))
     early = initrd.early_modules(tree, rel)
-    _timed(
+    timed(
         on_step,
         "initrd",
         lambda: initrd.build(work / "initrd.img", early, tree, whole=True, work=work),
@@ -218,14 +201,3 @@ def _finish(
         },
     )
     return install(work, k)
-
-
-def install(work: Path, k: Kernel) -> Kernel:
-    """Keep the entry's files (vmlinuz, initrd, config, manifest), rename it into place."""
-    for d in ("dl", "root", "tree", "initrd", "src", "base"):
-        shutil.rmtree(work / d, ignore_errors=True)
-    final = kernels_dir() / k.name
-    write_manifest(work, k)
-    shutil.rmtree(final, ignore_errors=True)
-    work.rename(final)
-    return Kernel(k.name, k.release, k.source, k.options, k.modules, final)

@@ -17,16 +17,13 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from harness import paths, proc
 from harness.errors import InputError, ToolMissing
 from harness.image.build import Image
 from harness.kernel import initrd
+from harness.kernel.entry import Step, fresh, install, timed
 from harness.kernel.store import Kernel, image_kernel, kernels_dir
-
-if TYPE_CHECKING:
-    from harness.kernel.add import Step
 
 SOURCE_TAR = Path("/usr/src/linux-source-6.1.tar.xz")  # linux-source-6.1 (host deps)
 TOP = "linux-source-6.1"
@@ -68,8 +65,6 @@ def module_dir(patch: Path) -> str:
 def add(name: str, img: Image, on_step: Step, patch: Path | None = None) -> Kernel:
     """The image's kernel with the module ``patch`` edits rebuilt; ``patch`` defaults to
     ``mutants/<name>.patch`` (a user's patch: ``scenario run --fs-patch FILE``)."""
-    from harness.kernel.add import _fresh, _timed, install
-
     patch = patch or patch_file(name)
     digest = hashlib.sha256(patch.read_bytes()).hexdigest()
     base = image_kernel(img)
@@ -85,11 +80,11 @@ def add(name: str, img: Image, on_step: Step, patch: Path | None = None) -> Kern
     for need, pkg in ((SOURCE_TAR, "linux-source-6.1"), (headers, f"linux-headers-{base.release}")):
         if not need.exists():
             raise ToolMissing(str(need), pkg)
-    work = _fresh(kname)
+    work = fresh(kname)
     src = work / "src"
     src.mkdir()
     mdir = module_dir(patch)
-    _timed(
+    timed(
         on_step,
         f"extract {mdir}",
         lambda: proc.run(["tar", "-xJf", SOURCE_TAR, "-C", src, f"{TOP}/{mdir}"]),
@@ -108,7 +103,7 @@ def add(name: str, img: Image, on_step: Step, patch: Path | None = None) -> Kern
     # A module's Makefile may add -I $(srctree)/$(src) (xfs: its trace header, libxfs/);
     # out of tree, srctree is the headers, so the source's own folders come in here.
     includes = " ".join(f"-I{d}" for d in (mod, *sorted(p for p in mod.iterdir() if p.is_dir())))
-    _timed(
+    timed(
         on_step,
         f"make {mdir} (out of tree, -j2)",
         lambda: proc.run(
@@ -134,7 +129,7 @@ def add(name: str, img: Image, on_step: Step, patch: Path | None = None) -> Kern
     into = tree / "lib" / "modules" / base.release / "kernel" / mdir
     into.mkdir(parents=True)
     shutil.copy2(ko, into / ko.name)
-    _timed(
+    timed(
         on_step,
         "initrd",
         lambda: initrd.build(work / "initrd.img", early, tree, whole=False, work=work),

@@ -217,7 +217,6 @@ def test_a_store_of_the_previous_schema_is_migrated_with_its_counts(tmp_path: Pa
 class _FailsAfter(lifecycle.Observed):
     """A kind whose first item is judged, then the lab breaks (a guest that hangs)."""
 
-
     def prepare(self) -> None:
         self.outcome = Outcome(self.sc.first)
 

@@ -90,7 +90,7 @@ def test_oracle_has_teeth(small_run: tuple[lifecycle.Report, Path], tmp_path: Pa
     assert required["files"], "seed 1 with 60 ops leaves files: the test needs some"
     sc = scenario.load("ext4-ordered-fsync")
     results = list(
-        guestcheck.check_batch([guestcheck.Item(sid, img, final)], sc.fs, oracle, timeout=120)
+        guestcheck.check_batch([guestcheck.Item(sid, img, final)], sc.fs, {"": oracle}, timeout=120)
     )
     assert [r.outcome for _, r in results] == [Outcome.DATA_LOSS]
 

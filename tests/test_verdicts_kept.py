@@ -87,7 +87,7 @@ def test_a_guest_failing_mid_batch_keeps_the_judged_states(
     monkeypatch.setattr(guestcheck, "_check_one", fake_check)
     items = [guestcheck.Item(f"s{i}", tmp_path / f"s{i}.img", None) for i in range(4)]
     fs: Any = SimpleNamespace(type="ext4")
-    got = list(guestcheck.check_batch(items, fs, None, timeout=5))
+    got = list(guestcheck.check_batch(items, fs, {}, timeout=5))
     assert [k for k, _ in got] == ["s0", "s1", "s2", "s3"]  # each state exactly once
     assert [r.outcome for _, r in got] == [
         Outcome.DATA_LOSS,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +25,7 @@ from harness.record import recorder as record
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 log = logging.getLogger("crashlab.guestcheck")
-ORACLE = f"{record.GUEST_DIR}/oracle.json"
+ORACLES = f"{record.GUEST_DIR}/oracles"
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ class Item:
     image: Path  # a disposable copy of its crash image
     mark: str | None  # the last mark at or before the state
     exact: bool = False  # cut exactly at that mark: nothing after it is in the image
+    oracle: str = ""  # the key of its oracle in check_batch's ``oracles``
 
 
 T = TypeVar("T")
@@ -81,19 +82,25 @@ def in_guests(
 
 
 def check_batch(
-    items: Sequence[Item], fs: FsSpec, oracle: dict[str, Any] | None, *, timeout: float
+    items: Sequence[Item],
+    fs: FsSpec,
+    oracles: Mapping[str, dict[str, Any]],
+    *,
+    timeout: float,
 ) -> Iterator[tuple[str, CheckResult]]:
-    """Yield (state id, guest check) for each item, as soon as each is known."""
+    """Yield (state id, guest check) for each item, as soon as each is known; an item
+    is verified against ``oracles[item.oracle]``, or only mounted and checked when its
+    key has no oracle."""
 
     @contextlib.contextmanager
     def start(todo: Sequence[Item]) -> Iterator[Guest]:
         disks = tuple(Disk(it.image, f"s{i}") for i, it in enumerate(todo))
         with start_guest(GuestSpec(disks=disks, command_timeout=timeout)) as guest:
-            _prepare(guest, oracle)
+            _prepare(guest, {it.oracle: oracles[it.oracle] for it in todo if it.oracle in oracles})
             yield guest
 
     def one(guest: Guest, i: int, it: Item) -> CheckResult:
-        return _check_one(guest, f"s{i}", it, fs, oracle, timeout)
+        return _check_one(guest, f"s{i}", it, fs, it.oracle in oracles, timeout)
 
     def failed(it: Item, kind: Outcome, text: str) -> CheckResult:
         return CheckResult("guest", "mount+verify", kind, None, 0.0, text)
@@ -102,10 +109,16 @@ def check_batch(
         yield it.key, result
 
 
-def _prepare(guest: Guest, oracle: dict[str, Any] | None) -> None:
+def oracle_path(key: str) -> str:
+    return f"{ORACLES}/{key or 'oracle'}.json"
+
+
+def _prepare(guest: Guest, oracles: Mapping[str, dict[str, Any]]) -> None:
     record.install_scripts(guest)
-    if oracle:
-        guest.write_file(ORACLE, json.dumps(oracle).encode())
+    if oracles:
+        guest.run(["mkdir", "-p", ORACLES], check=True)
+    for key, oracle in oracles.items():
+        guest.write_file(oracle_path(key), json.dumps(oracle).encode())
 
 
 def _check_one(
@@ -113,7 +126,7 @@ def _check_one(
     serial: str,
     it: Item,
     fs: FsSpec,
-    oracle: dict[str, Any] | None,
+    verify: bool,
     timeout: float,
 ) -> CheckResult:
     argv = [
@@ -128,8 +141,8 @@ def _check_one(
         "--timeout",
         str(timeout),
     ]
-    if oracle:
-        argv += ["--oracle", ORACLE, "--mark", it.mark or ""]
+    if verify:
+        argv += ["--oracle", oracle_path(it.oracle), "--mark", it.mark or ""]
         if it.exact:
             argv.append("--exact")
     r = guest.run(argv, timeout=timeout * 4 + 30)

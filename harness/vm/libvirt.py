@@ -341,9 +341,7 @@ class LibvirtGuest(AgentGuest):
         libvirt = libvirtd.module()
         for serial in serials:
             try:
-                self.domain.detachDeviceFlags(
-                    self._plugged[serial], libvirt.VIR_DOMAIN_AFFECT_LIVE
-                )
+                self.domain.detachDeviceFlags(self._plugged[serial], libvirt.VIR_DOMAIN_AFFECT_LIVE)
             except libvirt.libvirtError as e:
                 raise HarnessError(
                     f"libvirt could not detach disk {serial} from {self.name}: {e}"

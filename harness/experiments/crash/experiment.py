@@ -11,23 +11,19 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import paths
-from harness.check import distributed, parallel
-from harness.check import guest as guestcheck
 from harness.check import host as check
 from harness.config.crash import AppWorkload, FioWorkload, FsSpec, Scenario
 from harness.experiments import lifecycle
+from harness.experiments.crash import states
 from harness.outcome import Outcome, reduce
 from harness.record import logwrites
 from harness.record import recorder as record
 from harness.replay import crashstates
 from harness.replay import replayer as replay
-from harness.replay.corrupt import zero_durable_block
 from harness.store import db as store
 from harness.store import logevents
 from harness.store.model import ItemOutcome
@@ -186,57 +182,9 @@ def check_states(
     rdir: Path,
     progress: lifecycle.Progress,
 ) -> Iterator[tuple[crashstates.CrashState, list[check.CheckResult]]]:
-    # Images are sparse but up to `size` each: two workers plus a repair copy at most.
-    with paths.fast_scratch(rdir, 3 * size) as fast:
-        scratch = fast / "scratch"
-        batch_dir = rdir / "batch"
-        ordered = replay.replay_order(todo)
-        if not sc.check.guest:
-            # Host checks only: spread them over every core, or over a Dask cluster.
-            if sc.check.dask:
-                with distributed.client(sc.check.dask) as c:
-                    for state, result in distributed.host_checks(
-                        c, lg.path, ordered, fs.type, size, timeout=sc.check.timeout
-                    ):
-                        yield state, [result]
-                return
-            for state, result in parallel.host_checks(
-                lg.path, ordered, fs.type, size, fast / "host", timeout=sc.check.timeout
-            ):
-                yield state, [result]
-            return
-        # Guest checks: replay (and host-check) a batch, copy each state's image, then
-        # mount the whole batch in one guest.
-        batch_size = max(1, sc.check.guest_batch)
-        work_img = fast / "work.img"
-        work_img.unlink(missing_ok=True)
-        with replay.Replayer(lg, work_img, size) as rp:
-            for b in range(0, len(ordered), batch_size):
-                batch = ordered[b : b + batch_size]
-                host_results: dict[str, check.CheckResult] = {}
-                items: list[guestcheck.Item] = []
-                shutil.rmtree(batch_dir, ignore_errors=True)
-                batch_dir.mkdir(parents=True)
-                for state in rp.walk(batch):
-                    progress(f"replay + host check ({fs.type})", b, len(ordered))
-                    if sc.check.host:
-                        host_results[state.id] = parallel.checked(
-                            rp, fs.type, scratch, sc.check.timeout
-                        )
-                    copy = batch_dir / f"{state.id}.img"
-                    check.copy_image(rp.image, copy)
-                    if sc.crash.corrupt == "zero-durable-block":
-                        zero_durable_block(copy, fs.type, oracle, state.mark, state.exact)
-                    items.append(guestcheck.Item(state.id, copy, state.mark, state.exact))
-                by_id = {s.id: s for s in batch}
-                progress(f"mounting {len(items)} crash images in a guest", b, len(ordered))
-                for sid, guest_result in guestcheck.check_batch(
-                    items, fs, oracle or None, timeout=sc.check.timeout
-                ):
-                    results = [r for r in (host_results.get(sid), guest_result) if r is not None]
-                    yield by_id[sid], results
-                shutil.rmtree(batch_dir, ignore_errors=True)
-        work_img.unlink(missing_ok=True)
+    """The states of one log, checked (``states.check_sources``)."""
+    src = states.Source(lg, todo, oracle, size)
+    yield from states.check_sources(sc, fs, [src], rdir, progress)
 
 
 def _commit(

@@ -90,5 +90,3 @@ def eta_seconds(line: str) -> int | None:
         return None
     days, h, mi, s = (int(x) if x else 0 for x in m.groups())
     return ((days * 24 + h) * 60 + mi) * 60 + s
-
-

@@ -307,7 +307,12 @@ def describe(seq: int, index: int) -> dict[str, Any]:
         "ops": text,
         "op_class": "+".join(c.op_class for c, _ in picked),
         "persistence": "+".join(p for _, (p, _) in picked),
-        "paths": sorted({x for c, _ in picked for x in (c.path, c.dst) if x}),
+        # What each name is to the workload, for a finding's symptom: the op's own
+        # file or the name it made.
+        "roles": {
+            **{c.path: "target" for c, _ in picked if c.path},
+            **{c.dst: "destination" for c, _ in picked if c.dst},
+        },
     }
 
 

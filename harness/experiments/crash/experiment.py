@@ -90,7 +90,7 @@ class CrashReplay(lifecycle.Experiment):
         )
         logevents.record_events(run.store, lg)
         specs = [{"kind": str(s.kind), **s.params()} for s in sc.crash.states]
-        self.states = _cap(crashstates.generate(lg, specs, run.seed), sc.crash.max_states)
+        self.states = spread(crashstates.generate(lg, specs, run.seed), sc.crash.max_states)
         self.recording = {
             "log_entries": stats.entries,
             "fuas": stats.fuas,
@@ -131,7 +131,7 @@ class CrashReplay(lifecycle.Experiment):
         # Classes first: a state with a verdict is skipped on resume, so its classes
         # must already be stored (recording them again replaces them).
         _record_classes(self.run.store, self.run.run_id, self.sc, item, result)
-        _commit(self.run.store, self.run.run_id, item, result)
+        commit_state(self.run.store, self.run.run_id, item, result)
 
     def expected(self, item: ItemOutcome) -> bool:
         # A filesystem without a journal recovers by a full fsck: its repair is the design.
@@ -187,7 +187,7 @@ def check_states(
     yield from states.check_sources(sc, fs, [src], rdir, progress)
 
 
-def _commit(
+def commit_state(
     st: store.Store,
     run_id: str,
     state: crashstates.CrashState,
@@ -253,7 +253,7 @@ def _record_classes(
             )
 
 
-def _cap(states: list[crashstates.CrashState], most: int) -> list[crashstates.CrashState]:
+def spread(states: list[crashstates.CrashState], most: int) -> list[crashstates.CrashState]:
     """At most ``most`` states, spread evenly along the log (deterministic)."""
     if len(states) <= most:
         return states

@@ -13,13 +13,13 @@ import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from harness import paths
 from harness.check import distributed, parallel
 from harness.check import guest as guestcheck
 from harness.check import host as check
-from harness.config.crash import FsSpec, Scenario
+from harness.config.crash import CheckSpec, CrashSpec, FsSpec
 from harness.experiments import lifecycle
 from harness.record import logwrites
 from harness.replay import crashstates
@@ -39,6 +39,16 @@ class Source:
 
 
 Checked = tuple[crashstates.CrashState, list[check.CheckResult]]
+
+
+class Scenario(Protocol):
+    """What checking needs of a scenario: a crash kind's or a search kind's."""
+
+    @property
+    def check(self) -> CheckSpec: ...
+
+    @property
+    def crash(self) -> CrashSpec: ...
 
 
 def check_sources(

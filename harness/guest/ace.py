@@ -322,28 +322,37 @@ UNSUPPORTED = (errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL)
 def cmd_record(a: argparse.Namespace) -> int:
     """Record workload ``--index`` on a fresh filesystem under its own dm-log-writes
     log: dm-linear slices of the data and log disks, so one guest records many."""
-    steps: list[tuple[str, list[str]]] = []
-    dut, log, lw = f"{a.name}-dut", f"{a.name}-log", a.name
+    # Names of this workload's own, and tables that name devices by number: a path in
+    # /dev/mapper made by dmsetup without udev can outlive its device and name the next
+    # one made, so a reused name could log one workload's writes into another's slice.
+    lw = f"{a.name}-{a.index}"
+    dut, log = f"{lw}-dut", f"{lw}-log"
 
     def sh(step: str, argv: list[str]) -> str:
         r = runner.run(argv, a.timeout)
         if r.rc != 0:
             raise StepFailed(step, argv, r.stderr or r.stdout)
-        steps.append((step, argv))
         return str(r.stdout)
 
     def mark(text: str) -> None:
         sh("mark", ["dmsetup", "message", lw, "0", "mark", text])
 
+    def number(name: str) -> str:
+        out = sh("dm-create", ["dmsetup", "info", "-c", "--noheadings", "-o", "major,minor", name])
+        return out.strip()
+
     start = time.monotonic()
     result: dict[str, Any] = {"index": a.index}
+    made: list[str] = []
     try:
         for name, disk, offset in ((dut, a.dut, a.dut_offset), (log, a.log, a.log_offset)):
             sectors = a.size // 512 if name == dut else a.log_size // 512
             table = f"0 {sectors} linear {disk} {offset // 512}"
             sh("dm-create", ["dmsetup", "create", name, "--table", table])
-        table = f"0 {a.size // 512} log-writes /dev/mapper/{dut} /dev/mapper/{log}"
+            made.append(name)
+        table = f"0 {a.size // 512} log-writes {number(dut)} {number(log)}"
         sh("dm-create", ["dmsetup", "create", lw, "--table", table])
+        made.append(lw)
         dev = f"/dev/mapper/{lw}"
         sh("mkfs", [*json.loads(a.mkfs), dev])
         mark("crashlab:mkfs")
@@ -365,8 +374,11 @@ def cmd_record(a: argparse.Namespace) -> int:
         result["error"] = str(e)
     finally:
         runner.run(["umount", a.root], a.timeout)
-        for name in (lw, dut, log):
-            runner.run(["dmsetup", "remove", name], a.timeout)
+        for name in reversed(made):
+            r = runner.run(["dmsetup", "remove", name], a.timeout)
+            if r.rc != 0:  # the next workload must not find this one's devices
+                result["status"] = "failed"
+                result["error"] = f"dmsetup remove {name}: {(r.stderr or r.stdout).strip()}"
     result["seconds"] = round(time.monotonic() - start, 3)
     print(json.dumps(result))
     return 0

@@ -194,12 +194,20 @@ def check_log_errors(guest: Guest) -> None:
 
     :raise HarnessError: the log lost entries, so no crash state of it can be trusted.
     """
-    dmesg = guest.run(["dmesg"]).out
-    if "log-writes" in dmesg and "log device" in dmesg.lower() and "error" in dmesg.lower():
+    said = [
+        line
+        for line in guest.run(["dmesg"]).out.splitlines()
+        if "log-writes" in line and any(w in line.lower() for w in LOG_ERRORS)
+    ]
+    if said:
         raise HarnessError(
-            "dm-log-writes reported an error while logging",
-            detail="\n".join(line for line in dmesg.splitlines() if "log" in line)[-2000:],
+            "dm-log-writes reported an error while logging", detail="\n".join(said)[-2000:]
         )
+
+
+# What dm-log-writes says when it stops logging (its DMERRs, drivers/md/dm-log-writes.c):
+# a write error, no memory, or "Ran out of space on the logdev".
+LOG_ERRORS = ("error", "couldn't", "ran out of space")
 
 
 class HostMarker(Marker):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.crash import FsSpec
-from harness.errors import HarnessError
+from harness.errors import HarnessError, InputError
 from harness.record import logwrites
 from harness.record import recorder as record
 from harness.replay.replayer import data_extents
@@ -139,10 +139,16 @@ def _keep(
     d.mkdir(parents=True, exist_ok=True)
     if res["status"] == "recorded":
         cut_region(logdisk, offset, length, d / "log.raw")
-        with logwrites.open_log(d / "log.raw") as lg:
-            used = lg.used
-        os.truncate(d / "log.raw", used)
-        (d / "oracle.json").write_text(json.dumps(res["oracle"]))
+        try:
+            with logwrites.open_log(d / "log.raw") as lg:
+                used = lg.used
+        except InputError as e:
+            # The guest said it recorded, the log says otherwise: the lab's failure,
+            # kept as this workload's (a harness error), never the run's bad input.
+            res = {**res, "status": "failed", "error": f"its log: {e.message}"}
+        else:
+            os.truncate(d / "log.raw", used)
+            (d / "oracle.json").write_text(json.dumps(res["oracle"]))
     facts = {
         **w,
         "status": res["status"],

@@ -18,7 +18,7 @@ from typing import Any
 from harness.check import host as check
 from harness.config.crash import AppWorkload, FioWorkload, FsSpec, Scenario
 from harness.experiments import lifecycle
-from harness.experiments.crash import states
+from harness.experiments.crash import reuse, states
 from harness.outcome import Outcome, reduce
 from harness.record import logwrites
 from harness.record import recorder as record
@@ -109,36 +109,56 @@ class CrashReplay(lifecycle.Experiment):
 
     def check(
         self, todo: Sequence[lifecycle.Item]
-    ) -> Iterator[tuple[crashstates.CrashState, list[check.CheckResult]]]:
-        states = [s for s in todo if isinstance(s, crashstates.CrashState)]
+    ) -> Iterator[tuple[crashstates.CrashState, states.Checked]]:
+        todo_states = [s for s in todo if isinstance(s, crashstates.CrashState)]
         size = int(self.meta["device_size"])
-        yield from check_states(
+        for c in check_states(
             self.sc,
             self.log,
             self.fsspec,
             self.oracle,
-            states,
+            todo_states,
             size,
             self.run.dir,
             self.run.progress,
-        )
+            self.reuse(),
+        ):
+            yield c.state, c
+
+    def reuse(self) -> states.Reuse:
+        """Where this run finds a state's twin: the check key's run part from the
+        scenario and the run's recorded environment, and the store's earlier verdicts.
+        An application pattern's classes are stored as observations the store lookup
+        does not return, so its states are reused only within the run's own call."""
+        row = self.run.store.run(self.run.run_id)
+        kernel = row.guest_kernel or self.meta.get("guest_kernel")
+        context = reuse.context_key(self.sc, self.fsspec, kernel, row.tool_versions)
+        lookup = None if isinstance(self.sc.workload, AppWorkload) else self.run.store.judged
+        return states.Reuse(context, self.run.run_id, lookup)
 
     def close(self) -> None:
         self._stack.close()
 
     def commit(self, item: lifecycle.Item, result: Any) -> None:
-        assert isinstance(item, crashstates.CrashState)
+        assert isinstance(item, crashstates.CrashState) and isinstance(result, states.Checked)
         # Classes first: a state with a verdict is skipped on resume, so its classes
         # must already be stored (recording them again replaces them).
-        _record_classes(self.run.store, self.run.run_id, self.sc, item, result)
-        _commit(self.run.store, self.run.run_id, item, result)
+        _record_classes(self.run.store, self.run.run_id, self.sc, item, result.results)
+        _commit(self.run.store, self.run.run_id, result)
 
     def expected(self, item: ItemOutcome) -> bool:
         # A filesystem without a journal recovers by a full fsck: its repair is the design.
         return item.outcome is Outcome.REPAIRED and not self.sc.fs.journaled
 
     def summary(self) -> dict[str, Any]:
-        return {"states": len(self.states), "recording": self.recording}
+        return {
+            "states": len(self.states),
+            "recording": self.recording,
+            "reuse": {
+                **self.run.store.reuse_counts(self.run.run_id),
+                "generated": len(self.states),
+            },
+        }
 
 
 def recorded(
@@ -181,18 +201,15 @@ def check_states(
     size: int,
     rdir: Path,
     progress: lifecycle.Progress,
-) -> Iterator[tuple[crashstates.CrashState, list[check.CheckResult]]]:
+    reuse: states.Reuse | None = None,
+) -> Iterator[states.Checked]:
     """The states of one log, checked (``states.check_sources``)."""
     src = states.Source(lg, todo, oracle, size)
-    yield from states.check_sources(sc, fs, [src], rdir, progress)
+    yield from states.check_sources(sc, fs, [src], rdir, progress, reuse)
 
 
-def _commit(
-    st: store.Store,
-    run_id: str,
-    state: crashstates.CrashState,
-    results: list[check.CheckResult],
-) -> None:
+def _commit(st: store.Store, run_id: str, checked: states.Checked) -> None:
+    state, results = checked.state, checked.results
     recovery: dict[str, float] = {}
     for r in results:
         for phase, secs in r.phases.items():
@@ -209,6 +226,9 @@ def _commit(
             params=state.to_dict(),
             last_mark=state.mark,
             description=state.describe(),
+            identity=checked.identity,
+            check_key=checked.check_key,
+            reused_from=checked.reused_from,
         ),
         [
             store.CheckResult(

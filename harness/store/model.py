@@ -255,10 +255,13 @@ class RunDetail:
     states: Sequence[StateRow]
     recovery: Sequence[PhaseStats]
     items: Sequence[Mapping[str, Any]] = ()  # observations (kinds without a table)
+    # crash states: generated, distinct, checked, reused (``StoreReads.reuse_counts``)
+    reuse: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "run": self.run.to_json(),
+            "reuse": dict(self.reuse),
             "outcome_counts": dict(self.run.outcome_counts),
             "recovery": [s.__dict__.copy() for s in self.recovery],
             "states": [s.to_json() for s in self.states],

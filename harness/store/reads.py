@@ -140,7 +140,11 @@ class StoreReads:
             _stats(phase, sorted(values))
             for phase, values in sorted(times.items(), key=lambda kv: order.get(kv[0], 99))
         ]
-        return RunDetail(run, states, recovery, self.observations(run.id))
+        reuse = self.reuse_counts(run.id) if states else {}
+        generated = (run.summary or {}).get("reuse", {}).get("generated")
+        if generated is not None:  # the run's own count: states it never got to are in it
+            reuse["generated"] = int(generated)
+        return RunDetail(run, states, recovery, self.observations(run.id), reuse)
 
     def observations(self, run_id: str) -> list[dict[str, Any]]:
         rows = self._conn.execute(
@@ -288,8 +292,8 @@ class StoreReads:
         return Judged(str(run_id), str(state_id), Outcome(verdict), checks)
 
     def reuse_counts(self, run_id: str) -> dict[str, int]:
-        """A crash run's states: generated (stored), distinct (by check key and image;
-        states without an identity count one each), checked here, reused."""
+        """A crash run's states: generated (here: stored), distinct (by check key and
+        image; states without an identity count one each), checked here, reused."""
         n, distinct, reused = self._conn.execute(
             "SELECT count(*), count(DISTINCT COALESCE(check_key || '/' || identity, id)),"
             " count(reused_from) FROM crash_states WHERE run_id = ?",

@@ -267,7 +267,9 @@ def test_fsynced_file_is_required_until_touched(tmp_path: Path) -> None:
     )
     files = {mk["mark"]: mk["files"] for mk in body["marks"]}
     assert files[m(1)] == {"a": {"size": 5, "sha256": hashlib.sha256(b"hello").hexdigest()}}
-    assert files[m(2)] == {}  # a is truncated before mark 3; b was never synced
+    # a is truncated before mark 3; b, created and its directory synced, exists empty
+    # (oracle rule 10)
+    assert files[m(2)] == {"b": {"size": 0, "sha256": hashlib.sha256(b"").hexdigest()}}
     assert files[m(3)]["a"]["size"] == 2 and set(files[m(3)]) == {"a", "b"}
 
 

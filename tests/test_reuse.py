@@ -66,7 +66,7 @@ class Checks:
 
 
 def run_sources(
-    sc: Any, src: states.Source, tmp_path: Path, r: states.Reuse | None
+    sc: Any, src: states.Source, tmp_path: Path, r: reuse.Reuse | None
 ) -> list[states.Checked]:
     return list(states.check_sources(sc, sc.fs, [src], tmp_path, lifecycle.no_progress, r))
 
@@ -81,7 +81,7 @@ def test_a_twin_takes_its_verdict_instead_of_a_check(
 ) -> None:
     needs_e2fsck()
     checks = Checks(monkeypatch)
-    out = run_sources(sc, source, tmp_path, states.Reuse("ctx", "run1"))
+    out = run_sources(sc, source, tmp_path, reuse.Reuse("ctx", "run1"))
     assert sorted(c.state.id for c in out) == sorted(s.id for s in source.states)
     pairs = Counter((c.check_key, c.identity) for c in out)
     reused = [c for c in out if c.reused_from]
@@ -116,7 +116,7 @@ def test_the_same_image_expected_to_hold_more_is_checked_again(
     needs_e2fsck()
     checks = Checks(monkeypatch)
     src = states.Source(source.log, source.states, oracle, source.size)
-    out = run_sources(sc, src, tmp_path, states.Reuse("ctx", "run1"))
+    out = run_sources(sc, src, tmp_path, reuse.Reuse("ctx", "run1"))
     assert len(out) == 28 and len(checks.states) == 27
     (twin,) = [c for c in out if c.reused_from]
     assert twin.state.prefix == 179 and twin.reused_from.endswith(  # type: ignore[union-attr]
@@ -137,11 +137,11 @@ def test_a_harness_outcome_is_never_passed_on(
     sc: Any, source: states.Source, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     needs_e2fsck()
-    first = run_sources(sc, source, tmp_path, states.Reuse("ctx", "run1"))
+    first = run_sources(sc, source, tmp_path, reuse.Reuse("ctx", "run1"))
     twin = next(c for c in first if c.reused_from)
     original = twin.reused_from.split("/")[1]  # type: ignore[union-attr]
     checks = Checks(monkeypatch, fail={original})
-    out = {c.state.id: c for c in run_sources(sc, source, tmp_path, states.Reuse("ctx", "run1"))}
+    out = {c.state.id: c for c in run_sources(sc, source, tmp_path, reuse.Reuse("ctx", "run1"))}
     assert out[original].results[0].outcome is Outcome.HARNESS_ERROR
     # the twin was checked itself, after its original failed, and earned a verdict
     assert checks.states.count(twin.state.id) == 1 and checks.states[-1] == twin.state.id
@@ -160,8 +160,8 @@ def test_a_second_run_reuses_every_verdict_from_the_store(
             st.add_log(LogInfo(source.log.hash, "log", 1, 0, 0, 0, 0, 0), run_id=run_id)
             runs.append(run_id)
             checks = Checks(monkeypatch)
-            for c in run_sources(sc, source, tmp_path, states.Reuse("ctx", run_id, st.judged)):
-                experiment._commit(st, run_id, c)
+            for c in run_sources(sc, source, tmp_path, reuse.Reuse("ctx", run_id, st.judged)):
+                experiment.commit_state(st, run_id, c)
                 assert len(checks.states) == (19 if n == 0 else 0)
         assert st.reuse_counts(runs[0]) == {
             "generated": 28,
@@ -235,19 +235,18 @@ def test_other_expectations_are_another_check(
 
 
 def test_the_context_holds_what_a_verdict_depends_on(sc: Any) -> None:
-    tv = {"kernel": "the image's (abc)", "e2fsprogs": "1.47.0", "host": "6.1"}
-    base = reuse.context_key(sc, sc.fs, "6.1.0-56-amd64", tv)
-    assert reuse.context_key(sc, sc.fs, "6.1.0-56-amd64", {**tv, "host": "6.9"}) == base
-    others = [
-        reuse.context_key(sc, sc.fs, "6.12.0", tv),
-        reuse.context_key(sc, sc.fs, "6.1.0-56-amd64", {**tv, "kernel": "mutant x"}),
-        reuse.context_key(sc, sc.fs, "6.1.0-56-amd64", {**tv, "e2fsprogs": "1.47.1"}),
-    ]
+    def key(sc: Any, kernel: str = "6.1.0-56-amd64", **tools: str) -> str:
+        tv = {"kernel": "the image's (abc)", "e2fsprogs": "1.47.0", "host": "6.1", **tools}
+        return reuse.context_key(sc.check, sc.crash, sc.fs, kernel, tv)
+
+    base = key(sc)
+    assert key(sc, host="6.9") == base  # the host's kernel never sees a crash image
+    others = [key(sc, "6.12.0"), key(sc, kernel="mutant x"), key(sc, e2fsprogs="1.47.1")]
     for sets in (
         ['fs.mount_options=["nodelalloc"]'],
         ["check.guest=true"],
         ["fs.data_mode=journal"],
+        ["crash.corrupt=zero-durable-block", "expect=findings"],
     ):
-        other = scenario.load("ext4-ordered-fsync", ["check.guest=false", *sets])
-        others.append(reuse.context_key(other, other.fs, "6.1.0-56-amd64", tv))
+        others.append(key(scenario.load("ext4-ordered-fsync", ["check.guest=false", *sets])))
     assert len({base, *others}) == len(others) + 1

@@ -71,7 +71,10 @@ def register(sub: Any) -> None:
     show.set_defaults(func=cmd_show)
 
     from harness.report import io as io_report
-    from harness.report import patterns  # noqa: F401 -- registers the patterns table
+    from harness.report import (
+        patterns,  # noqa: F401 -- registers the patterns table
+        search,  # noqa: F401 -- registers the workloads table
+    )
     from harness.report import zfs as report
 
     report.register(rsub, common)
@@ -95,6 +98,17 @@ def register(sub: Any) -> None:
         "--run", action="append", default=[], metavar="RUN", help="only these runs (repeatable)"
     )
     table.set_defaults(func=cmd_table)
+
+    bugs = rsub.add_parser(
+        "bugs",
+        parents=[common],
+        help="a search run's findings grouped by symptom, smallest workload first",
+        description="Cluster a run's findings by symptom (filesystem, outcome, oracle rule,"
+        " the broken name's role, op classes); each cluster lists its workload and state"
+        " counts and its smallest workload.",
+    )
+    bugs.add_argument("run", metavar="RUN", help="run id, or a unique prefix of one")
+    bugs.set_defaults(func=cmd_bugs)
 
     export = rsub.add_parser(
         "export", parents=[common], help="every crash state of some runs as CSV or JSON"
@@ -267,6 +281,22 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 # --- formatting ---------------------------------------------------------------------
+
+
+# --- bugs ---------------------------------------------------------------------------
+
+
+def cmd_bugs(args: argparse.Namespace) -> int:
+    from harness.report import search
+
+    with _open(args) as store:
+        found = search.clusters(store, args.run)
+    console = _console()
+    if args.json:
+        console.out(json.dumps([c.to_json() for c in found], indent=2))
+        return 0
+    search.print_clusters(console, found)
+    return 0
 
 
 # --- table --------------------------------------------------------------------------

@@ -339,7 +339,7 @@ class Scenario(ScenarioBase):
         return (
             str(self.fs.type),
             str(self.fs.data_mode or "-"),
-            f"ops x{w.ops}" if isinstance(w, OpsWorkload) else "fio",
+            f"ops x{w.ops}" if isinstance(w, OpsWorkload) else str(getattr(w, "pattern", w.type)),
             ", ".join(st.label() for st in c.states) + f" (<= {c.max_states})",
         )
 

@@ -18,7 +18,6 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import apppat  # type: ignore[import-not-found]
 import oracle  # type: ignore[import-not-found]
 import runner  # type: ignore[import-not-found]
 
@@ -44,7 +43,7 @@ def fsck_argv(fs: str, dev: str, repair: bool) -> list[str]:
     raise SystemExit(f"checkstate: unknown fs {fs}")
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dev", required=True)
     ap.add_argument("--fs", required=True)
@@ -56,7 +55,12 @@ def main() -> int:
         "--exact", action="store_true", help="the state is cut exactly at --mark (nothing after)"
     )
     ap.add_argument("--timeout", type=float, default=300)
-    a = ap.parse_args()
+    return ap
+
+
+def check(argv: list[str]) -> dict[str, Any]:
+    """The facts of one state, checked as ``argv`` (``parser()``'s options) says."""
+    a = parser().parse_args(argv)
     os.makedirs(a.mountpoint, exist_ok=True)
     dev = os.path.realpath(a.dev)
     facts: dict[str, Any] = {"dev": dev}
@@ -69,6 +73,9 @@ def main() -> int:
                 facts["verify"] = oracle.verify(a.mountpoint, data, a.mark or None, exact=a.exact)
                 if data.get("pattern"):
                     # An application pattern: what the state left of each target file.
+                    # Imported only here: its imports cost a second per state under TCG.
+                    import apppat  # type: ignore[import-not-found]
+
                     facts["classes"] = apppat.classify(a.mountpoint, data, a.mark or None, a.exact)
             except OSError as e:  # the filesystem would not let us read the tree: a finding
                 facts["verify"] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
@@ -77,13 +84,41 @@ def main() -> int:
         facts["umount"] = u = run(["umount", a.mountpoint], a.timeout)
         if u["rc"] != 0:
             # Still mounted: a checker on it would judge a live filesystem. Stop here.
-            json.dump(facts, sys.stdout)
-            return 0
+            return facts
     facts["fsck"] = f = run(fsck_argv(a.fs, dev, repair=False), a.timeout)
     if f["rc"] != 0:
         facts["repair"] = run(fsck_argv(a.fs, dev, repair=True), a.timeout)
         facts["fsck_after_repair"] = run(fsck_argv(a.fs, dev, repair=False), a.timeout)
-    json.dump(facts, sys.stdout)
+    return facts
+
+
+def serve(folder: str) -> None:
+    """Check states one after another for as long as the guest lives: read one request
+    (a JSON argv) from the FIFO ``folder/req``, write its facts to ``folder/resp``.
+
+    Starting Python and importing this module costs a second and a half per state under
+    TCG -- twice the check itself -- so a check guest starts it once. A request that
+    raises gets ``{"serve_error": traceback}``, which the host counts as its own
+    failure, never a finding.
+    """
+    while True:
+        with open(os.path.join(folder, "req")) as f:
+            line = f.readline()
+        if not line:
+            continue
+        try:
+            facts: dict[str, Any] = check(json.loads(line))
+        except BaseException:  # reported to the host, and the loop goes on
+            facts = {"serve_error": traceback.format_exc()[-2000:]}
+        with open(os.path.join(folder, "resp"), "w") as f:
+            json.dump(facts, f)
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["--serve"]:
+        serve(sys.argv[2])
+        return 0
+    json.dump(check(sys.argv[1:]), sys.stdout)
     return 0
 
 

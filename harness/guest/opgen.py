@@ -19,7 +19,10 @@ in the guest), which also checks a mounted state (``verify``).
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import json
+import mmap
 import os
 import random
 import sys
@@ -33,6 +36,7 @@ import runner  # type: ignore[import-not-found]  # beside us in the guest
 from oracle import (  # type: ignore[import-not-found]
     FORMAT,
     SYNC_OPS,
+    WRITE_OPS,
     Model,
     Recorder,
     UsageError,
@@ -68,6 +72,10 @@ WEIGHTS: dict[str, int] = {
 class OpFailed(Exception):
     """A file-system call failed during ``run``."""
 
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
 
 @dataclass(frozen=True)
 class Op:
@@ -77,8 +85,10 @@ class Op:
     path: str = ""
     dst: str = ""
     offset: int = 0
-    size: int = 0
-    data: bytes = b""
+    size: int = 0  # truncate: the new size; falloc: the range's length
+    data: bytes = b""  # setxattr: the value
+    mode: str = ""  # falloc: a key of oracle.FALLOC_MODES
+    name: str = ""  # setxattr / removexattr: the attribute
 
     def describe(self) -> dict[str, Any]:
         d: dict[str, Any] = {"op": self.kind}
@@ -86,11 +96,16 @@ class Op:
             d["path"] = self.path
         if self.kind in ("rename", "link"):
             d["dst"] = self.dst
-        if self.kind in ("write", "append", "overwrite", "rewrite"):
+        if self.kind in (*WRITE_OPS, "rewrite", "falloc"):
             d["offset"] = self.offset
+        if self.kind in (*WRITE_OPS, "rewrite"):
             d["length"] = len(self.data)
-        if self.kind == "truncate":
+        if self.kind in ("truncate", "falloc"):
             d["size"] = self.size
+        if self.mode:
+            d["mode"] = self.mode
+        if self.name:
+            d["name"] = self.name
         return d
 
 
@@ -205,6 +220,18 @@ def perform(root: str, op: Op, noop_sync: bool = False) -> None:
                 done += os.pwrite(fd, view[done:], op.offset + done)
         finally:
             os.close(fd)
+    elif k == "dwrite":
+        direct_write(p, op.offset, op.data)
+    elif k == "mwrite":
+        mmap_write(p, op.offset, op.data)
+    elif k == "falloc":
+        fallocate(p, op.mode, op.offset, op.size)
+    elif k == "setxattr":
+        os.setxattr(p, op.name, op.data)
+    elif k == "removexattr":
+        os.removexattr(p, op.name)
+    elif k == "rmdir":
+        os.rmdir(p)
     elif k == "truncate":
         os.truncate(p, op.size)
     elif k == "rename":
@@ -226,6 +253,54 @@ def perform(root: str, op: Op, noop_sync: bool = False) -> None:
         os.sync()
     else:
         raise ValueError(f"unknown op {k!r}")
+
+
+FALLOC_FLAGS = {  # linux/falloc.h
+    "default": 0,
+    "keep_size": 0x01,
+    "punch_hole": 0x01 | 0x02,
+    "zero_range": 0x10,
+    "zero_range_keep_size": 0x10 | 0x01,
+}
+
+
+def fallocate(path: str, mode: str, offset: int, length: int) -> None:
+    """fallocate(2) with a mode os.posix_fallocate cannot ask for."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        if libc.fallocate(fd, FALLOC_FLAGS[mode], offset, length) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), path)
+    finally:
+        os.close(fd)
+
+
+def direct_write(path: str, offset: int, data: bytes) -> None:
+    """An O_DIRECT write: block-aligned offset and length, from a page-aligned buffer."""
+    buf = mmap.mmap(-1, max(len(data), 1))  # anonymous maps are page-aligned
+    buf[: len(data)] = data
+    fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
+    try:
+        done = 0
+        while done < len(data):
+            done += os.pwrite(fd, memoryview(buf)[done : len(data)], offset + done)
+    finally:
+        os.close(fd)
+        buf.close()
+
+
+def mmap_write(path: str, offset: int, data: bytes) -> None:
+    """Bytes stored through a shared mapping, then msync(MS_SYNC) (mmap's flush). The
+    range must lie inside the file: a mapping cannot extend it."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        with mmap.mmap(fd, offset + len(data)) as m:
+            m[offset : offset + len(data)] = data
+            m.flush()
+    finally:
+        os.close(fd)
 
 
 def flush_device(dm_name: str) -> None:
@@ -287,7 +362,9 @@ def execute(
         try:
             perform(root, op, noop_sync)
         except OSError as e:
-            raise OpFailed(f"op {entry['i']} {op.kind} {op.path!r}: {e.strerror}") from None
+            raise OpFailed(
+                f"op {entry['i']} {op.kind} {op.path!r}: {e.strerror}", e.errno
+            ) from None
         model.apply(op)
         if op.kind in SYNC_OPS:
             if flush_after_sync and not noop_sync:
@@ -307,6 +384,7 @@ def execute(
                 yield generator.next(model)
 
     final_mark: str | None = None
+    failed_errno: int | None = None
     try:
         for op in source():
             step(op)
@@ -314,7 +392,7 @@ def execute(
         log[-1]["final"] = True
         final_mark = log[-1]["mark"]
     except OpFailed as e:
-        error = str(e)
+        error, failed_errno = str(e), e.errno
     rec.settle()
     return {
         "marks": rec.marks,
@@ -322,6 +400,7 @@ def execute(
         "ops": log,
         "complete": error is None,
         "error": error,
+        "errno": failed_errno,
     }
 
 

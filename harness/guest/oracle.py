@@ -39,6 +39,19 @@ Rules, per mark n (``marks[i]`` in the oracle file):
 7. Link counts (``nlink``): after a sync with no link, unlink or rename of the file
    since, the inode's link count is exactly its number of names (the inode was written
    whole by the sync). Otherwise nothing: a stale name may hold an extra link.
+8. Extended attributes (``xattrs``, the ``user.`` namespace): a required file's
+   attributes are exactly the model's once fsync (on the filesystems that keep rule 1's
+   name promise: fsync commits the whole inode, its attributes included) or sync
+   returned after their last change. fdatasync does not cover them: they are not
+   needed to read the data.
+9. Directories (``dirs``, ``absent``): a new directory is durable like a name (its
+   parent fsync'd, or sync; never by its own fsync, which no rule promises); a removed
+   or renamed-away directory like a removed name (rule 6). A directory renamed keeps
+   its files: their names are durable again once the new name is.
+10. A new file: its (empty) content is durable from the start where rule 1's promise
+   is kept -- ext4, xfs and btrfs create the inode and its entry in one transaction --
+   so a file created and made durable by its directory's fsync must exist, empty. Where
+   it is not kept (ext2), a directory fsync writes the entry but not the new inode.
 
 After the final mark nothing changes: a state cut after ``crashlab:umount`` or at the end
 of the log (``dm-log-writes-end``) requires what the final mark requires, exactly.
@@ -56,6 +69,16 @@ FORMAT = "crashlab-oracle/2"
 # Marks after the workload's final sync: nothing happens between them and it.
 AFTER_FINAL = ("crashlab:umount", "dm-log-writes-end")
 SYNC_OPS = frozenset({"fsync", "fdatasync", "fsync_dir", "sync"})
+# Ops that change a file's bytes the way a write does (a direct or mmap'ed write).
+WRITE_OPS = frozenset({"write", "append", "overwrite", "dwrite", "mwrite"})
+# fallocate(2) modes: (keeps the size, zeroes the range).
+FALLOC_MODES: dict[str, tuple[bool, bool]] = {
+    "default": (False, False),
+    "keep_size": (True, False),
+    "punch_hole": (True, True),
+    "zero_range": (False, True),
+    "zero_range_keep_size": (True, True),
+}
 
 
 class UsageError(Exception):
@@ -67,6 +90,9 @@ class Inode:
     ino: int
     data: bytearray = field(default_factory=bytearray)
     data_durable: bool = False
+    xattrs: dict[str, bytes] = field(default_factory=dict)
+    xattrs_durable: bool = True  # none yet, and none is what a crash leaves
+    xattrs_used: bool = False  # ever set: only then are they required (rule 8)
     version: int = 0
     names_changed: int = 0  # op count of the last create / link / unlink / rename
     _digest: tuple[int, str] | None = None
@@ -113,17 +139,33 @@ class Model:
         self.ops += 1
         k = op.kind
         if k == "create":
-            inode = Inode(self._next_ino)
+            # Rule 10: nothing written yet is nothing to lose; the inode itself comes
+            # with the name on the filesystems that keep rule 1's name promise.
+            inode = Inode(self._next_ino, data_durable=self.fsync_names)
             self._next_ino += 1
             self.files[op.path] = inode
             self._name_appears(op.path, inode)
-        elif k in ("write", "append", "overwrite"):
+        elif k in WRITE_OPS:
+            self._put(self.files[op.path], op.offset, op.data)
+        elif k == "falloc":
             inode = self.files[op.path]
-            end = op.offset + len(op.data)
-            if len(inode.data) < op.offset:
-                inode.data.extend(bytes(op.offset - len(inode.data)))
-            inode.data[op.offset : end] = op.data
+            keep, zero = FALLOC_MODES[op.mode]
+            end = op.offset + op.size
+            if keep:
+                end = min(end, len(inode.data))
+            if zero and end > op.offset:
+                self._put(inode, op.offset, bytes(end - op.offset))
+            elif not zero and end > len(inode.data):
+                self._put(inode, len(inode.data), bytes(end - len(inode.data)))
             inode.changed()
+        elif k == "setxattr":
+            inode = self.files[op.path]
+            inode.xattrs[op.name] = op.data
+            inode.xattrs_durable, inode.xattrs_used = False, True
+        elif k == "removexattr":
+            inode = self.files[op.path]
+            del inode.xattrs[op.name]
+            inode.xattrs_durable = False
         elif k == "rewrite":  # open(O_TRUNC) + write from 0 (never drawn by the generator)
             inode = self.files[op.path]
             inode.data = bytearray(op.data)
@@ -135,6 +177,8 @@ class Model:
             else:
                 inode.data.extend(bytes(op.size - len(inode.data)))
             inode.changed()
+        elif k == "rename" and op.path in self.dirs:
+            self._rename_dir(op.path, op.dst)
         elif k == "rename":
             if op.dst in self.files and self.files[op.dst] is self.files[op.path]:
                 return  # POSIX: renaming a name onto another link of the same file does nothing
@@ -152,17 +196,24 @@ class Model:
             self._name_goes(op.path)
         elif k == "mkdir":
             self.dirs[op.path] = False
+            self.removed.discard(op.path)
+            self.gone.discard(op.path)
+        elif k == "rmdir":
+            del self.dirs[op.path]
+            self.removed.add(op.path)
         elif k == "fsync":
-            self.files[op.path].data_durable = True
+            inode = self.files[op.path]
+            inode.data_durable = True
             if self.fsync_names:
                 self.file_name_durable[op.path] = True
+                inode.xattrs_durable = True
         elif k == "fdatasync":
             self.files[op.path].data_durable = True
         elif k == "fsync_dir":
             self._dir_synced(op.path)
         elif k == "sync":
             for inode in self.files.values():
-                inode.data_durable = True
+                inode.data_durable = inode.xattrs_durable = True
             for name in self.file_name_durable:
                 self.file_name_durable[name] = True
             for d in self.dirs:
@@ -172,6 +223,41 @@ class Model:
             self.last_sync = self.ops
         else:
             raise ValueError(f"unknown op {k!r}")
+
+    @staticmethod
+    def _put(inode: Inode, offset: int, data: bytes) -> None:
+        """Bytes written at ``offset``, the file extended with zeros up to it."""
+        if len(inode.data) < offset:
+            inode.data.extend(bytes(offset - len(inode.data)))
+        inode.data[offset : offset + len(data)] = data
+        inode.changed()
+
+    def under(self, d: str) -> tuple[list[str], list[str]]:
+        """The directories and file names at or below directory ``d``."""
+        pre = d + "/"
+        return (
+            [x for x in self.dirs if x == d or x.startswith(pre)],
+            [f for f in self.files if f.startswith(pre)],
+        )
+
+    def _rename_dir(self, src: str, dst: str) -> None:
+        """Rule 9: the tree moves whole; only the new top name is not yet durable."""
+        dirs, files = self.under(src)
+
+        def moved(path: str) -> str:
+            return dst + path[len(src) :]
+
+        for d in dirs:
+            self.dirs[moved(d)] = self.dirs.pop(d)
+        for f in files:
+            inode = self.files.pop(f)
+            self.files[moved(f)] = inode
+            self.file_name_durable[moved(f)] = self.file_name_durable.pop(f)
+            inode.names_changed = self.ops
+        self.dirs[dst] = False
+        self.removed.add(src)
+        self.removed.discard(dst)
+        self.gone.discard(dst)
 
     def _dir_synced(self, d: str) -> None:
         for name in self.file_name_durable:
@@ -189,8 +275,12 @@ class Model:
         k = op.kind
         if k in SYNC_OPS:
             return set(), set()
-        if k in ("create", "mkdir"):
+        if k in ("create", "mkdir", "rmdir"):
             return {op.path}, set()
+        if k == "rename" and op.path in self.dirs:
+            dirs, files = self.under(op.path)
+            moved = {op.dst + f[len(op.path) :] for f in files}
+            return {*dirs, op.dst, *files, *moved}, {self.files[f].ino for f in files}
         inodes = {self.files[op.path].ino}
         if k == "rename" and op.dst in self.files:
             inodes.add(self.files[op.dst].ino)
@@ -222,6 +312,8 @@ class Model:
                 }
                 if inode.names_changed < self.last_sync:
                     req["nlink"] = names[inode.ino]
+                if inode.xattrs_used and inode.xattrs_durable:
+                    req["xattrs"] = {n: v.hex() for n, v in sorted(inode.xattrs.items())}
                 out[path] = req
         return out
 
@@ -336,6 +428,12 @@ def file_digest(path: str, limit: int | None = None) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
+def user_xattrs(path: str) -> dict[str, str]:
+    """A file's ``user.`` attributes, values in hex (what the oracle stores)."""
+    names = sorted(n for n in os.listxattr(path) if n.startswith("user."))
+    return {n: os.getxattr(path, n).hex() for n in names}
+
+
 def requirements(oracle: dict[str, Any], mark: str | None, exact: bool) -> dict[str, Any] | None:
     """What a state whose last mark is ``mark`` must hold (None: nothing)."""
     if mark in AFTER_FINAL and oracle.get("final_mark"):
@@ -393,6 +491,10 @@ def verify(
             )
         elif limit is None and "nlink" in want and st.st_nlink != want["nlink"]:
             nlink.append({"path": path, "nlink": st.st_nlink, "expected": want["nlink"]})
+        elif limit is None and "xattrs" in want:
+            got_x = user_xattrs(full)
+            if got_x != want["xattrs"]:
+                mismatched.append({"path": path, "xattrs": got_x, "expected": want["xattrs"]})
 
     if req is not None:
         for d in req["dirs"]:

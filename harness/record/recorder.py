@@ -186,13 +186,20 @@ class DmMarker(Marker):
 
     def teardown(self, step: Step, guest: Guest) -> None:
         step("dm-remove", ["dmsetup", "remove", DM_NAME])
-        # dm-log-writes reports a full log device only in the kernel log.
-        dmesg = guest.run(["dmesg"]).out
-        if "log-writes" in dmesg and "log device" in dmesg.lower() and "error" in dmesg.lower():
-            raise HarnessError(
-                "dm-log-writes reported an error while logging",
-                detail="\n".join(line for line in dmesg.splitlines() if "log" in line)[-2000:],
-            )
+        check_log_errors(guest)
+
+
+def check_log_errors(guest: Guest) -> None:
+    """dm-log-writes reports a full log device only in the kernel log: say it here.
+
+    :raise HarnessError: the log lost entries, so no crash state of it can be trusted.
+    """
+    dmesg = guest.run(["dmesg"]).out
+    if "log-writes" in dmesg and "log device" in dmesg.lower() and "error" in dmesg.lower():
+        raise HarnessError(
+            "dm-log-writes reported an error while logging",
+            detail="\n".join(line for line in dmesg.splitlines() if "log" in line)[-2000:],
+        )
 
 
 class HostMarker(Marker):

@@ -71,7 +71,7 @@ def punch_hole(fd: int, offset: int, length: int) -> None:
         offset += n
 
 
-def _data_extents(fd: int, offset: int, length: int) -> Iterator[tuple[int, int, bool]]:
+def data_extents(fd: int, offset: int, length: int) -> Iterator[tuple[int, int, bool]]:
     """(start, length, is_data) pieces covering the range, via SEEK_DATA / SEEK_HOLE."""
     end = offset + length
     pos = offset
@@ -257,7 +257,7 @@ class Replayer:
         The replayer calls this itself; a checker that modifies the image outside the
         log (a repairing fsck, say) calls it for the ranges it is about to write.
         """
-        for start, n, is_data in _data_extents(self._fd, offset, length):
+        for start, n, is_data in data_extents(self._fd, offset, length):
             self._journal.append((start, n, _pread(self._fd, start, n) if is_data else None))
         if self._identity is not None:
             self._identity.touch(offset, length)

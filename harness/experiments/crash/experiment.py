@@ -90,7 +90,7 @@ class CrashReplay(lifecycle.Experiment):
         )
         logevents.record_events(run.store, lg)
         specs = [{"kind": str(s.kind), **s.params()} for s in sc.crash.states]
-        self.states = _cap(crashstates.generate(lg, specs, run.seed), sc.crash.max_states)
+        self.states = spread(crashstates.generate(lg, specs, run.seed), sc.crash.max_states)
         self.recording = {
             "log_entries": stats.entries,
             "fuas": stats.fuas,
@@ -125,16 +125,18 @@ class CrashReplay(lifecycle.Experiment):
         ):
             yield c.state, c
 
-    def reuse(self) -> states.Reuse:
-        """Where this run finds a state's twin: the check key's run part from the
-        scenario and the run's recorded environment, and the store's earlier verdicts.
-        An application pattern's classes are stored as observations the store lookup
-        does not return, so its states are reused only within the run's own call."""
-        row = self.run.store.run(self.run.run_id)
-        kernel = row.guest_kernel or self.meta.get("guest_kernel")
-        context = reuse.context_key(self.sc, self.fsspec, kernel, row.tool_versions)
-        lookup = None if isinstance(self.sc.workload, AppWorkload) else self.run.store.judged
-        return states.Reuse(context, self.run.run_id, lookup)
+    def reuse(self) -> reuse.Reuse:
+        """Where this run finds a state's twin. An application pattern's classes are
+        stored as observations the store's lookup does not return, so its states are
+        reused only within the run's own call."""
+        return reuse.for_run(
+            self.run,
+            self.sc.check,
+            self.sc.crash,
+            self.fsspec,
+            kernel=self.meta.get("guest_kernel"),
+            across_runs=not isinstance(self.sc.workload, AppWorkload),
+        )
 
     def close(self) -> None:
         self._stack.close()
@@ -144,7 +146,7 @@ class CrashReplay(lifecycle.Experiment):
         # Classes first: a state with a verdict is skipped on resume, so its classes
         # must already be stored (recording them again replaces them).
         _record_classes(self.run.store, self.run.run_id, self.sc, item, result.results)
-        _commit(self.run.store, self.run.run_id, result)
+        commit_state(self.run.store, self.run.run_id, result)
 
     def expected(self, item: ItemOutcome) -> bool:
         # A filesystem without a journal recovers by a full fsck: its repair is the design.
@@ -154,10 +156,7 @@ class CrashReplay(lifecycle.Experiment):
         return {
             "states": len(self.states),
             "recording": self.recording,
-            "reuse": {
-                **self.run.store.reuse_counts(self.run.run_id),
-                "generated": len(self.states),
-            },
+            "reuse": reuse.counts(self.run, len(self.states)),
         }
 
 
@@ -201,14 +200,16 @@ def check_states(
     size: int,
     rdir: Path,
     progress: lifecycle.Progress,
-    reuse: states.Reuse | None = None,
+    reuse: reuse.Reuse | None = None,
 ) -> Iterator[states.Checked]:
     """The states of one log, checked (``states.check_sources``)."""
     src = states.Source(lg, todo, oracle, size)
     yield from states.check_sources(sc, fs, [src], rdir, progress, reuse)
 
 
-def _commit(st: store.Store, run_id: str, checked: states.Checked) -> None:
+def commit_state(st: store.Store, run_id: str, checked: states.Checked) -> None:
+    """One checked state's results in the store (one transaction), with its identity,
+    check key and, if it took an earlier verdict, whose."""
     state, results = checked.state, checked.results
     recovery: dict[str, float] = {}
     for r in results:
@@ -273,7 +274,7 @@ def _record_classes(
             )
 
 
-def _cap(states: list[crashstates.CrashState], most: int) -> list[crashstates.CrashState]:
+def spread(states: list[crashstates.CrashState], most: int) -> list[crashstates.CrashState]:
     """At most ``most`` states, spread evenly along the log (deterministic)."""
     if len(states) <= most:
         return states

@@ -15,16 +15,19 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.check import host as check
-from harness.config.crash import FsSpec, Scenario
+from harness.check import host
+from harness.config.crash import CheckSpec, CrashSpec, FsSpec
 from harness.config.settings import canonical_json
+from harness.experiments import lifecycle
 from harness.guest import oracle as guest_oracle
 from harness.replay import crashstates
 from harness.replay import replayer as replay
+from harness.store.model import Judged
 
 # The lab's own judging code: how facts become an outcome (host.py, guest.py) and what
 # the guest runs to gather them (checkstate.py and the oracle it imports).
@@ -44,8 +47,45 @@ def _judges_digest() -> str:
     return h.hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class Reuse:
+    """What ``check_sources`` needs to find a state's twin: the run's part of the check
+    key (:func:`context_key`), the run's id (how its own states are named) and the
+    store's lookup of states judged in any run (``Store.judged``; None: only twins
+    within this call)."""
+
+    context: str
+    run_id: str
+    judged: Callable[[str, str], Judged | None] | None = None
+
+
+def for_run(
+    run: lifecycle.Run,
+    check: CheckSpec,
+    crash: CrashSpec,
+    fs: FsSpec,
+    *,
+    kernel: str | None = None,
+    across_runs: bool = True,
+) -> Reuse:
+    """A run's :class:`Reuse`, from its recorded environment (``lifecycle.run_env``);
+    ``kernel``: the release the recording saw, if the run row has none."""
+    row = run.store.run(run.run_id)
+    context = context_key(check, crash, fs, row.guest_kernel or kernel, row.tool_versions)
+    return Reuse(context, run.run_id, run.store.judged if across_runs else None)
+
+
+def counts(run: lifecycle.Run, generated: int) -> dict[str, int]:
+    """For a run's summary: its states generated, distinct, checked and reused."""
+    return {**run.store.reuse_counts(run.run_id), "generated": generated}
+
+
 def context_key(
-    sc: Scenario, fs: FsSpec, guest_kernel: str | None, tool_versions: Mapping[str, str]
+    check: CheckSpec,
+    crash: CrashSpec,
+    fs: FsSpec,
+    guest_kernel: str | None,
+    tool_versions: Mapping[str, str],
 ) -> str:
     """The run's part of every state's check key (canonical JSON). Each part is there
     because a verdict can change with it while the image stays the same:
@@ -75,9 +115,9 @@ def context_key(
         "fs": fs.model_dump(mode="json"),
         "kernel": {"release": guest_kernel, "source": tool_versions.get("kernel")},
         "tools": {k: v for k, v in tool_versions.items() if k != "host"},
-        "host_checker": check.checker_version(str(fs.type)) if sc.check.host else None,
-        "checks": {"host": sc.check.host, "guest": sc.check.guest},
-        "corrupt": sc.crash.corrupt,
+        "host_checker": host.checker_version(str(fs.type)) if check.host else None,
+        "checks": {"host": check.host, "guest": check.guest},
+        "corrupt": crash.corrupt,
         "judges": _judges_digest(),
     }
     return canonical_json(parts)

@@ -16,24 +16,24 @@ harness outcome is never passed on: the twins waiting behind it are checked them
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from harness import paths
 from harness.check import distributed, parallel
 from harness.check import guest as guestcheck
 from harness.check import host as check
-from harness.config.crash import FsSpec, Scenario
+from harness.config.crash import CheckSpec, CrashSpec, FsSpec
 from harness.experiments import lifecycle
-from harness.experiments.crash import reuse
+from harness.experiments.crash import reuse as reuse_
 from harness.outcome import Outcome, is_harness, reduce
 from harness.record import logwrites
 from harness.replay import crashstates
 from harness.replay import replayer as replay
 from harness.replay.corrupt import zero_durable_block
-from harness.store.model import CheckRow, Judged
+from harness.store.model import CheckRow
 
 
 @dataclass
@@ -58,16 +58,14 @@ class Checked(NamedTuple):
     reused_from: str | None = None
 
 
-@dataclass(frozen=True)
-class Reuse:
-    """What ``check_sources`` needs to find a state's twin: the run's part of the check
-    key (``reuse.context_key``), the run's id (how its own states are named) and the
-    store's lookup of states judged in any run (``Store.judged``; None: only twins
-    within this call)."""
+class Scenario(Protocol):
+    """What checking needs of a scenario: a crash kind's or a search kind's."""
 
-    context: str
-    run_id: str
-    judged: Callable[[str, str], Judged | None] | None = None
+    @property
+    def check(self) -> CheckSpec: ...
+
+    @property
+    def crash(self) -> CrashSpec: ...
 
 
 def check_sources(
@@ -76,7 +74,7 @@ def check_sources(
     sources: Sequence[Source],
     rdir: Path,
     progress: lifecycle.Progress,
-    reuse: Reuse | None = None,
+    reuse: reuse_.Reuse | None = None,
 ) -> Iterator[Checked]:
     """Yield each state of every source with its checks, the moment they are known;
     with ``reuse``, a state judged before (same image, same check key) with the verdict
@@ -99,7 +97,7 @@ class _Ledger:
     """Which (check key, identity) pairs are judged, which are being checked, and the
     twins waiting for those."""
 
-    def __init__(self, reuse: Reuse | None) -> None:
+    def __init__(self, reuse: reuse_.Reuse | None) -> None:
         self.reuse = reuse
         self._judged: dict[tuple[str, str], tuple[str, list[check.CheckResult]]] = {}
         self._waiting: dict[tuple[str, str], list[tuple[Checked, Source]]] = {}
@@ -111,7 +109,7 @@ class _Ledger:
     def tag(self, src: Source, state: crashstates.CrashState, identity: str | None) -> Checked:
         if self.reuse is None or identity is None:
             return Checked(state, [])
-        key = reuse.check_key(self.reuse.context, src.oracle, state, src.size)
+        key = reuse_.check_key(self.reuse.context, src.oracle, state, src.size)
         return Checked(state, [], identity, key)
 
     @staticmethod

@@ -1,0 +1,192 @@
+"""Search (kind ``search``): every workload of a generated space recorded, its crash
+states checked, its findings grouped by symptom.
+
+prepare: the selection of workloads (``harness/guest/ace.py``); those not yet recorded
+are recorded ``workloads_per_boot`` per guest (``record.py``); each recorded log is cut
+into crash states after the workload's base (the file set it starts from), its ids
+prefixed with the workload's. Checks run through the crash kind's ``check_sources``,
+whose guest batches take states of many workloads. Each workload is one observation
+(its op classes, its recording, no outcome: its states carry those), and each finding
+one more, its symptom, which ``scenario results bugs`` clusters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from harness.experiments import lifecycle
+from harness.experiments.crash import experiment as crash
+from harness.experiments.crash import reuse
+from harness.experiments.crash import states as checking
+from harness.experiments.search import record, symptom
+from harness.experiments.search.settings import SearchScenario
+from harness.guest import ace
+from harness.outcome import Outcome, is_finding, reduce
+from harness.record import logwrites
+from harness.replay import crashstates
+from harness.store import db as store
+from harness.store.model import ItemOutcome
+
+log = logging.getLogger("crashlab.search")
+BASE_MARK = f"{crashstates.SYNC_MARK_PREFIX}1"  # the base file set, synced
+
+
+class Search(lifecycle.Experiment):
+    """Record many generated workloads, check every crash state of each."""
+
+    sc: SearchScenario
+
+    def __init__(self, run: lifecycle.Run):
+        super().__init__(run)
+        self._stack = contextlib.ExitStack()
+        self.sources: dict[str, checking.Source] = {}
+        self.workloads: dict[str, dict[str, Any]] = {}
+        self.seconds: dict[str, float] = {}
+
+    def prepare(self) -> None:
+        w = self.sc.workload
+        picked = ace.selection(w.seq, w.sample, self.run.seed, w.limit)
+        wanted = [ace.describe(w.seq, i) for i in picked]
+        if w.op_classes:
+            wanted = [d for d in wanted if set(d["op_class"].split("+")) <= set(w.op_classes)]
+        self.workloads = {d["id"]: d for d in wanted}
+        self._record_missing(wanted)
+        for d in wanted:
+            rec = record.load(self.run.dir, d["id"])
+            assert rec is not None  # _record_missing kept every one
+            self._observe(d, rec)
+            if rec.status == "recorded":
+                self.sources[d["id"]] = self._source(d["id"], rec)
+
+    def _record_missing(self, wanted: Sequence[dict[str, Any]]) -> None:
+        todo = [d for d in wanted if record.load(self.run.dir, d["id"]) is None]
+        per = self.sc.workloads_per_boot
+        for b in range(0, len(todo), per):
+            batch = todo[b : b + per]
+
+            def step(done: int, b: int = b) -> None:
+                self.run.progress("recording workloads in a guest", b + done, len(todo))
+
+            secs = record.record_batch(
+                self.run.dir,
+                self.sc.fs,
+                self.sc.workload.seq,
+                batch,
+                timeout=self.sc.timeout,
+                noop_sync=self.sc.workload.noop_sync,
+                progress=step,
+            )
+            for k, v in secs.items():
+                self.seconds[k] = self.seconds.get(k, 0.0) + v
+
+    def _source(self, wid: str, rec: record.Recorded) -> checking.Source:
+        lg = self._stack.enter_context(logwrites.open_log(rec.log))
+        stats = lg.stats()
+        self.run.store.add_log(
+            store.LogInfo(
+                hash=lg.hash,
+                path=str(rec.log),
+                entries=stats.entries,
+                flushes=stats.flushes,
+                fuas=stats.fuas,
+                marks=stats.marks,
+                discards=stats.discards,
+                bytes=stats.bytes_written,
+            ),
+            run_id=self.run.run_id,
+        )
+        specs = [{"kind": str(s.kind), **s.params()} for s in self.sc.crash.states]
+        base = lg.find_mark(BASE_MARK)
+        if base is None:
+            raise RuntimeError(f"workload {wid}: its log has no {BASE_MARK} mark")
+        after = [
+            s
+            for s in crashstates.generate(lg, specs, self.run.seed)
+            if s.prefix > base + 1 and s.first_divergent > base
+        ]
+        states = [
+            dataclasses.replace(s, id=f"{wid}/{s.id}")
+            for s in crash.spread(after, self.sc.crash.max_states)
+        ]
+        return checking.Source(lg, states, rec.oracle(), int(rec.facts["device_size"]), wid)
+
+    def _observe(self, d: dict[str, Any], rec: record.Recorded) -> None:
+        cell = {
+            "fs": str(self.sc.fs.type),
+            "op_class": d["op_class"],
+            "persistence": d["persistence"],
+            "seq": d["seq"],
+        }
+        metrics = {
+            "workload": d["id"],
+            "ops": d["ops"],
+            "status": rec.status,
+            "record_seconds": rec.facts["seconds"],
+            "error": rec.facts.get("error"),
+        }
+        # A workload that failed for another reason than an unsupported op is the lab's
+        # failure (its states are unknown), never a finding and never silently dropped.
+        failed = Outcome.HARNESS_ERROR if rec.status == "failed" else None
+        self.run.store.record_observation(
+            self.run.run_id, f"workload:{d['id']}", cell, metrics, failed
+        )
+
+    def items(self) -> Sequence[crashstates.CrashState]:
+        return [s for src in self.sources.values() for s in src.states]
+
+    def check(
+        self, todo: Sequence[lifecycle.Item]
+    ) -> Iterator[tuple[crashstates.CrashState, checking.Checked]]:
+        want = {s.id for s in todo}
+        sources = [
+            dataclasses.replace(src, states=[s for s in src.states if s.id in want])
+            for src in self.sources.values()
+        ]
+        twins = reuse.for_run(self.run, self.sc.check, self.sc.crash, self.sc.fs)
+        for c in checking.check_sources(
+            self.sc, self.sc.fs, sources, self.run.dir, self.run.progress, twins
+        ):
+            yield c.state, c
+
+    def commit(self, item: lifecycle.Item, result: Any) -> None:
+        assert isinstance(item, crashstates.CrashState) and isinstance(result, checking.Checked)
+        wid = item.id.split("/", 1)[0]
+        verdict = reduce(r.outcome for r in result.results)
+        if is_finding(verdict) and not self._expected(verdict):
+            cell, metrics = symptom.of(
+                verdict, result.results, self.workloads[wid], str(self.sc.fs.type)
+            )
+            # No outcome: the state's verdict already counts it; this row only groups it.
+            self.run.store.record_observation(
+                self.run.run_id, f"bug:{item.id}", cell, metrics, None
+            )
+        crash.commit_state(self.run.store, self.run.run_id, result)
+
+    def _expected(self, verdict: Outcome) -> bool:
+        return verdict is Outcome.REPAIRED and not self.sc.fs.journaled
+
+    def expected(self, item: ItemOutcome) -> bool:
+        # Without a journal a full fsck is the recovery: its repair is the design.
+        return self._expected(item.outcome)
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def summary(self) -> dict[str, Any]:
+        generated = sum(len(s.states) for s in self.sources.values())
+        status: dict[str, int] = {}
+        for d in self.workloads.values():
+            rec = record.load(self.run.dir, d["id"])
+            key = rec.status if rec else "missing"
+            status[key] = status.get(key, 0) + 1
+        return {
+            "workloads": len(self.workloads),
+            "workload_status": status,
+            "states": generated,
+            "reuse": reuse.counts(self.run, generated),
+            "recording_seconds": {k: round(v, 2) for k, v in self.seconds.items()},
+        }

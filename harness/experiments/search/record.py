@@ -1,0 +1,170 @@
+"""Recording many workloads in one guest: each on its own slice of one data disk and one
+log disk (dm-linear), so each starts on zeros and leaves its own dm-log-writes log.
+
+A boot under TCG costs about as much as recording ten small workloads, so a guest takes
+``workloads_per_boot`` of them (``harness/guest/ace.py record``, one guest command
+each). The logs are cut out of the log disk after the guest is gone, into
+``<run>/workloads/<id>/``, with the workload's oracle and facts beside them; a workload
+with those files is recorded, which is what a resumed run skips.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.config.crash import FsSpec
+from harness.errors import HarnessError
+from harness.record import logwrites
+from harness.record import recorder as record
+from harness.replay.replayer import data_extents
+from harness.vm.backend import Disk, GuestSpec, start_guest
+
+MiB = 1 << 20
+# Each workload's log slice: mkfs and ACE's few ops log far less than the device's size
+# (a full slice shows as a dm-log-writes error, which fails the batch, never silently).
+LOG_SLACK = 16 * MiB
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One workload's recording, as kept in its folder."""
+
+    folder: Path
+    status: str  # recorded | unsupported | failed
+    facts: dict[str, Any]
+
+    @property
+    def log(self) -> Path:
+        return self.folder / "log.raw"
+
+    def oracle(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.folder / "oracle.json").read_text())
+        return data
+
+
+def folder(rdir: Path, wid: str) -> Path:
+    return rdir / "workloads" / wid
+
+
+def load(rdir: Path, wid: str) -> Recorded | None:
+    """A workload's recording kept by an earlier batch, or None."""
+    d = folder(rdir, wid)
+    facts_path = d / "recording.json"
+    if not facts_path.exists():
+        return None
+    facts = json.loads(facts_path.read_text())
+    return Recorded(d, facts["status"], facts)
+
+
+def record_batch(
+    rdir: Path,
+    fs: FsSpec,
+    seq: int,
+    workloads: Sequence[dict[str, Any]],
+    *,
+    timeout: float,
+    noop_sync: bool,
+    progress: Callable[[int], None],
+) -> dict[str, float]:
+    """Record ``workloads`` (``ace.describe`` dicts) in one guest; keep each one's
+    folder. Returns the batch's phase seconds (boot, record)."""
+    size = fs.disk_size
+    log_size = size + LOG_SLACK
+    rdir.mkdir(parents=True, exist_ok=True)
+    dut, logdisk = rdir / "batch-dut.raw", rdir / "batch-log.raw"
+    for path, length in ((dut, size), (logdisk, log_size)):
+        path.unlink(missing_ok=True)
+        with open(path, "wb") as f:
+            f.truncate(length * len(workloads))
+    spec = GuestSpec(
+        disks=(Disk(dut, "dut"), Disk(logdisk, "log")),
+        command_timeout=timeout,
+    )
+    results: list[dict[str, Any]] = []
+    seconds: dict[str, float] = {}
+    with start_guest(spec) as guest:
+        seconds["boot"] = guest.boot_seconds()
+        record.install_scripts(guest)
+        devs = [
+            guest.run(["readlink", "-f", guest.disk(s)], check=True).out.strip()
+            for s in ("dut", "log")
+        ]
+        common = [
+            "python3", f"{record.GUEST_DIR}/ace.py", "record", "--seq", str(seq),
+            "--name", "crashlab-ace", "--dut", devs[0], "--size", str(size),
+            "--log", devs[1], "--log-size", str(log_size),
+            "--mkfs", json.dumps(fs.mkfs_argv("")[:-1]),
+            "--mount", json.dumps(fs.mount_argv("", "")[:-2]),
+            "--root", record.MOUNTPOINT, "--timeout", str(timeout),
+            "--fsync-names", "yes" if fs.journaled else "no",
+            *(["--noop-sync"] if noop_sync else []),
+        ]  # fmt: skip
+        for i, w in enumerate(workloads):
+            argv = [*common, "--index", str(w["index"]), "--dut-offset", str(i * size)]
+            argv += ["--log-offset", str(i * log_size)]
+            r = guest.run(argv, timeout=timeout * 2)
+            if not r.ok:
+                raise HarnessError(
+                    f"recording workload {w['id']} failed in the guest ({r.exitcode})",
+                    detail=(r.err or r.out)[-3000:],
+                )
+            results.append(json.loads(r.out))
+            progress(i + 1)
+        record.check_log_errors(guest)
+    seconds["record"] = sum(float(r["seconds"]) for r in results)
+    for i, (w, res) in enumerate(zip(workloads, results, strict=True)):
+        _keep(rdir, w, res, logdisk, i * log_size, log_size, size)
+    dut.unlink()
+    logdisk.unlink()
+    return seconds
+
+
+def _keep(
+    rdir: Path,
+    w: dict[str, Any],
+    res: dict[str, Any],
+    logdisk: Path,
+    offset: int,
+    length: int,
+    size: int,
+) -> None:
+    """One workload's folder: its log cut out of the batch's log disk, its oracle, and
+    its facts written last (they say the folder is complete)."""
+    d = folder(rdir, w["id"])
+    d.mkdir(parents=True, exist_ok=True)
+    if res["status"] == "recorded":
+        cut_region(logdisk, offset, length, d / "log.raw")
+        with logwrites.open_log(d / "log.raw") as lg:
+            used = lg.used
+        os.truncate(d / "log.raw", used)
+        (d / "oracle.json").write_text(json.dumps(res["oracle"]))
+    facts = {
+        **w,
+        "status": res["status"],
+        "error": res.get("error") or (res.get("oracle") or {}).get("error"),
+        "seconds": res["seconds"],
+        "device_size": size,
+    }
+    tmp = d / "recording.json.tmp"
+    tmp.write_text(json.dumps(facts))
+    tmp.replace(d / "recording.json")
+
+
+def cut_region(src: Path, offset: int, length: int, dst: Path) -> None:
+    """Bytes ``[offset, offset + length)`` of ``src`` as the sparse file ``dst``."""
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        fo.truncate(length)
+        for start, n, is_data in data_extents(fi.fileno(), offset, length):
+            if not is_data:
+                continue
+            fi.seek(start)
+            fo.seek(start - offset)
+            while n:
+                chunk = fi.read(min(n, 4 * MiB))
+                fo.write(chunk)
+                n -= len(chunk)

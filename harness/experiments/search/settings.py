@@ -1,0 +1,101 @@
+"""Search scenarios (``kind = "search"``): many generated workloads, each recorded on a
+fresh filesystem under its own dm-log-writes log, their crash states checked together
+(``harness/experiments/search/experiment.py``).
+
+The generator is ACE's bounded grammar (``harness/guest/ace.py``): ``seq`` core ops, each
+followed by a persistence op, over a small file set; seq-1 is enumerated whole, larger
+spaces are sampled by seed (``sample``) or cut to their first workloads (``limit``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from harness.config import settings
+from harness.config.base import ScenarioBase
+from harness.config.crash import CheckSpec, CrashSpec, FsSpec
+from harness.config.settings import Settings, problem
+from harness.guest import ace
+
+
+def _default_crash() -> CrashSpec:
+    # ACE checks at the persistence points (the marks, cut exactly); the FUA writes
+    # between them are where a journal commit can be torn.
+    return CrashSpec.model_validate(
+        {"states": [{"kind": "mark"}, {"kind": "fua"}], "max_states": 12}
+    )
+
+
+class AceSpec(Settings):
+    """Which workloads of ACE's space a run takes."""
+
+    grammar: Literal["ace"] = "ace"
+    seq: int = Field(1, ge=1, le=3, description="core ops per workload")
+    sample: int = Field(0, ge=0, description="a seeded sample of this many (0: every one)")
+    limit: int = Field(0, ge=0, description="only the first N of the selection (a CI slice)")
+    op_classes: tuple[str, ...] = Field(
+        (), description="only workloads whose core ops are all of these classes"
+    )
+    noop_sync: bool = Field(
+        False, description="a positive control: never really sync; expect findings"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> AceSpec:
+        known = sorted({c.op_class for c in ace.cores()})
+        bad = [c for c in self.op_classes if c not in known]
+        if bad:
+            raise problem(
+                f"unknown op class {bad[0]!r}", "valid ones: " + ", ".join(known), key="op_classes"
+            )
+        size = ace.space(self.seq)
+        if self.sample > size:
+            raise problem(
+                f"a sample of {self.sample} is larger than seq-{self.seq}'s space of {size}",
+                f"sample at most {size}, or 0 for every workload",
+                key="sample",
+            )
+        return self
+
+
+class SearchScenario(ScenarioBase):
+    """Generated workloads, every crash state of each checked (``kind = "search"``)."""
+
+    kind: Literal["search"]
+    fs: FsSpec
+    workload: AceSpec = Field(default_factory=AceSpec)
+    crash: CrashSpec = Field(default_factory=_default_crash)
+    check: CheckSpec = Field(default_factory=CheckSpec)
+    workloads_per_boot: int = Field(
+        100, ge=1, le=1000, description="workloads one recording guest takes"
+    )
+    timeout: float = Field(
+        300.0, gt=0, le=settings.MAX_SECONDS, description="seconds one workload may take"
+    )
+
+    @model_validator(mode="after")
+    def _control(self) -> SearchScenario:
+        if self.workload.noop_sync and self.expect != "findings":
+            raise problem(
+                "a workload that never really syncs can only lose data",
+                "it is a positive control: declare expect = 'findings'",
+                key="workload.noop_sync",
+            )
+        return self
+
+    def catalogue_row(self) -> tuple[str, str, str, str]:
+        w = self.workload
+        take = f"sample {w.sample}" if w.sample else "all"
+        return (
+            str(self.fs.type),
+            str(self.fs.data_mode or "-"),
+            f"ace seq-{w.seq} ({take}{f', first {w.limit}' if w.limit else ''})",
+            ", ".join(st.label() for st in self.crash.states) + f" (<= {self.crash.max_states})",
+        )
+
+
+SETTABLE = settings.settable(SearchScenario)
+for _k in ("name", "path", "extends", "overrides", "kind"):
+    SETTABLE.pop(_k, None)

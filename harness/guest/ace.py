@@ -1,0 +1,428 @@
+#!/usr/bin/env python3
+"""ACE's bounded workloads (CrashMonkey, OSDI'18), enumerated, and one recorded.
+
+Stdlib only and deterministic: the host enumerates and samples the space by index
+(``count``, ``describe``), the guest rebuilds workload ``i`` from the same index and runs
+it (``record``), so only indices cross between them.
+
+A workload is: the base (ACE's small file set, made and synced: mark 1), then ``seq``
+core ops, each followed by a persistence op (fsync, fdatasync, a directory fsync or
+sync; before the last op also none), then opgen's final sync. CrashMonkey's study found
+most crash-consistency bugs need three ops or fewer, each ending in an fsync-family call,
+which is why a small exhaustive space finds real bugs.
+
+The space by index: a workload of ``seq`` ops is digits in mixed radix, one per op, over
+``units(last)``: the (core op, persistence) pairs, with "none" only before the last op.
+Some combinations are not workloads (a write to a file unlinked before); ``valid`` says
+which, by replaying the names the ops need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import functools
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import opgen  # type: ignore[import-not-found]  # beside us in the guest
+import runner  # type: ignore[import-not-found]
+from oracle import FORMAT, parent  # type: ignore[import-not-found]
+
+Op: Any = opgen.Op
+
+KiB = 1024
+BASE_SIZE = 16 * KiB
+FILES = ("foo", "A/foo")  # ACE's files, in the root and in a directory
+NEW = ("bar", "A/bar")  # names the workloads create
+BASE_DIRS = ("A", "A/C")  # A/C stays empty: rmdir's target
+XATTR = "user.a"
+
+
+def _falloc(mode: str, offset: int, size: int) -> dict[str, Any]:
+    return {"kind": "falloc", "mode": mode, "offset": offset, "size": size}
+
+
+# (op class, template) per file: what ACE's write / falloc / truncate / xattr ops do to
+# a file of BASE_SIZE bytes -- inside it, across its end, past it, block-aligned or not.
+FILE_OPS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("append", {"kind": "append", "offset": BASE_SIZE, "length": 5000}),
+    ("overwrite", {"kind": "overwrite", "offset": 1000, "length": 5000}),
+    ("write-hole", {"kind": "write", "offset": 2 * BASE_SIZE, "length": 4 * KiB}),
+    ("dwrite-append", {"kind": "dwrite", "offset": BASE_SIZE, "length": 8 * KiB}),
+    ("dwrite-overwrite", {"kind": "dwrite", "offset": 4 * KiB, "length": 4 * KiB}),
+    ("mwrite", {"kind": "mwrite", "offset": 2000, "length": 3000}),
+    ("falloc", _falloc("default", BASE_SIZE, BASE_SIZE)),
+    ("falloc-keep-size", _falloc("keep_size", 12 * KiB, BASE_SIZE)),
+    ("punch-hole", _falloc("punch_hole", 4 * KiB, 8 * KiB)),
+    ("zero-range", _falloc("zero_range", 2000, 6000)),
+    ("zero-range-extend", _falloc("zero_range", 12 * KiB, BASE_SIZE)),
+    ("zero-range-keep-size", _falloc("zero_range_keep_size", 12 * KiB, BASE_SIZE)),
+    ("truncate-shrink", {"kind": "truncate", "size": 5000}),
+    ("truncate-grow", {"kind": "truncate", "size": 4 * BASE_SIZE}),
+    ("setxattr", {"kind": "setxattr", "name": "user.b", "length": 32}),
+    ("setxattr-replace", {"kind": "setxattr", "name": XATTR, "length": 48}),
+    ("removexattr", {"kind": "removexattr", "name": XATTR}),
+    ("unlink", {"kind": "unlink"}),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Core:
+    """A core op before its data is drawn: what the space enumerates."""
+
+    op_class: str
+    kind: str
+    path: str = ""
+    dst: str = ""
+    offset: int = 0
+    size: int = 0
+    length: int = 0  # bytes of data (writes, xattr values)
+    mode: str = ""
+    name: str = ""
+
+    def label(self) -> str:
+        args = ", ".join(a for a in (self.path, self.dst) if a)
+        return f"{self.op_class}({args})"
+
+
+def cores() -> list[Core]:
+    """Every core op over the file set, in a fixed order."""
+    out: list[Core] = [Core("creat", "create", n) for n in NEW]
+    out += [Core("mkdir", "mkdir", d) for d in ("B", "A/D")]
+    out += [Core("rmdir", "rmdir", "A/C"), Core("rename-dir", "rename", "A", "B")]
+    for f in FILES:
+        for op_class, t in FILE_OPS:
+            out.append(Core(op_class, path=f, **t))
+        out += [Core("link", "link", f, n) for n in NEW]
+        out += [Core("rename", "rename", f, n) for n in NEW]
+        out += [Core("rename-over", "rename", f, g) for g in FILES if g != f]
+    return out
+
+
+PERSIST_NONE = "none"
+
+
+def persistence(c: Core) -> list[tuple[str, str]]:
+    """(persistence op, its path) choices after ``c``: fsync and fdatasync of the files
+    it leaves, fsync of the directories it changed, and sync."""
+    names = _names_after(c)
+    files = [p for p in names if p in _FILE_NAMES]
+    dirs = sorted(
+        {parent(p) for p in (c.path, c.dst) if p} | {p for p in names if p not in _FILE_NAMES}
+    )
+    out = [("fsync", f) for f in files] + [("fdatasync", f) for f in files]
+    out += [("fsync_dir", d) for d in dirs if d not in files]
+    return [*out, ("sync", "")]
+
+
+_FILE_NAMES = frozenset((*FILES, *NEW))
+
+
+def _names_after(c: Core) -> list[str]:
+    """The names ``c`` leaves that a persistence op can open."""
+    if c.kind in ("unlink", "rmdir"):
+        return []
+    if c.kind == "rename":
+        return [c.dst]
+    if c.kind == "link":
+        return [c.path, c.dst]
+    return [c.path]
+
+
+@functools.cache
+def units(last: bool) -> list[tuple[Core, tuple[str, str]]]:
+    """The (core op, persistence op) pairs one digit of an index ranges over."""
+    out = []
+    for c in cores():
+        choices = persistence(c) + ([] if last else [(PERSIST_NONE, "")])
+        out += [(c, p) for p in choices]
+    return out
+
+
+def space(seq: int) -> int:
+    """Number of indices of ``seq`` ops (valid or not)."""
+    n = len(units(True))
+    for _ in range(seq - 1):
+        n *= len(units(False))
+    return n
+
+
+def decode(seq: int, index: int) -> list[tuple[Core, tuple[str, str]]]:
+    """Workload ``index``'s ops: the last op is the least significant digit."""
+    if not 0 <= index < space(seq):
+        raise ValueError(f"index {index} is outside seq-{seq}'s {space(seq)} workloads")
+    last, other = units(True), units(False)
+    index, digit = divmod(index, len(last))
+    picked = [last[digit]]
+    for _ in range(seq - 1):
+        index, digit = divmod(index, len(other))
+        picked.append(other[digit])
+    return picked[::-1]
+
+
+def valid(picked: Sequence[tuple[Core, tuple[str, str]]]) -> bool:
+    """Whether every op finds what it needs: the names it reads exist, the names it
+    makes do not, rmdir's directory is empty, an mmap write lies inside its file."""
+    files = {f: BASE_SIZE for f in FILES}
+    dirs = {"", *BASE_DIRS}
+    for c, (pkind, ppath) in picked:
+        if not _step(c, files, dirs):
+            return False
+        if pkind in ("fsync", "fdatasync") and ppath not in files:
+            return False
+        if pkind == "fsync_dir" and ppath not in dirs:
+            return False
+    return True
+
+
+def _step(c: Core, files: dict[str, int], dirs: set[str]) -> bool:
+    k = c.kind
+    if k in ("create", "mkdir"):
+        if c.path in files or c.path in dirs or parent(c.path) not in dirs:
+            return False
+        if k == "create":
+            files[c.path] = 0
+        else:
+            dirs.add(c.path)
+        return True
+    if k == "rmdir":
+        pre = c.path + "/"
+        busy = any(x.startswith(pre) for x in (*files, *dirs))
+        if c.path not in dirs or busy:
+            return False
+        dirs.discard(c.path)
+        return True
+    if k == "rename" and c.path in dirs:
+        if c.dst in dirs or c.dst in files or parent(c.dst) not in dirs:
+            return False
+        pre = c.path + "/"
+        for d in [d for d in dirs if d == c.path or d.startswith(pre)]:
+            dirs.discard(d)
+            dirs.add(c.dst + d[len(c.path) :])
+        for f in [f for f in files if f.startswith(pre)]:
+            files[c.dst + f[len(c.path) :]] = files.pop(f)
+        return True
+    if c.path not in files:
+        return False
+    if k in ("link", "rename"):
+        over = k == "rename" and c.dst in files
+        if (c.dst in files and not over) or c.dst in dirs or parent(c.dst) not in dirs:
+            return False
+        files[c.dst] = files[c.path]
+        if k == "rename":
+            del files[c.path]
+        return True
+    size = files[c.path]
+    if k == "unlink":
+        del files[c.path]
+    elif k == "mwrite":
+        return c.offset + c.length <= size
+    elif k in ("append", "overwrite", "write", "dwrite"):
+        files[c.path] = max(size, c.offset + c.length)
+    elif k == "truncate":
+        files[c.path] = c.size
+    elif k == "falloc" and c.mode in ("default", "zero_range"):
+        files[c.path] = max(size, c.offset + c.size)
+    return True
+
+
+def selection(seq: int, sample: int, seed: int, limit: int = 0) -> list[int]:
+    """The valid indices a run takes: all of them in order, or ``sample`` of them drawn
+    by ``seed`` (sorted); ``limit`` keeps the first few (a CI slice)."""
+    if sample:
+        rng = random.Random(seed)
+        total = space(seq)
+        if sample > total:
+            raise ValueError(f"a sample of {sample} is larger than seq-{seq}'s {total} workloads")
+        out: set[int] = set()
+        tries = 0
+        while len(out) < sample and tries < 50 * sample:
+            tries += 1
+            i = rng.randrange(total)
+            if i not in out and valid(decode(seq, i)):
+                out.add(i)
+        picked = sorted(out)
+    else:
+        picked = [i for i in range(space(seq)) if valid(decode(seq, i))]
+    return picked[:limit] if limit else picked
+
+
+def base_ops() -> list[Any]:
+    """ACE's file set, made and then synced (the workload's first mark)."""
+    ops = [Op("mkdir", d) for d in BASE_DIRS]
+    for i, f in enumerate(FILES):
+        ops += [
+            Op("create", f),
+            Op("append", f, offset=0, data=_bytes(f"base{i}", BASE_SIZE)),
+            Op("setxattr", f, name=XATTR, data=_bytes(f"x{i}", 16)),
+        ]
+    return [*ops, Op("sync")]
+
+
+def _bytes(seed: str, n: int) -> bytes:
+    return random.Random(seed).randbytes(n)
+
+
+def ops_of(seq: int, index: int) -> list[Any]:
+    """Workload ``index`` as opgen ops (base included; opgen adds the final sync)."""
+    ops = base_ops()
+    for n, (c, (pkind, ppath)) in enumerate(decode(seq, index)):
+        data = _bytes(f"{index}:{n}", c.length) if c.length else b""
+        ops.append(
+            Op(
+                c.kind,
+                c.path,
+                dst=c.dst,
+                offset=c.offset,
+                size=c.size,
+                data=data,
+                mode=c.mode,
+                name=c.name,
+            )
+        )
+        if pkind != PERSIST_NONE:
+            ops.append(Op(pkind, ppath))
+    return ops
+
+
+def describe(seq: int, index: int) -> dict[str, Any]:
+    """What the host stores of a workload: its ops, op classes and persistence ops."""
+    picked = decode(seq, index)
+    text = "; ".join(
+        c.label() + ("" if p == PERSIST_NONE else f" {p}({pp})") for c, (p, pp) in picked
+    )
+    return {
+        "id": f"seq{seq}-{index:06d}",
+        "index": index,
+        "seq": seq,
+        "ops": text,
+        "op_class": "+".join(c.op_class for c, _ in picked),
+        "persistence": "+".join(p for _, (p, _) in picked),
+        # What each name is to the workload, for a finding's symptom: the op's own
+        # file or the name it made.
+        "roles": {
+            **{c.path: "target" for c, _ in picked if c.path},
+            **{c.dst: "destination" for c, _ in picked if c.dst},
+        },
+    }
+
+
+UNSUPPORTED = (errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL)
+
+
+def cmd_record(a: argparse.Namespace) -> int:
+    """Record workload ``--index`` on a fresh filesystem under its own dm-log-writes
+    log: dm-linear slices of the data and log disks, so one guest records many."""
+    steps: list[tuple[str, list[str]]] = []
+    dut, log, lw = f"{a.name}-dut", f"{a.name}-log", a.name
+
+    def sh(step: str, argv: list[str]) -> str:
+        r = runner.run(argv, a.timeout)
+        if r.rc != 0:
+            raise StepFailed(step, argv, r.stderr or r.stdout)
+        steps.append((step, argv))
+        return str(r.stdout)
+
+    def mark(text: str) -> None:
+        sh("mark", ["dmsetup", "message", lw, "0", "mark", text])
+
+    start = time.monotonic()
+    result: dict[str, Any] = {"index": a.index}
+    try:
+        for name, disk, offset in ((dut, a.dut, a.dut_offset), (log, a.log, a.log_offset)):
+            sectors = a.size // 512 if name == dut else a.log_size // 512
+            table = f"0 {sectors} linear {disk} {offset // 512}"
+            sh("dm-create", ["dmsetup", "create", name, "--table", table])
+        table = f"0 {a.size // 512} log-writes /dev/mapper/{dut} /dev/mapper/{log}"
+        sh("dm-create", ["dmsetup", "create", lw, "--table", table])
+        dev = f"/dev/mapper/{lw}"
+        sh("mkfs", [*json.loads(a.mkfs), dev])
+        mark("crashlab:mkfs")
+        sh("mount", [*json.loads(a.mount), dev, a.root])
+        body = opgen.execute(
+            a.root,
+            ops_of(a.seq, a.index),
+            mark_cmd="dmsetup",
+            dm_name=lw,
+            fsync_names=a.fsync_names == "yes",
+            noop_sync=a.noop_sync,
+        )
+        sh("umount", ["umount", a.root])
+        mark("crashlab:umount")
+        result["oracle"] = {"format": FORMAT, "mark_prefix": opgen.MARK_PREFIX, **body}
+        result["status"] = "recorded" if body["complete"] else _failed(body)
+    except StepFailed as e:
+        result["status"] = "failed"
+        result["error"] = str(e)
+    finally:
+        runner.run(["umount", a.root], a.timeout)
+        for name in (lw, dut, log):
+            runner.run(["dmsetup", "remove", name], a.timeout)
+    result["seconds"] = round(time.monotonic() - start, 3)
+    print(json.dumps(result))
+    return 0
+
+
+def _failed(body: dict[str, Any]) -> str:
+    """An op the filesystem does not support is a skipped workload; another failure
+    is the lab's to explain."""
+    return "unsupported" if body.get("errno") in UNSUPPORTED else "failed"
+
+
+class StepFailed(Exception):
+    def __init__(self, step: str, argv: list[str], output: str) -> None:
+        super().__init__(f"{step}: {' '.join(argv)}: {output.strip()[-800:]}")
+
+
+def cmd_list(a: argparse.Namespace) -> int:
+    for i in selection(a.seq, a.sample, a.seed, a.limit):
+        print(json.dumps(describe(a.seq, i)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ace", description=(__doc__ or "").splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    ls = sub.add_parser("list", help="the workloads a run takes, one JSON line each")
+    ls.add_argument("--seq", type=int, default=1)
+    ls.add_argument("--sample", type=int, default=0)
+    ls.add_argument("--seed", type=int, default=1)
+    ls.add_argument("--limit", type=int, default=0)
+    ls.set_defaults(func=cmd_list)
+    r = sub.add_parser("record", help="record one workload under its own log")
+    r.add_argument("--seq", type=int, required=True)
+    r.add_argument("--index", type=int, required=True)
+    r.add_argument("--name", required=True, help="the dm-log-writes device's name")
+    r.add_argument("--dut", required=True)
+    r.add_argument("--dut-offset", type=int, required=True)
+    r.add_argument("--size", type=int, required=True, help="the filesystem's device size")
+    r.add_argument("--log", required=True)
+    r.add_argument("--log-offset", type=int, required=True)
+    r.add_argument("--log-size", type=int, required=True)
+    r.add_argument("--mkfs", required=True, help="mkfs argv as JSON, without the device")
+    r.add_argument("--mount", required=True, help="mount argv as JSON, without dev and dir")
+    r.add_argument("--root", required=True)
+    r.add_argument("--fsync-names", choices=("yes", "no"), default="yes")
+    r.add_argument("--noop-sync", action="store_true")
+    r.add_argument("--timeout", type=float, default=300)
+    r.set_defaults(func=cmd_record)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    status: int = a.func(a)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Search runs: findings clustered by symptom (``scenario results bugs RUN``) and the
+workloads table (``scenario results table workloads --by fs,op_class``).
+
+A cluster is one symptom -- filesystem, outcome, oracle rule, the broken name's role,
+op classes -- over every workload that showed it, listed with its smallest workload
+first (fewest ops, then shortest): the one a developer reads and reproduces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from harness.report import query
+from harness.store.db import Store
+
+KEY = ("fs", "outcome", "rule", "role", "op_class")
+
+
+@dataclass
+class Cluster:
+    symptom: dict[str, str]
+    states: list[str] = field(default_factory=list)
+    workloads: dict[str, str] = field(default_factory=dict)  # id -> ops
+
+    @property
+    def smallest(self) -> tuple[str, str]:
+        return min(self.workloads.items(), key=lambda w: (w[1].count(";"), len(w[1]), w[0]))
+
+    def to_json(self) -> dict[str, Any]:
+        wid, ops = self.smallest
+        return {
+            **self.symptom,
+            "states": len(self.states),
+            "workloads": len(self.workloads),
+            "smallest": {"workload": wid, "ops": ops},
+            "state_ids": self.states,
+        }
+
+
+def clusters(st: Store, run_id: str) -> list[Cluster]:
+    """The run's findings by symptom, the commonest first."""
+    out: dict[tuple[str, ...], Cluster] = {}
+    for o in st.observations(st.resolve_run_id(run_id)):
+        if not o["item"].startswith("bug:"):
+            continue
+        cell, m = o["cell"], o["metrics"]
+        key = tuple(str(cell.get(k, "-")) for k in KEY)
+        c = out.setdefault(key, Cluster(dict(zip(KEY, key, strict=True))))
+        c.states.append(o["item"].removeprefix("bug:"))
+        c.workloads[m["workload"]] = m["ops"]
+    return sorted(out.values(), key=lambda c: (-len(c.workloads), -len(c.states)))
+
+
+def print_clusters(console: Console, found: list[Cluster], limit: int | None = None) -> None:
+    if not found:
+        console.print("no findings: no cluster", markup=False)
+        return
+    t = Table("#", *KEY, "workloads", "states", "smallest workload")
+    for i, c in enumerate(found[:limit] if limit else found, 1):
+        wid, ops = c.smallest
+        t.add_row(
+            str(i), *(c.symptom[k] for k in KEY), str(len(c.workloads)), str(len(c.states)),
+            f"{wid}: {ops}",
+        )  # fmt: skip
+    console.print(t)
+    if limit and len(found) > limit:
+        console.print(f"... and {len(found) - limit} more clusters", markup=False)
+
+
+# One row per recorded workload; its states' verdicts are counted per outcome.
+_WORKLOADS = (
+    "SELECT run_id, json_extract(cell, '$.op_class') AS op_class,"
+    " json_extract(cell, '$.persistence') AS persistence, json_extract(cell, '$.seq') AS seq,"
+    " json_extract(metrics, '$.status') AS status, item,"
+    " json_extract(metrics, '$.record_seconds') AS record_seconds"
+    " FROM observations WHERE item LIKE 'workload:%'"
+)
+_STATES = (
+    "SELECT v.run_id, w.op_class, w.persistence, w.seq, w.status, v.outcome"
+    " FROM verdicts v JOIN (" + _WORKLOADS + ") w ON w.run_id = v.run_id"
+    " AND w.item = 'workload:' || substr(v.state_id, 1, instr(v.state_id, '/') - 1)"
+)
+
+query.register_table(
+    query.TableKind(
+        name="workloads",
+        help="search runs: workloads per op class, their recording time, their states' verdicts",
+        source=_WORKLOADS,
+        fields={
+            "op_class": "o.op_class",
+            "persistence": "o.persistence",
+            "seq": "o.seq",
+            "status": "o.status",
+        },
+        value="record_seconds",
+        counts_source=_STATES,
+        default_by=("fs", "op_class"),
+        empty_hint="no search runs stored yet: `scenario run ace-seq1-ci`",
+    )
+)

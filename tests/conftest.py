@@ -4,7 +4,11 @@ when it is not, so a unit-test run on a laptop stays possible."""
 
 from __future__ import annotations
 
+import gzip
+import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,3 +30,17 @@ def db(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     ids by name. Tests that need another store define their own ``db``."""
     path = tmp_path / "lab.sqlite"
     return path, make_store(path)
+
+
+REAL_LOGS = Path(__file__).parent / "data" / "logs"
+
+
+@pytest.fixture(scope="session")
+def ext4_small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The recorded ext4 ops log (tests/data/logs/README.md), decompressed once per
+    session, and what was measured of it (device size, hashes, counts)."""
+    name = "ext4-ops-small"
+    out = tmp_path_factory.mktemp("reallog") / "log.raw"
+    with gzip.open(REAL_LOGS / f"{name}.log.gz", "rb") as src, out.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return out, dict(json.loads((REAL_LOGS / f"{name}.json").read_text()))

@@ -195,6 +195,12 @@ def test_a_store_of_the_previous_schema_is_migrated_with_its_counts(tmp_path: Pa
         # back to schema 5: what a store written by the previous crashlab holds
         (old_v_runs,) = (s for s in schema._MIGRATION_2 if "CREATE VIEW v_runs" in s)
         for stmt in (
+            # migration 7 (state identities) undone first
+            "DROP INDEX crash_states_identity",
+            *(
+                f"ALTER TABLE crash_states DROP COLUMN {c}"
+                for c in ("identity", "check_key", "reused_from")
+            ),
             "DROP VIEW v_runs",
             "DROP VIEW v_run_outcomes",
             "DROP VIEW v_item_outcomes",

@@ -7,10 +7,7 @@ the ext4 crash state at every FUA with the host checker. Needs e2fsprogs on the 
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,21 +20,15 @@ from harness.record.logwrites import Log, open_log
 from harness.replay.crashstates import at_fuas
 from harness.replay.replayer import Replayer, image_digest
 
-DATA = Path(__file__).parent / "data" / "logs"
-NAME = "ext4-ops-small"
+
+@pytest.fixture(scope="module")
+def meta(ext4_small: tuple[Path, dict[str, Any]]) -> dict[str, Any]:
+    return ext4_small[1]
 
 
 @pytest.fixture(scope="module")
-def meta() -> dict[str, Any]:
-    return dict(json.loads((DATA / f"{NAME}.json").read_text()))
-
-
-@pytest.fixture(scope="module")
-def log_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("reallog") / "log.raw"
-    with gzip.open(DATA / f"{NAME}.log.gz", "rb") as src, out.open("wb") as dst:
-        shutil.copyfileobj(src, dst)
-    return out
+def log_path(ext4_small: tuple[Path, dict[str, Any]]) -> Path:
+    return ext4_small[0]
 
 
 @pytest.fixture()

@@ -53,6 +53,29 @@ E2FSCK_HARNESS_BITS = 16 | 32 | 128
 E2FSCK_CANNOT_OPEN = ("No such file or directory", "Permission denied", "Device or resource busy")
 
 
+_VERSION_ARGV = {
+    **{fs: ["e2fsck", "-V"] for fs in EXT},
+    "xfs": ["xfs_repair", "-V"],
+    "btrfs": ["btrfs", "--version"],
+}
+
+
+@functools.cache
+def checker_version(fs: str) -> str:
+    """The first line the host checker of ``fs`` prints about its version ("e2fsck
+    1.47.0 (5-Feb-2023)"): part of what a host verdict depends on. "" for a filesystem
+    without a host checker; "missing" when the checker is not installed (its checks are
+    harness errors, which are never reused)."""
+    argv = _VERSION_ARGV.get(fs)
+    if argv is None:
+        return ""
+    try:
+        r = proc.run(argv, check=False, timeout=30)
+    except HarnessError:  # not installed, or hung: no verdict will depend on it
+        return "missing"
+    return ((r.stdout.strip() or r.stderr.strip()).splitlines() or ["?"])[0].strip()
+
+
 def host_check(fs: str, image: Path, scratch: Path, *, timeout: float | None = None) -> CheckResult:
     """Check ``image`` in userspace; ``scratch`` is a directory for undo files and copies.
 

@@ -22,6 +22,16 @@ from harness.store.db import RunDetail, RunRow
 SHOWN_STATES = 50
 
 
+def reuse_line(counts: Mapping[str, int]) -> str:
+    """How many crash states were generated, how many distinct checks they are (image and
+    check key), how many were checked in this run and how many took an earlier verdict
+    (docs/verdicts.md, "Every distinct state is checked once")."""
+    return (
+        f"generated {counts.get('generated', 0)}, distinct {counts.get('distinct', 0)}, "
+        f"checked {counts.get('checked', 0)} (reused {counts.get('reused', 0)})"
+    )
+
+
 def print_detail(console: Console, d: RunDetail) -> None:
     r = d.run
     head = Table.grid(padding=(0, 2))
@@ -41,6 +51,7 @@ def print_detail(console: Console, d: RunDetail) -> None:
         ("qemu", esc(r.qemu_version or "-")),
         ("image", esc(r.image_hash or "-")),
         ("tools", esc(", ".join(f"{k} {v}" for k, v in sorted(r.tool_versions.items())) or "-")),
+        *((("states", esc(reuse_line(d.reuse))),) if d.reuse else ()),
         ("outcomes", account_markup(r) or "no states checked"),
         ("exit status", exit_markup(r)),
     ):
@@ -50,7 +61,7 @@ def print_detail(console: Console, d: RunDetail) -> None:
     extra = {
         k: v
         for k, v in (r.summary or {}).items()
-        if k not in ("outcome_counts", "expected_outcomes")
+        if k not in ("outcome_counts", "expected_outcomes", "reuse")
     }
     for key, value in sorted(flatten(extra).items()):
         head.add_row(esc(key), esc(value))

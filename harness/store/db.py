@@ -33,6 +33,7 @@ from harness.store.model import (
     CheckResult,
     CheckRow,
     CrashState,
+    Judged,
     LogInfo,
     Phase,
     PhaseStats,
@@ -415,10 +416,12 @@ class Store(StoreReads, StoreQueries, StoreCampaigns):
 def _upsert_state(c: sqlite3.Connection, run_id: str, s: CrashState) -> None:
     c.execute(
         "INSERT INTO crash_states (run_id, id, log_hash, generator, params, prefix, last_mark,"
-        " description) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        " description, identity, check_key, reused_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT (run_id, id) DO UPDATE SET log_hash = excluded.log_hash,"
         " generator = excluded.generator, params = excluded.params, prefix = excluded.prefix,"
-        " last_mark = excluded.last_mark, description = excluded.description",
+        " last_mark = excluded.last_mark, description = excluded.description,"
+        " identity = excluded.identity, check_key = excluded.check_key,"
+        " reused_from = excluded.reused_from",
         (
             run_id,
             s.id,
@@ -428,6 +431,9 @@ def _upsert_state(c: sqlite3.Connection, run_id: str, s: CrashState) -> None:
             s.prefix,
             s.last_mark,
             s.description,
+            s.identity,
+            s.check_key,
+            s.reused_from,
         ),
     )
 
@@ -441,6 +447,7 @@ __all__ = [
     "CheckResult",
     "CheckRow",
     "CrashState",
+    "Judged",
     "LogInfo",
     "Phase",
     "PhaseStats",

@@ -103,6 +103,24 @@ class CrashState:
     params: Mapping[str, Any] = field(default_factory=dict)
     last_mark: str | None = None
     description: str = ""
+    identity: str | None = None  # the image's content identity (replayer.Identity)
+    check_key: str | None = None  # what else its verdict depends on (crash/reuse.py)
+    reused_from: str | None = None  # "run_id/state_id" whose verdict it took
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A state judged earlier with the same check key and image: whose verdict a twin
+    takes (``Store.judged``)."""
+
+    run_id: str
+    state_id: str
+    verdict: Outcome
+    checks: Sequence[CheckRow]
+
+    @property
+    def ref(self) -> str:
+        return f"{self.run_id}/{self.state_id}"
 
 
 @dataclass(frozen=True)
@@ -237,10 +255,13 @@ class RunDetail:
     states: Sequence[StateRow]
     recovery: Sequence[PhaseStats]
     items: Sequence[Mapping[str, Any]] = ()  # observations (kinds without a table)
+    # crash states: generated, distinct, checked, reused (``StoreReads.reuse_counts``)
+    reuse: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "run": self.run.to_json(),
+            "reuse": dict(self.reuse),
             "outcome_counts": dict(self.run.outcome_counts),
             "recovery": [s.__dict__.copy() for s in self.recovery],
             "states": [s.to_json() for s in self.states],

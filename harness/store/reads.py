@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError
-from harness.outcome import Account, Outcome, tally
+from harness.outcome import Account, Outcome, is_harness, tally
 from harness.outcome import Tallied as Tallied
 from harness.store.model import (
     CheckRow,
     ItemOutcome,
+    Judged,
     Phase,
     RunDetail,
     RunRow,
@@ -139,7 +140,11 @@ class StoreReads:
             _stats(phase, sorted(values))
             for phase, values in sorted(times.items(), key=lambda kv: order.get(kv[0], 99))
         ]
-        return RunDetail(run, states, recovery, self.observations(run.id))
+        reuse = self.reuse_counts(run.id) if states else {}
+        generated = (run.summary or {}).get("reuse", {}).get("generated")
+        if generated is not None:  # the run's own count: states it never got to are in it
+            reuse["generated"] = int(generated)
+        return RunDetail(run, states, recovery, self.observations(run.id), reuse)
 
     def observations(self, run_id: str) -> list[dict[str, Any]]:
         rows = self._conn.execute(
@@ -255,6 +260,46 @@ class StoreReads:
             (prefix + "%",),
         ).fetchone()
         return None if row is None else (str(row[0]), str(row[1]))
+
+    def judged(self, check_key: str, identity: str) -> Judged | None:
+        """The verdict of a state checked with the same check key and image, in any run
+        of this store, and its checks; None if there is none. A harness outcome
+        (timeout, panic, harness_error) says nothing about the image, so it is never
+        one. A state that was itself checked is preferred to one that took a verdict;
+        either way the state named is the one that was checked."""
+        harness = [str(o) for o in Outcome if is_harness(o)]
+        row = self._conn.execute(
+            "SELECT s.run_id, s.id, s.reused_from, v.outcome FROM crash_states s"
+            " JOIN verdicts v ON v.run_id = s.run_id AND v.state_id = s.id"
+            " WHERE s.identity = ? AND s.check_key = ?"
+            f" AND v.outcome NOT IN ({', '.join('?' * len(harness))})"
+            " ORDER BY s.reused_from IS NOT NULL, v.decided_at LIMIT 1",
+            (identity, check_key, *harness),
+        ).fetchone()
+        if row is None:
+            return None
+        run_id, state_id, reused_from, verdict = row
+        checks = [
+            CheckRow(*r)
+            for r in self._conn.execute(
+                "SELECT stage, checker, outcome, exit_status, seconds, output FROM checks"
+                " WHERE run_id = ? AND state_id = ? ORDER BY id",
+                (run_id, state_id),
+            )
+        ]
+        if reused_from:
+            run_id, _, state_id = str(reused_from).partition("/")
+        return Judged(str(run_id), str(state_id), Outcome(verdict), checks)
+
+    def reuse_counts(self, run_id: str) -> dict[str, int]:
+        """A crash run's states: generated (here: stored), distinct (by check key and
+        image; states without an identity count one each), checked here, reused."""
+        n, distinct, reused = self._conn.execute(
+            "SELECT count(*), count(DISTINCT COALESCE(check_key || '/' || identity, id)),"
+            " count(reused_from) FROM crash_states WHERE run_id = ?",
+            (run_id,),
+        ).fetchone()
+        return {"generated": n, "distinct": distinct, "checked": n - reused, "reused": reused}
 
     def scanned_items(self, run_id: str) -> set[str]:
         """Items of a ZFS scan run that have their scan: the ones a resumed run skips."""

@@ -379,6 +379,19 @@ _MIGRATION_6 = [
     """,
 ]
 
+# 7: every distinct crash state is checked once (issue 23). ``identity`` is the replayed
+# image's content identity (harness/replay/replayer.py ``Identity``) and ``check_key``
+# everything else a verdict depends on (harness/experiments/crash/reuse.py says what);
+# a state whose (check_key, identity) was judged before takes that verdict, and
+# ``reused_from`` names the "run_id/state_id" that was checked. NULL: not known (states
+# stored before this migration, kinds that keep no identity), never reused.
+_MIGRATION_7 = [
+    "ALTER TABLE crash_states ADD COLUMN identity TEXT",
+    "ALTER TABLE crash_states ADD COLUMN check_key TEXT",
+    "ALTER TABLE crash_states ADD COLUMN reused_from TEXT",
+    "CREATE INDEX crash_states_identity ON crash_states (identity, check_key)",
+]
+
 MIGRATIONS: list[list[str]] = [
     _MIGRATION_1,
     _MIGRATION_2,
@@ -386,6 +399,7 @@ MIGRATIONS: list[list[str]] = [
     _MIGRATION_4,
     _MIGRATION_5,
     _MIGRATION_6,
+    _MIGRATION_7,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 ZFS_SCAN_EXTRA = frozenset(

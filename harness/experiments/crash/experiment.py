@@ -18,7 +18,7 @@ from typing import Any
 from harness.check import host as check
 from harness.config.crash import AppWorkload, FioWorkload, FsSpec, Scenario
 from harness.experiments import lifecycle
-from harness.experiments.crash import states
+from harness.experiments.crash import reuse, states
 from harness.outcome import Outcome, reduce
 from harness.record import logwrites
 from harness.record import recorder as record
@@ -109,36 +109,55 @@ class CrashReplay(lifecycle.Experiment):
 
     def check(
         self, todo: Sequence[lifecycle.Item]
-    ) -> Iterator[tuple[crashstates.CrashState, list[check.CheckResult]]]:
-        states = [s for s in todo if isinstance(s, crashstates.CrashState)]
+    ) -> Iterator[tuple[crashstates.CrashState, states.Checked]]:
+        todo_states = [s for s in todo if isinstance(s, crashstates.CrashState)]
         size = int(self.meta["device_size"])
-        yield from check_states(
+        for c in check_states(
             self.sc,
             self.log,
             self.fsspec,
             self.oracle,
-            states,
+            todo_states,
             size,
             self.run.dir,
             self.run.progress,
+            self.reuse(),
+        ):
+            yield c.state, c
+
+    def reuse(self) -> reuse.Reuse:
+        """Where this run finds a state's twin. An application pattern's classes are
+        stored as observations the store's lookup does not return, so its states are
+        reused only within the run's own call."""
+        return reuse.for_run(
+            self.run,
+            self.sc.check,
+            self.sc.crash,
+            self.fsspec,
+            kernel=self.meta.get("guest_kernel"),
+            across_runs=not isinstance(self.sc.workload, AppWorkload),
         )
 
     def close(self) -> None:
         self._stack.close()
 
     def commit(self, item: lifecycle.Item, result: Any) -> None:
-        assert isinstance(item, crashstates.CrashState)
+        assert isinstance(item, crashstates.CrashState) and isinstance(result, states.Checked)
         # Classes first: a state with a verdict is skipped on resume, so its classes
         # must already be stored (recording them again replaces them).
-        _record_classes(self.run.store, self.run.run_id, self.sc, item, result)
-        commit_state(self.run.store, self.run.run_id, item, result)
+        _record_classes(self.run.store, self.run.run_id, self.sc, item, result.results)
+        commit_state(self.run.store, self.run.run_id, result)
 
     def expected(self, item: ItemOutcome) -> bool:
         # A filesystem without a journal recovers by a full fsck: its repair is the design.
         return item.outcome is Outcome.REPAIRED and not self.sc.fs.journaled
 
     def summary(self) -> dict[str, Any]:
-        return {"states": len(self.states), "recording": self.recording}
+        return {
+            "states": len(self.states),
+            "recording": self.recording,
+            "reuse": reuse.counts(self.run, len(self.states)),
+        }
 
 
 def recorded(
@@ -181,18 +200,17 @@ def check_states(
     size: int,
     rdir: Path,
     progress: lifecycle.Progress,
-) -> Iterator[tuple[crashstates.CrashState, list[check.CheckResult]]]:
+    reuse: reuse.Reuse | None = None,
+) -> Iterator[states.Checked]:
     """The states of one log, checked (``states.check_sources``)."""
     src = states.Source(lg, todo, oracle, size)
-    yield from states.check_sources(sc, fs, [src], rdir, progress)
+    yield from states.check_sources(sc, fs, [src], rdir, progress, reuse)
 
 
-def commit_state(
-    st: store.Store,
-    run_id: str,
-    state: crashstates.CrashState,
-    results: list[check.CheckResult],
-) -> None:
+def commit_state(st: store.Store, run_id: str, checked: states.Checked) -> None:
+    """One checked state's results in the store (one transaction), with its identity,
+    check key and, if it took an earlier verdict, whose."""
+    state, results = checked.state, checked.results
     recovery: dict[str, float] = {}
     for r in results:
         for phase, secs in r.phases.items():
@@ -209,6 +227,9 @@ def commit_state(
             params=state.to_dict(),
             last_mark=state.mark,
             description=state.describe(),
+            identity=checked.identity,
+            check_key=checked.check_key,
+            reused_from=checked.reused_from,
         ),
         [
             store.CheckResult(

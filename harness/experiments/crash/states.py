@@ -5,15 +5,21 @@ A crash-replay run has one log; a search run (``harness/experiments/search``) ha
 per workload, each with its own oracle. Booting a check guest costs about as much as
 checking ten states under TCG, so a batch takes states from as many workloads as it
 needs to fill up: per-workload guests would spend most of a search booting.
+
+Every distinct state is checked once (``reuse.py`` says when two are the same check):
+given a :class:`Reuse`, a state whose image and check key were judged before -- earlier
+in this call, or in any run of the store -- is not checked again but takes that verdict,
+its results marked ``reused``; one whose twin is still being checked waits for it. A
+harness outcome is never passed on: the twins waiting behind it are checked themselves.
 """
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from harness import paths
 from harness.check import distributed, parallel
@@ -21,10 +27,13 @@ from harness.check import guest as guestcheck
 from harness.check import host as check
 from harness.config.crash import CheckSpec, CrashSpec, FsSpec
 from harness.experiments import lifecycle
+from harness.experiments.crash import reuse as reuse_
+from harness.outcome import Outcome, is_harness, reduce
 from harness.record import logwrites
 from harness.replay import crashstates
 from harness.replay import replayer as replay
 from harness.replay.corrupt import zero_durable_block
+from harness.store.model import CheckRow
 
 
 @dataclass
@@ -38,7 +47,15 @@ class Source:
     key: str = ""  # names its oracle in the guest; unique among a call's sources
 
 
-Checked = tuple[crashstates.CrashState, list[check.CheckResult]]
+class Checked(NamedTuple):
+    """A state with its checks; with reuse, its image identity, its check key and, if it
+    took an earlier verdict, whose ("run_id/state_id")."""
+
+    state: crashstates.CrashState
+    results: list[check.CheckResult]
+    identity: str | None = None
+    check_key: str | None = None
+    reused_from: str | None = None
 
 
 class Scenario(Protocol):
@@ -57,36 +74,161 @@ def check_sources(
     sources: Sequence[Source],
     rdir: Path,
     progress: lifecycle.Progress,
+    reuse: reuse_.Reuse | None = None,
 ) -> Iterator[Checked]:
-    """Yield each state of every source with its checks, the moment they are known."""
+    """Yield each state of every source with its checks, the moment they are known;
+    with ``reuse``, a state judged before (same image, same check key) with the verdict
+    it took instead of checks."""
     sources = [s for s in sources if s.states]
     if not sources:
         return
+    ledger = _Ledger(reuse)
     biggest = max(s.size for s in sources)
     # Images are sparse but up to `size` each: two workers plus a repair copy at most.
     with paths.fast_scratch(rdir, 3 * biggest) as fast:
         if not sc.check.guest:
             for src in sources:
-                yield from _host_only(sc, fs, src, fast)
+                yield from _host_only(sc, fs, src, fast, ledger)
             return
-        yield from _with_guests(sc, fs, sources, rdir, fast, progress)
+        yield from _with_guests(sc, fs, sources, rdir, fast, progress, ledger)
 
 
-def _host_only(sc: Scenario, fs: FsSpec, src: Source, fast: Path) -> Iterator[Checked]:
-    """Host checks only: spread over every core, or over a Dask cluster."""
-    ordered = replay.replay_order(src.states)
+class _Ledger:
+    """Which (check key, identity) pairs are judged, which are being checked, and the
+    twins waiting for those."""
+
+    def __init__(self, reuse: reuse_.Reuse | None) -> None:
+        self.reuse = reuse
+        self._judged: dict[tuple[str, str], tuple[str, list[check.CheckResult]]] = {}
+        self._waiting: dict[tuple[str, str], list[tuple[Checked, Source]]] = {}
+
+    @property
+    def active(self) -> bool:
+        return self.reuse is not None
+
+    def tag(self, src: Source, state: crashstates.CrashState, identity: str | None) -> Checked:
+        if self.reuse is None or identity is None:
+            return Checked(state, [])
+        key = reuse_.check_key(self.reuse.context, src.oracle, state, src.size)
+        return Checked(state, [], identity, key)
+
+    @staticmethod
+    def _pair(t: Checked) -> tuple[str, str] | None:
+        return None if t.check_key is None or t.identity is None else (t.check_key, t.identity)
+
+    def earlier(self, t: Checked) -> Checked | None:
+        """``t`` with the verdict of its judged twin, if it has one."""
+        pair = self._pair(t)
+        if pair is None or self.reuse is None:
+            return None
+        if pair in self._judged:
+            ref, results = self._judged[pair]
+            return _reused(t, ref, results)
+        found = self.reuse.judged(*pair) if self.reuse.judged else None
+        if found is None:
+            return None
+        self._judged[pair] = (found.ref, [_from_row(c) for c in found.checks])
+        return _reused(t, found.ref, self._judged[pair][1])
+
+    def waits(self, t: Checked, src: Source) -> bool:
+        """Whether ``t``'s twin is being checked (``t`` then waits for it); if not, ``t``
+        is the one being checked from now on."""
+        pair = self._pair(t)
+        if pair is None:
+            return False
+        if pair in self._waiting:
+            self._waiting[pair].append((t, src))
+            return True
+        self._waiting[pair] = []
+        return False
+
+    def done(
+        self, t: Checked, results: list[check.CheckResult]
+    ) -> tuple[list[Checked], list[tuple[Checked, Source]]]:
+        """``t`` checked: it and its waiting twins (reused) to yield, and the twins to
+        check themselves because ``t``'s outcome was the lab's, not the image's."""
+        t = t._replace(results=results)
+        pair = self._pair(t)
+        if pair is None:
+            return [t], []
+        twins = self._waiting.pop(pair, [])
+        if is_harness(reduce(r.outcome for r in results)):
+            return [t], twins
+        assert self.reuse is not None
+        ref = f"{self.reuse.run_id}/{t.state.id}"
+        self._judged[pair] = (ref, results)
+        return [t, *(_reused(w, ref, results) for w, _ in twins)], []
+
+
+def _reused(t: Checked, ref: str, earlier: Sequence[check.CheckResult]) -> Checked:
+    """``t`` with its twin's results, each marked: checker ``reused``, the same outcome,
+    the output naming the state checked. Recovery times were not measured again."""
+    results = [
+        replace(
+            r,
+            checker="reused",
+            exit_status=None,
+            seconds=0.0,
+            output=f"reused from {ref} ({r.checker}): {r.outcome}\n{r.output}".strip(),
+            phases={},
+            note="",
+        )
+        for r in earlier
+    ]
+    return t._replace(results=results, reused_from=ref)
+
+
+def _from_row(c: CheckRow) -> check.CheckResult:
+    return check.CheckResult(
+        c.stage, c.checker, Outcome(c.outcome), c.exit_status, c.seconds, c.output
+    )
+
+
+def _identities(src: Source, fast: Path, ledger: _Ledger) -> list[Checked]:
+    """Every state of ``src`` tagged with its image identity: one replay, no check."""
+    image = fast / "identity.img"
+    image.unlink(missing_ok=True)
+    try:
+        with replay.Replayer(src.log, image, src.size, identity=True) as rp:
+            return [ledger.tag(src, state, rp.identity) for state in rp.walk(src.states)]
+    finally:
+        image.unlink(missing_ok=True)
+
+
+def _host_only(
+    sc: Scenario, fs: FsSpec, src: Source, fast: Path, ledger: _Ledger
+) -> Iterator[Checked]:
+    """Host checks only: spread over every core, or over a Dask cluster. With reuse, the
+    states are tagged by one replay first, so only one of each twin set is checked."""
+    todo = _identities(src, fast, ledger) if ledger.active else [Checked(s, []) for s in src.states]
+    while todo:
+        fresh: dict[str, Checked] = {}
+        for t in todo:
+            if (earlier := ledger.earlier(t)) is not None:
+                yield earlier
+            elif not ledger.waits(t, src):
+                fresh[t.state.id] = t
+        todo = []  # the twins of a state whose check the lab failed: checked next round
+        for state, result in _host_checks(sc, fs, src, [t.state for t in fresh.values()], fast):
+            ready, again = ledger.done(fresh[state.id], [result])
+            yield from ready
+            todo += [t for t, _ in again]
+
+
+def _host_checks(
+    sc: Scenario, fs: FsSpec, src: Source, states: list[crashstates.CrashState], fast: Path
+) -> Iterator[tuple[crashstates.CrashState, check.CheckResult]]:
+    ordered = replay.replay_order(states)
     timeout = sc.check.timeout
     if sc.check.dask:
         with distributed.client(sc.check.dask) as c:
-            for state, result in distributed.host_checks(
+            yield from distributed.host_checks(
                 c, src.log.path, ordered, fs.type, src.size, timeout=timeout
-            ):
-                yield state, [result]
+            )
         return
-    for state, result in parallel.host_checks(
+    yield from parallel.host_checks(
         src.log.path, ordered, fs.type, src.size, fast / "host", timeout=timeout
-    ):
-        yield state, [result]
+    )
 
 
 def _with_guests(
@@ -96,9 +238,11 @@ def _with_guests(
     rdir: Path,
     fast: Path,
     progress: lifecycle.Progress,
+    ledger: _Ledger,
 ) -> Iterator[Checked]:
     """Replay (and host-check) states into image copies until a batch is full, then
-    mount the batch in one guest."""
+    mount the batch in one guest. A state judged before is yielded at once, one whose
+    twin is in the batch when the twin's verdict is known."""
     batch_size = max(1, sc.check.guest_batch)
     total = sum(len(s.states) for s in sources)
     batch = _Batch(rdir / "batch")
@@ -106,24 +250,64 @@ def _with_guests(
     for src in sources:
         work_img = fast / "work.img"
         work_img.unlink(missing_ok=True)
-        with replay.Replayer(src.log, work_img, src.size) as rp:
+        with replay.Replayer(src.log, work_img, src.size, identity=ledger.active) as rp:
             for state in rp.walk(replay.replay_order(src.states)):
                 progress(f"replay + host check ({fs.type})", done, total)
+                t = ledger.tag(src, state, rp.identity if ledger.active else None)
+                if (earlier := ledger.earlier(t)) is not None:
+                    done += 1
+                    yield earlier
+                    continue
+                if ledger.waits(t, src):
+                    continue
                 host = (
                     parallel.checked(rp, fs.type, fast / "scratch", sc.check.timeout)
                     if sc.check.host
                     else None
                 )
-                batch.add(sc, fs, src, state, rp.image, host)
+                batch.add(sc, fs, src, t, rp.image, host)
                 if len(batch) >= batch_size:
                     progress(f"mounting {len(batch)} crash images in a guest", done, total)
-                    done += len(batch)
-                    yield from batch.check(fs, sc.check.timeout)
+                    for c in _drain(sc, fs, batch, ledger, fast):
+                        done += 1
+                        yield c
         work_img.unlink(missing_ok=True)
-    if len(batch):
-        progress(f"mounting {len(batch)} crash images in a guest", done, total)
-        yield from batch.check(fs, sc.check.timeout)
+    progress(f"mounting {len(batch)} crash images in a guest", done, total)
+    yield from _drain(sc, fs, batch, ledger, fast)
     batch.close()
+
+
+def _drain(
+    sc: Scenario, fs: FsSpec, batch: _Batch, ledger: _Ledger, fast: Path
+) -> Iterator[Checked]:
+    """Check the batch in a guest, and again while twins of a state whose check the lab
+    failed are left to check (rare: their images are rebuilt from the log)."""
+    while len(batch):
+        again: list[tuple[Checked, Source]] = []
+        for t, results in batch.check(fs, sc.check.timeout):
+            ready, orphans = ledger.done(t, results)
+            yield from ready
+            again += orphans
+        for t, src in again:
+            if not ledger.waits(t, src):
+                _add_rebuilt(sc, fs, src, t, fast, batch)
+
+
+def _add_rebuilt(
+    sc: Scenario, fs: FsSpec, src: Source, t: Checked, fast: Path, batch: _Batch
+) -> None:
+    image = fast / "rebuilt.img"
+    image.unlink(missing_ok=True)
+    try:
+        replay.materialize(src.log, t.state, image, src.size)
+        host = (
+            check.host_check(fs.type, image, fast / "scratch", timeout=sc.check.timeout)
+            if sc.check.host
+            else None
+        )
+        batch.add(sc, fs, src, t, image, host)
+    finally:
+        image.unlink(missing_ok=True)
 
 
 class _Batch:
@@ -137,7 +321,7 @@ class _Batch:
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder.mkdir(parents=True)
         self.items: list[guestcheck.Item] = []
-        self.states: dict[str, crashstates.CrashState] = {}
+        self.states: dict[str, Checked] = {}
         self.host: dict[str, check.CheckResult] = {}
         self.oracles: dict[str, dict[str, Any]] = {}
 
@@ -149,22 +333,25 @@ class _Batch:
         sc: Scenario,
         fs: FsSpec,
         src: Source,
-        state: crashstates.CrashState,
+        t: Checked,
         image: Path,
         host: check.CheckResult | None,
     ) -> None:
+        state = t.state
         copy = self.folder / f"{len(self.items)}.img"
         check.copy_image(image, copy)
         if sc.crash.corrupt == "zero-durable-block":
             zero_durable_block(copy, fs.type, src.oracle, state.mark, state.exact)
         self.items.append(guestcheck.Item(state.id, copy, state.mark, state.exact, src.key))
-        self.states[state.id] = state
+        self.states[state.id] = t
         if host is not None:
             self.host[state.id] = host
         if src.oracle:
             self.oracles[src.key] = src.oracle
 
-    def check(self, fs: FsSpec, timeout: float) -> Iterator[Checked]:
+    def check(
+        self, fs: FsSpec, timeout: float
+    ) -> Iterator[tuple[Checked, list[check.CheckResult]]]:
         for sid, guest_result in guestcheck.check_batch(
             self.items, fs, self.oracles, timeout=timeout
         ):

@@ -9,7 +9,7 @@ from rich.table import Table
 from harness import outcome
 from harness.experiments import lifecycle
 from harness.experiments.crash.experiment import CrashReplay
-from harness.report import patterns
+from harness.report import patterns, render
 from harness.report.markup import esc
 from harness.store.db import Store
 
@@ -25,6 +25,8 @@ def print_body(console: Console, r: lifecycle.Report) -> None:
         f"log: {rec.get('log_entries')} entries, {rec.get('flushes')} flushes, "
         f"{rec.get('fuas')} FUA, {rec.get('marks')} marks; {r.items} crash states"
     )
+    if "reuse" in r.summary:
+        console.print(f"states: {render.reuse_line(r.summary['reuse'])}", markup=False)
     t = Table("verdict", "states", "kind")
     counts = {k: v for k, v in r.counts.items() if v}
     for name in sorted(counts, key=lambda o: outcome.Outcome(o).severity):

@@ -180,7 +180,7 @@ class DropRemount(FsyncEio):
                     s for s in crashstates.at_marks(lg, self.run.seed) if s.mark in want and s.exact
                 ]
                 size = int(meta["device_size"])
-                for state, results in crash.check_states(
+                for state, results, *_ in crash.check_states(
                     rsc, lg, rsc.fs, oracle, states, size, rdir, self.run.progress
                 ):
                     assert state.mark is not None

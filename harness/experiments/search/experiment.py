@@ -18,9 +18,9 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from harness.check import host as check
 from harness.experiments import lifecycle
 from harness.experiments.crash import experiment as crash
+from harness.experiments.crash import reuse
 from harness.experiments.crash import states as checking
 from harness.experiments.search import record, symptom
 from harness.experiments.search.settings import SearchScenario
@@ -140,27 +140,31 @@ class Search(lifecycle.Experiment):
 
     def check(
         self, todo: Sequence[lifecycle.Item]
-    ) -> Iterator[tuple[crashstates.CrashState, list[check.CheckResult]]]:
+    ) -> Iterator[tuple[crashstates.CrashState, checking.Checked]]:
         want = {s.id for s in todo}
         sources = [
             dataclasses.replace(src, states=[s for s in src.states if s.id in want])
             for src in self.sources.values()
         ]
-        yield from checking.check_sources(
-            self.sc, self.sc.fs, sources, self.run.dir, self.run.progress
-        )
+        twins = reuse.for_run(self.run, self.sc.check, self.sc.crash, self.sc.fs)
+        for c in checking.check_sources(
+            self.sc, self.sc.fs, sources, self.run.dir, self.run.progress, twins
+        ):
+            yield c.state, c
 
     def commit(self, item: lifecycle.Item, result: Any) -> None:
-        assert isinstance(item, crashstates.CrashState)
+        assert isinstance(item, crashstates.CrashState) and isinstance(result, checking.Checked)
         wid = item.id.split("/", 1)[0]
-        verdict = reduce(r.outcome for r in result)
+        verdict = reduce(r.outcome for r in result.results)
         if is_finding(verdict) and not self._expected(verdict):
-            cell, metrics = symptom.of(verdict, result, self.workloads[wid], str(self.sc.fs.type))
+            cell, metrics = symptom.of(
+                verdict, result.results, self.workloads[wid], str(self.sc.fs.type)
+            )
             # No outcome: the state's verdict already counts it; this row only groups it.
             self.run.store.record_observation(
                 self.run.run_id, f"bug:{item.id}", cell, metrics, None
             )
-        crash.commit_state(self.run.store, self.run.run_id, item, result)
+        crash.commit_state(self.run.store, self.run.run_id, result)
 
     def _expected(self, verdict: Outcome) -> bool:
         return verdict is Outcome.REPAIRED and not self.sc.fs.journaled
@@ -173,6 +177,7 @@ class Search(lifecycle.Experiment):
         self._stack.close()
 
     def summary(self) -> dict[str, Any]:
+        generated = sum(len(s.states) for s in self.sources.values())
         status: dict[str, int] = {}
         for d in self.workloads.values():
             rec = record.load(self.run.dir, d["id"])
@@ -181,6 +186,7 @@ class Search(lifecycle.Experiment):
         return {
             "workloads": len(self.workloads),
             "workload_status": status,
-            "states": sum(len(s.states) for s in self.sources.values()),
+            "states": generated,
+            "reuse": reuse.counts(self.run, generated),
             "recording_seconds": {k: round(v, 2) for k, v in self.seconds.items()},
         }

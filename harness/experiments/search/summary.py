@@ -7,6 +7,7 @@ from rich.console import Console
 
 from harness.experiments import lifecycle
 from harness.experiments.search.experiment import Search
+from harness.report import render
 from harness.report import search as report
 from harness.store.db import Store
 
@@ -17,6 +18,7 @@ def print_body(console: Console, r: lifecycle.Report) -> None:
     s = exp.summary()
     status = ", ".join(f"{n} {k}" for k, n in sorted(s["workload_status"].items()))
     console.print(f"workloads: {s['workloads']} ({status}); {r.items} crash states", markup=False)
+    console.print(f"states: {render.reuse_line(s['reuse'])}", markup=False)
     secs = s["recording_seconds"]
     if secs:
         per = secs.get("record", 0.0) / max(1, s["workloads"])

@@ -122,6 +122,7 @@ FINDINGS = [
     ("scrub-zero-1disk", "zfs_scans", Item(Outcome.DATA_LOSS, {"expected_loss": 0})),
     ("zfs-crash-raidz1", "verdicts", Item(Outcome.DATA_LOSS, {"honest": True})),
     ("ext4-ordered-fsync", "verdicts", LOSS),
+    ("ace-seq1-ci", "verdicts", LOSS),
     # ext2-fsync itself is a control now (docs/findings/ext2-nojournal-fsync-6.1.md)
     (EXT2, "verdicts", LOSS),
 ]

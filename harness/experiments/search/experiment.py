@@ -50,10 +50,8 @@ class Search(lifecycle.Experiment):
 
     def prepare(self) -> None:
         w = self.sc.workload
-        picked = ace.selection(w.seq, w.sample, self.run.seed, w.limit)
+        picked = ace.selection(w.seq, w.sample, self.run.seed, w.limit, w.op_classes)
         wanted = [ace.describe(w.seq, i) for i in picked]
-        if w.op_classes:
-            wanted = [d for d in wanted if set(d["op_class"].split("+")) <= set(w.op_classes)]
         self.workloads = {d["id"]: d for d in wanted}
         self._record_missing(wanted)
         for d in wanted:

@@ -71,7 +71,7 @@ class CrashReplay(lifecycle.Experiment):
         rdir = run.dir
         rdir.mkdir(parents=True, exist_ok=True)
         self.fsspec = sc.fs
-        self.meta, self.oracle = recorded(sc, rdir, run.seed, run.progress)
+        self.meta, self.oracle = self.obtain(rdir)
         self.log = self._stack.enter_context(logwrites.open_log(rdir / "log.raw"))
         lg = self.log
         stats = lg.stats()
@@ -89,8 +89,7 @@ class CrashReplay(lifecycle.Experiment):
             run_id=run.run_id,
         )
         logevents.record_events(run.store, lg)
-        specs = [{"kind": str(s.kind), **s.params()} for s in sc.crash.states]
-        self.states = spread(crashstates.generate(lg, specs, run.seed), sc.crash.max_states)
+        self.states = spread(self.generate(lg), sc.crash.max_states)
         self.recording = {
             "log_entries": stats.entries,
             "fuas": stats.fuas,
@@ -99,6 +98,16 @@ class CrashReplay(lifecycle.Experiment):
             "log_bytes": lg.used,
             **{f"{k}_seconds": round(v, 3) for k, v in self.meta["seconds"].items()},
         }
+
+    def obtain(self, rdir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The log (``rdir/log.raw``): its metadata (``device_size``, ``seconds``) and
+        oracle. Recorded in a guest here; a log recorded elsewhere is given (check-log)."""
+        return recorded(self.sc, rdir, self.run.seed, self.run.progress)
+
+    def generate(self, lg: logwrites.Log) -> list[crashstates.CrashState]:
+        """Every crash state of the log the scenario's generators yield."""
+        specs = [{"kind": str(s.kind), **s.params()} for s in self.sc.crash.states]
+        return crashstates.generate(lg, specs, self.run.seed)
 
     def __init__(self, run: lifecycle.Run):
         super().__init__(run)
@@ -135,7 +144,7 @@ class CrashReplay(lifecycle.Experiment):
             self.sc.crash,
             self.fsspec,
             kernel=self.meta.get("guest_kernel"),
-            across_runs=not isinstance(self.sc.workload, AppWorkload),
+            across_runs=not isinstance(getattr(self.sc, "workload", None), AppWorkload),
         )
 
     def close(self) -> None:
@@ -250,13 +259,13 @@ def commit_state(st: store.Store, run_id: str, checked: states.Checked) -> None:
 def _record_classes(
     st: store.Store,
     run_id: str,
-    sc: Scenario,
+    sc: Any,  # a crash scenario, or a check-log one (no workload)
     state: crashstates.CrashState,
     results: list[check.CheckResult],
 ) -> None:
     """An application pattern's per-target classes of one state, as observations
     (``scenario results table patterns``)."""
-    w = sc.workload
+    w = getattr(sc, "workload", None)  # a log checked without its workload has none
     if not isinstance(w, AppWorkload):
         return
     for r in results:

@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.cli import (
         campaign as cli_campaign,
     )
+    from harness.cli import checklog as cli_checklog
     from harness.cli import (
         image as cli_image,
     )
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_results.register(sub)
     cli_campaign.register(sub)
     cli_importer.register(sub)
+    cli_checklog.register(sub)
     return p
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from harness.config.settings import size_text
 from harness.errors import InputError
+from harness.guest import oracle
 from harness.record.logwrites import Log
 
 MAX_LISTED = 20  # marks named in an error; an ACE log has hundreds
@@ -96,9 +97,13 @@ def load_oracle(path: Path | None) -> dict[str, Any]:
         raise InputError(f"--oracle {path}: cannot read it: {e.strerror}") from None
     except json.JSONDecodeError as e:
         raise InputError(f"--oracle {path}: not JSON: {e}") from None
-    if not isinstance(data, dict) or "marks" not in data:
+    found = data.get("format") if isinstance(data, dict) else None
+    if found != oracle.FORMAT:
+        # The guest's verifier refuses any other format: every state would be the lab's
+        # failure (harness_error) after minutes of checks.
         raise InputError(
-            f"--oracle {path}: not an oracle (a JSON object with 'marks')",
-            hint="the oracle.json `scenario record` writes beside its log",
+            f"--oracle {path}: format {found!r}, not {oracle.FORMAT!r}",
+            hint="the oracle.json `scenario record` writes beside its log; record again "
+            "if it is older",
         )
-    return data
+    return dict(data)

@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.cli import (
         results as cli_results,
     )
+    from harness.cli import triage as cli_triage
     from harness.cli import (
         vm as cli_vm,
     )
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_campaign.register(sub)
     cli_importer.register(sub)
     cli_checklog.register(sub)
+    cli_triage.register(sub)
     return p
 
 

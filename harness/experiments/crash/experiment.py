@@ -293,8 +293,11 @@ def spread(states: list[crashstates.CrashState], most: int) -> list[crashstates.
     return [states[round(i * step)] for i in range(most)]
 
 
-def reproduce(state_id: str, *, db: Path, out: Path) -> tuple[Path, dict[str, Any]]:
-    """Rebuild one stored crash state's image from its run's log."""
+def stored_state(state_id: str, db: Path) -> tuple[str, crashstates.CrashState]:
+    """The run and the state a stored crash state id (or a prefix of one) names.
+
+    :raise InputError: no such state in ``db``.
+    """
     st = store.Store.open(db, create=False)
     try:
         found = st.crash_state(state_id)
@@ -308,9 +311,18 @@ def reproduce(state_id: str, *, db: Path, out: Path) -> tuple[Path, dict[str, An
             hint="ids are listed by: scenario results show RUN",
         )
     run_id, params = found
-    state = crashstates.CrashState.from_dict(json.loads(params))
-    rdir = lifecycle.run_dir(run_id)
-    meta = json.loads((rdir / "recording.json").read_text())
-    with logwrites.open_log(rdir / "log.raw") as lg:
-        replay.materialize(lg, state, out, int(meta["device_size"]))
+    return run_id, crashstates.CrashState.from_dict(json.loads(params))
+
+
+def device_size(run_id: str) -> int:
+    """The size of the device a run's log was recorded on."""
+    meta = json.loads((lifecycle.run_dir(run_id) / "recording.json").read_text())
+    return int(meta["device_size"])
+
+
+def reproduce(state_id: str, *, db: Path, out: Path) -> tuple[Path, dict[str, Any]]:
+    """Rebuild one stored crash state's image from its run's log."""
+    run_id, state = stored_state(state_id, db)
+    with logwrites.open_log(lifecycle.run_dir(run_id) / "log.raw") as lg:
+        replay.materialize(lg, state, out, device_size(run_id))
     return out, {"run_id": run_id, "state": state.to_dict(), "description": state.describe()}

@@ -17,7 +17,7 @@ from harness.errors import InputError
 from harness.experiments import lifecycle
 from harness.experiments.checklog import source
 from harness.outcome import Outcome
-from harness.record.logwrites import Log, open_log
+from harness.record.logwrites import Log
 from harness.replay import crashstates
 from harness.store.db import RunEnv, Store
 
@@ -32,9 +32,8 @@ def log_path(ext4_small: tuple[Path, dict[str, Any]]) -> Path:
 
 
 @pytest.fixture()
-def log(log_path: Path) -> Any:
-    with open_log(log_path) as lg:
-        yield lg
+def log(ext4_small_log: Log) -> Log:
+    return ext4_small_log
 
 
 def args(*argv: str | Path) -> Any:

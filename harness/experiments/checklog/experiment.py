@@ -18,7 +18,6 @@ from typing import Any
 from harness.experiments.checklog import source
 from harness.experiments.crash.experiment import CrashReplay
 from harness.record import logwrites
-from harness.replay import crashstates
 
 
 class CheckLog(CrashReplay):
@@ -36,6 +35,7 @@ class CheckLog(CrashReplay):
         link_log(self.sc.log, rdir / "log.raw")
         with logwrites.open_log(rdir / "log.raw") as lg:
             self.start = source.resolve_start(lg, self.sc.after_mark, self.sc.after_entry)
+        self.start_after = self.start.entry
         meta = {
             "device_size": self.sc.fs.disk_size,
             "seconds": {},
@@ -44,10 +44,6 @@ class CheckLog(CrashReplay):
         }
         (rdir / "recording.json").write_text(json.dumps(meta))
         return meta, source.load_oracle(self.sc.oracle)
-
-    def generate(self, lg: logwrites.Log) -> list[crashstates.CrashState]:
-        specs = [{"kind": str(s.kind), **s.params()} for s in self.sc.crash.states]
-        return crashstates.generate(lg, specs, self.run.seed, start=self.start.entry)
 
     def caveat(self) -> str | None:
         if not self.sc.check.guest:

@@ -58,6 +58,8 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
 class CrashReplay(lifecycle.Experiment):
     """Record a workload on dm-log-writes, cut the log into crash states, check each."""
 
+    start_after: int | None = None  # the entry states begin after; set by obtain()
+
     def caveat(self) -> str | None:
         if self.sc.check.guest:
             return None
@@ -105,9 +107,10 @@ class CrashReplay(lifecycle.Experiment):
         return recorded(self.sc, rdir, self.run.seed, self.run.progress)
 
     def generate(self, lg: logwrites.Log) -> list[crashstates.CrashState]:
-        """Every crash state of the log the scenario's generators yield."""
+        """Every crash state of the log the scenario's generators yield, from
+        ``start_after`` (None: the lab's ``crashlab:mkfs`` mark)."""
         specs = [{"kind": str(s.kind), **s.params()} for s in self.sc.crash.states]
-        return crashstates.generate(lg, specs, self.run.seed)
+        return crashstates.generate(lg, specs, self.run.seed, start=self.start_after)
 
     def __init__(self, run: lifecycle.Run):
         super().__init__(run)

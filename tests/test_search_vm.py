@@ -31,7 +31,7 @@ def test_ace_seq1_slice_is_recorded_in_one_guest_and_every_state_judged(
     db = tmp_path / "lab.sqlite"
     r = lifecycle.execute(sc, db=db)
     assert isinstance(r.experiment, Search)
-    s = r.experiment.summary()
+    s = r.summary
     assert s["workloads"] == 12 and s["workload_status"] == {"recorded": 12}, s
     assert r.experiment.seconds["boot"] > 0  # one recording guest: one boot's seconds
     assert r.status == 0 and r.counts == {"consistent": r.items}, r.counts

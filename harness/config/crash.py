@@ -180,6 +180,12 @@ class OpsWorkload(Settings):
     flush_after_sync: bool = Field(
         False, description="experiment: fsync the block device after every sync call"
     )
+    # Off by default so that every seed keeps drawing the workload it always drew.
+    extended: bool = Field(
+        False,
+        description="also O_DIRECT/mmap writes, fallocate modes, xattrs, rmdir, O_SYNC and"
+        " O_DSYNC writes, sync_file_range, syncfs",
+    )
 
 
 class FioWorkload(Settings):

@@ -35,7 +35,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import runner  # type: ignore[import-not-found]  # beside us in the guest
 from oracle import (  # type: ignore[import-not-found]
     FORMAT,
+    PERSIST_OPS,
     SYNC_OPS,
+    SYNCED_WRITES,
     WRITE_OPS,
     Model,
     Recorder,
@@ -67,6 +69,23 @@ WEIGHTS: dict[str, int] = {
     "fsync_dir": 6,
     "sync": 2,
 }
+
+
+# ``--extended``: ACE's other ops (harness/guest/ace.py) and the other ways to make data
+# durable. Off by default: the classic mix keeps every seed's workload as it was.
+EXTENDED: dict[str, int] = {
+    "dwrite": 4,
+    "mwrite": 3,
+    "falloc": 4,
+    "setxattr": 3,
+    "removexattr": 2,
+    "rmdir": 2,
+    "osync_write": 3,
+    "odsync_write": 3,
+    "sync_file_range": 2,
+    "syncfs": 2,
+}
+BLOCK = 4096  # O_DIRECT wants block-aligned offsets and lengths
 
 
 class OpFailed(Exception):
@@ -116,14 +135,15 @@ def join(directory: str, name: str) -> str:
 class Generator:
     """Draws the next op from the seed and the model, so the sequence is deterministic."""
 
-    def __init__(self, seed: int, max_files: int, max_size: int) -> None:
+    def __init__(self, seed: int, max_files: int, max_size: int, extended: bool = False) -> None:
         self.rng = random.Random(seed)
         self.max_files = max_files
         self.max_size = max_size
         self.max_dirs = max(2, max_files // 4)
         self.counter = 0
-        self.kinds = list(WEIGHTS)
-        self.weights = list(WEIGHTS.values())
+        weights = {**WEIGHTS, **(EXTENDED if extended else {})}
+        self.kinds = list(weights)
+        self.weights = list(weights.values())
 
     def _name(self, prefix: str) -> str:
         self.counter += 1
@@ -197,6 +217,54 @@ class Generator:
             return Op("unlink", path)
         if kind in ("fsync", "fdatasync"):
             return Op(kind, path)
+        return self._extended(kind, m, path, size)
+
+    def _extended(self, kind: str, m: Model, path: str, size: int) -> Op | None:
+        rng = self.rng
+        blocks = max(1, self.max_size // BLOCK)
+        if kind == "dwrite":
+            first = rng.randrange(blocks)
+            n = rng.randint(1, min(4, blocks - first))
+            return Op("dwrite", path, offset=first * BLOCK, data=rng.randbytes(n * BLOCK))
+        if kind == "mwrite":
+            if size == 0:
+                return None
+            offset = rng.randrange(size)
+            return Op(
+                "mwrite", path, offset=offset, data=rng.randbytes(self._length(size - offset))
+            )
+        if kind == "falloc":
+            mode = rng.choice(sorted(FALLOC_FLAGS))
+            offset = rng.randrange(self.max_size)
+            return Op(
+                "falloc",
+                path,
+                offset=offset,
+                size=rng.randint(1, self.max_size - offset),
+                mode=mode,
+            )
+        if kind == "setxattr":
+            return Op(
+                "setxattr",
+                path,
+                name=f"user.x{rng.randrange(3)}",
+                data=rng.randbytes(rng.randint(1, 64)),
+            )
+        if kind == "removexattr":
+            names = sorted(m.files[path].xattrs)
+            return Op("removexattr", path, name=rng.choice(names)) if names else None
+        if kind == "rmdir":
+            empty = [d for d in m.dirs if d and not any(m.under(d)[1]) and len(m.under(d)[0]) == 1]
+            return Op("rmdir", rng.choice(sorted(empty))) if empty else None
+        if kind in SYNCED_WRITES:
+            offset = rng.randrange(self.max_size)
+            return Op(
+                kind, path, offset=offset, data=rng.randbytes(self._length(self.max_size - offset))
+            )
+        if kind == "sync_file_range":
+            return Op(kind, path, offset=0, size=0)  # 0: to the end of the file
+        if kind == "syncfs":
+            return Op("syncfs")
         raise ValueError(f"unknown op kind {kind!r}")
 
 
@@ -209,10 +277,13 @@ def perform(root: str, op: Op, noop_sync: bool = False) -> None:
     k = op.kind
     if k == "create":
         os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-    elif k in ("write", "append", "overwrite", "rewrite"):
+    elif k in ("write", "append", "overwrite", "rewrite", *SYNCED_WRITES):
         # rewrite: open with O_TRUNC and write from 0 -- the truncate-and-rewrite update
         # of applications (its close is what ext4's auto_da_alloc acts on).
-        fd = os.open(p, os.O_WRONLY | (os.O_TRUNC if k == "rewrite" else 0))
+        flags = os.O_TRUNC if k == "rewrite" else 0
+        if not noop_sync:
+            flags |= {"osync_write": os.O_SYNC, "odsync_write": os.O_DSYNC}.get(k, 0)
+        fd = os.open(p, os.O_WRONLY | flags)
         try:
             view = memoryview(op.data)
             done = 0
@@ -251,8 +322,33 @@ def perform(root: str, op: Op, noop_sync: bool = False) -> None:
             os.close(fd)
     elif k == "sync":
         os.sync()
+    elif k in ("syncfs", "sync_file_range"):
+        fd = os.open(p if op.path else root, os.O_RDONLY)
+        try:
+            _fd_call(k, fd, op)
+        finally:
+            os.close(fd)
     else:
         raise ValueError(f"unknown op {k!r}")
+
+
+SYNC_FILE_RANGE_WAIT_BEFORE, SYNC_FILE_RANGE_WRITE, SYNC_FILE_RANGE_WAIT_AFTER = 1, 2, 4
+
+
+def _fd_call(kind: str, fd: int, op: Op) -> None:
+    """syncfs(2) and sync_file_range(2), which the os module does not have."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    if kind == "syncfs":
+        rc = libc.syncfs(fd)
+    else:
+        libc.sync_file_range.argtypes = [
+            ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint
+        ]  # fmt: skip
+        every = SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER
+        rc = libc.sync_file_range(fd, op.offset, op.size, every)
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 FALLOC_FLAGS = {  # linux/falloc.h
@@ -366,7 +462,7 @@ def execute(
                 f"op {entry['i']} {op.kind} {op.path!r}: {e.strerror}", e.errno
             ) from None
         model.apply(op)
-        if op.kind in SYNC_OPS:
+        if op.kind in PERSIST_OPS:
             if flush_after_sync and not noop_sync:
                 flush_device(dm_name)
             text = f"{MARK_PREFIX}{len(rec.marks) + 1 + (rec.pending is not None)}"
@@ -435,7 +531,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--ops must be >= 0, --files and --max-size >= 1")
     if (args.mark_cmd == "dmsetup" or args.flush_after_sync) and not args.dm_name:
         raise UsageError("--mark-cmd dmsetup needs --dm-name (the dm-log-writes device)")
-    gen = Generator(args.seed, args.files, args.max_size)
+    gen = Generator(args.seed, args.files, args.max_size, args.extended)
     body = execute(
         args.root,
         generator=gen,
@@ -489,6 +585,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--flush-after-sync",
         action="store_true",
         help="fsync the --dm-name device after every sync call (an experiment)",
+    )
+    r.add_argument(
+        "--extended",
+        action="store_true",
+        help="also O_DIRECT/mmap writes, fallocate, xattrs, rmdir, O_SYNC/O_DSYNC writes,"
+        " sync_file_range, syncfs",
     )
     r.add_argument("--oracle", required=True, help="where to write the oracle JSON")
     r.set_defaults(func=cmd_run)

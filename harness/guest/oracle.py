@@ -68,9 +68,14 @@ from typing import Any
 FORMAT = "crashlab-oracle/2"
 # Marks after the workload's final sync: nothing happens between them and it.
 AFTER_FINAL = ("crashlab:umount", "dm-log-writes-end")
-SYNC_OPS = frozenset({"fsync", "fdatasync", "fsync_dir", "sync"})
+SYNC_OPS = frozenset({"fsync", "fdatasync", "fsync_dir", "sync", "syncfs"})
+# A write through an O_SYNC / O_DSYNC descriptor returns once it is durable, as if
+# fsync / fdatasync followed it: a persistence point that also changes the file.
+SYNCED_WRITES = {"osync_write": "fsync", "odsync_write": "fdatasync"}
+# What the workload marks in the log after it returns.
+PERSIST_OPS = SYNC_OPS | frozenset(SYNCED_WRITES)
 # Ops that change a file's bytes the way a write does (a direct or mmap'ed write).
-WRITE_OPS = frozenset({"write", "append", "overwrite", "dwrite", "mwrite"})
+WRITE_OPS = frozenset({"write", "append", "overwrite", "dwrite", "mwrite", *SYNCED_WRITES})
 # fallocate(2) modes: (keeps the size, zeroes the range).
 FALLOC_MODES: dict[str, tuple[bool, bool]] = {
     "default": (False, False),
@@ -147,6 +152,11 @@ class Model:
             self._name_appears(op.path, inode)
         elif k in WRITE_OPS:
             self._put(self.files[op.path], op.offset, op.data)
+            if k in SYNCED_WRITES:
+                self.apply(type(op)(SYNCED_WRITES[k], op.path))
+                self.ops -= 1  # one op, not two
+        elif k == "sync_file_range":
+            pass  # writes back a range, waits for nothing durable: no promise (man 2)
         elif k == "falloc":
             inode = self.files[op.path]
             keep, zero = FALLOC_MODES[op.mode]
@@ -211,7 +221,7 @@ class Model:
             self.files[op.path].data_durable = True
         elif k == "fsync_dir":
             self._dir_synced(op.path)
-        elif k == "sync":
+        elif k in ("sync", "syncfs"):  # syncfs: sync of this filesystem alone
             for inode in self.files.values():
                 inode.data_durable = inode.xattrs_durable = True
             for name in self.file_name_durable:
@@ -273,7 +283,7 @@ class Model:
     def touches(self, op: Any) -> tuple[set[str], set[int]]:
         """Names and inodes an op changes; call before ``apply``."""
         k = op.kind
-        if k in SYNC_OPS:
+        if k in SYNC_OPS or k == "sync_file_range":
             return set(), set()
         if k in ("create", "mkdir", "rmdir"):
             return {op.path}, set()
@@ -288,7 +298,7 @@ class Model:
 
     def dir_durable(self, d: str) -> bool:
         while d:
-            if not self.dirs[d]:
+            if not self.dirs.get(d, False):  # not durable, or removed since
                 return False
             d = parent(d)
         return True

@@ -43,6 +43,7 @@ class WorkloadSpec:
     # oracle as if it had), so the oracle must find the data missing.
     noop_sync: bool = False
     flush_after_sync: bool = False  # fsync the device too after each sync call
+    extended: bool = False  # opgen's extended op mix
     pattern: str = ""  # "app": harness/guest/apppat.py's pattern
     transactions: int = 4  # "app", sqlite-commit: transactions per database
 
@@ -301,6 +302,7 @@ def _generator_argv(w: WorkloadSpec, seed: int, oracle_path: str, marks: list[st
         program = ["opgen.py", "run", "--ops", str(w.ops), "--max-size", str(w.max_size)]
         program += ["--noop-sync"] if w.noop_sync else []
         program += ["--flush-after-sync"] if w.flush_after_sync else []
+        program += ["--extended"] if w.extended else []
     else:
         program = ["apppat.py", "--pattern", w.pattern, "--size", str(w.max_size)]
         program += ["--transactions", str(w.transactions)]

@@ -79,10 +79,14 @@ _WORKLOADS = (
     " json_extract(metrics, '$.record_seconds') AS record_seconds"
     " FROM observations WHERE item LIKE 'workload:%'"
 )
+# ... and each state is also counted as checked or reused (an identical image judged
+# before: docs/verdicts.md), so `--by op_class,judged` shows what checking cost.
 _STATES = (
-    "SELECT v.run_id, w.op_class, w.persistence, w.seq, w.status, v.outcome"
+    "SELECT v.run_id, w.op_class, w.persistence, w.seq, w.status, v.outcome,"
+    " CASE WHEN s.reused_from IS NULL THEN 'checked' ELSE 'reused' END AS judged"
     " FROM verdicts v JOIN (" + _WORKLOADS + ") w ON w.run_id = v.run_id"
     " AND w.item = 'workload:' || substr(v.state_id, 1, instr(v.state_id, '/') - 1)"
+    " JOIN crash_states s ON s.run_id = v.run_id AND s.id = v.state_id"
 )
 
 query.register_table(
@@ -95,6 +99,7 @@ query.register_table(
             "persistence": "o.persistence",
             "seq": "o.seq",
             "status": "o.status",
+            "judged": "o.judged",
         },
         value="record_seconds",
         counts_source=_STATES,

@@ -52,6 +52,7 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
         fsync_names=bool(w.fsync_names),
         noop_sync=w.noop_sync,
         flush_after_sync=w.flush_after_sync,
+        extended=w.extended,
     )
 
 

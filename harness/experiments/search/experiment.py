@@ -46,6 +46,7 @@ class Search(lifecycle.Experiment):
         self.sources: dict[str, checking.Source] = {}
         self.workloads: dict[str, dict[str, Any]] = {}
         self.seconds: dict[str, float] = {}
+        self.recorded_now = 0  # workloads this process recorded (a resume skips the rest)
 
     def prepare(self) -> None:
         w = self.sc.workload
@@ -64,6 +65,7 @@ class Search(lifecycle.Experiment):
 
     def _record_missing(self, wanted: Sequence[dict[str, Any]]) -> None:
         todo = [d for d in wanted if record.load(self.run.dir, d["id"]) is None]
+        self.recorded_now = len(todo)
         per = self.sc.workloads_per_boot
         for b in range(0, len(todo), per):
             batch = todo[b : b + per]
@@ -189,4 +191,5 @@ class Search(lifecycle.Experiment):
             "states": generated,
             "reuse": reuse.counts(self.run, generated),
             "recording_seconds": {k: round(v, 2) for k, v in self.seconds.items()},
+            "recorded_now": self.recorded_now,
         }

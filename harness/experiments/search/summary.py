@@ -13,15 +13,15 @@ from harness.store.db import Store
 
 
 def print_body(console: Console, r: lifecycle.Report) -> None:
-    exp = r.experiment
-    assert isinstance(exp, Search)
-    s = exp.summary()
+    assert isinstance(r.experiment, Search)
+    s = r.summary  # the store is closed by now: what the run stored of itself
     status = ", ".join(f"{n} {k}" for k, n in sorted(s["workload_status"].items()))
     console.print(f"workloads: {s['workloads']} ({status}); {r.items} crash states", markup=False)
-    console.print(f"states: {render.reuse_line(s['reuse'])}", markup=False)
+    if "reuse" in s:
+        console.print(f"states: {render.reuse_line(s['reuse'])}", markup=False)
     secs = s["recording_seconds"]
     if secs:
-        per = secs.get("record", 0.0) / max(1, s["workloads"])
+        per = secs.get("record", 0.0) / max(1, s["recorded_now"])
         console.print(
             f"recording: {secs.get('boot', 0):.1f} s booting, {per:.2f} s per workload",
             markup=False,

@@ -35,6 +35,11 @@ class LogCheckScenario(ScenarioBase):
 
     @model_validator(mode="after")
     def _one_start(self) -> LogCheckScenario:
+        # A file's relative paths are its folder's, as a user reading it expects.
+        for key in ("log", "oracle"):
+            value = getattr(self, key)
+            if value is not None and not value.is_absolute() and self.path.suffix == ".toml":
+                object.__setattr__(self, key, self.path.parent / value)
         if self.after_mark is not None and self.after_entry is not None:
             raise problem(
                 "states start after a mark or after an entry, not both",

@@ -317,6 +317,9 @@ def describe(seq: int, index: int) -> dict[str, Any]:
 
 
 UNSUPPORTED = (errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL)
+# What dm-log-writes says when it stops logging (its DMERRs; harness/record/recorder.py
+# reads the same words at the end of a recording).
+LOG_ERRORS = ("error", "couldn't", "ran out of space")
 
 
 def cmd_record(a: argparse.Namespace) -> int:
@@ -379,6 +382,16 @@ def cmd_record(a: argparse.Namespace) -> int:
             if r.rc != 0:  # the next workload must not find this one's devices
                 result["status"] = "failed"
                 result["error"] = f"dmsetup remove {name}: {(r.stderr or r.stdout).strip()}"
+        # dm-log-writes says it lost entries only in the kernel log: read it (and clear
+        # it) per workload, so a lost log fails this workload, not its whole batch.
+        said = [
+            line
+            for line in runner.run(["dmesg", "-c"], a.timeout).stdout.splitlines()
+            if "log-writes" in line and any(w in line.lower() for w in LOG_ERRORS)
+        ]
+        if said:
+            result["status"] = "failed"
+            result["error"] = "dm-log-writes: " + " | ".join(said[:5])
     result["seconds"] = round(time.monotonic() - start, 3)
     print(json.dumps(result))
     return 0

@@ -14,6 +14,7 @@ PACKAGES: dict[str, str] = {
     "e2fsck": "e2fsprogs",
     "e2undo": "e2fsprogs",
     "debugfs": "e2fsprogs",
+    "dumpe2fs": "e2fsprogs",
     "mkfs.xfs": "xfsprogs",
     "xfs_repair": "xfsprogs",
     "mkfs.btrfs": "btrfs-progs",

@@ -7,12 +7,14 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness.image import build as image
+from harness.record.logwrites import Log, open_log
 from tests.synth import make_store
 
 
@@ -44,3 +46,10 @@ def ext4_small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
     with gzip.open(REAL_LOGS / f"{name}.log.gz", "rb") as src, out.open("wb") as dst:
         shutil.copyfileobj(src, dst)
     return out, dict(json.loads((REAL_LOGS / f"{name}.json").read_text()))
+
+
+@pytest.fixture()
+def ext4_small_log(ext4_small: tuple[Path, dict[str, Any]]) -> Iterator[Log]:
+    """The recorded ext4 ops log, open."""
+    with open_log(ext4_small[0]) as lg:
+        yield lg

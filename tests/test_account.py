@@ -123,6 +123,7 @@ FINDINGS = [
     ("zfs-crash-raidz1", "verdicts", Item(Outcome.DATA_LOSS, {"honest": True})),
     ("ext4-ordered-fsync", "verdicts", LOSS),
     ("ace-seq1-ci", "verdicts", LOSS),
+    ("check-log-generic-482", "verdicts", LOSS),
     # ext2-fsync itself is a control now (docs/findings/ext2-nojournal-fsync-6.1.md)
     (EXT2, "verdicts", LOSS),
 ]

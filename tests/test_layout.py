@@ -11,8 +11,9 @@ from harness import paths
 SHARED = ("errors", "outcome", "paths", "tools", "proc")
 STEPS = ("config", "image", "kernel", "vm", "record", "guest", "replay", "check", "store")
 # Reports read the store; an experiment kind (one folder: settings, steps, summary body)
-# uses them; campaigns run kinds; the command line drives all.
-STEPS += ("report", "experiments", "campaign", "cli")
+# uses them; triage takes a kind's stored states (and will re-check candidates with its
+# steps); campaigns run kinds; the command line drives all.
+STEPS += ("report", "experiments", "triage", "campaign", "cli")
 RANK = {name: i for i, name in enumerate((*SHARED, *STEPS))}
 # The one way up, and why: the scenario loader and the JSON Schema find a file's kind by
 # the kinds' records (a plugin lookup; the kinds' settings models live in their folders).

@@ -28,7 +28,7 @@ from harness.store.db import RunEnv, Store
 
 def test_every_kind_names_its_parts() -> None:
     kinds = registry.kinds()
-    assert set(kinds) == {"crash", "faults", "recovery", "search", "workload", "zfs"}
+    assert set(kinds) == {"check-log", "crash", "faults", "recovery", "search", "workload", "zfs"}
     for name, k in kinds.items():
         assert k.name == name
         assert issubclass(k.settings, ScenarioBase)

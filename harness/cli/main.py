@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.cli import (
         campaign as cli_campaign,
     )
+    from harness.cli import checklog as cli_checklog
     from harness.cli import (
         image as cli_image,
     )
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.cli import (
         results as cli_results,
     )
+    from harness.cli import triage as cli_triage
     from harness.cli import (
         vm as cli_vm,
     )
@@ -52,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     cli_results.register(sub)
     cli_campaign.register(sub)
     cli_importer.register(sub)
+    cli_checklog.register(sub)
+    cli_triage.register(sub)
     return p
 
 

@@ -72,11 +72,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         *backend.overrides(args),
     ]
     sc = scenario.load(args.name, scenario.seeded(sets, args.seed))
+    return run_and_report(sc, args.db, fresh=args.fresh)
+
+
+def run_and_report(sc: Any, db: Path | None, *, fresh: bool) -> int:
+    """Run scenario ``sc`` on the lifecycle with a progress line, print its summary and
+    the run log's path; the run's exit status."""
     backend.select_for(sc)
-    db = args.db or paths.default_db()
+    db = db or paths.default_db()
     db.parent.mkdir(parents=True, exist_ok=True)
     with ui.progress(sc.name) as progress:
-        report = lifecycle.execute(sc, db=db, fresh=args.fresh, progress=progress)
+        report = lifecycle.execute(sc, db=db, fresh=fresh, progress=progress)
     console = Console(highlight=False)
     if not console.is_terminal:
         console.width = max(console.width, 160)  # a log file: do not fold the numbers

@@ -74,6 +74,20 @@ def load(name_or_path: str | Path, overrides: Sequence[str] = ()) -> AnyScenario
     """Load and validate a scenario; ``overrides`` are ``key=value`` strings (``--set``)."""
     path = locate(name_or_path)
     data, chain = _raw(path, ())
+    name = data.get("name", path.stem)
+    if name != path.stem:
+        raise InputError(
+            f"{path}: key 'name' = {name!r}: must match the file name {path.stem!r}",
+            hint="or leave it out",
+        )
+    return build(path, {**data, "name": path.stem}, overrides, chain)
+
+
+def build(
+    path: Path, data: dict[str, Any], overrides: Sequence[str] = (), chain: tuple[str, ...] = ()
+) -> AnyScenario:
+    """A scenario from ``data`` -- a file's keys, or a command's flags (``scenario
+    check-log``) -- with ``overrides`` applied; errors name ``path``."""
     # The kind's own record says how its files validate (harness/experiments/registry.py).
     from harness.experiments.registry import DEFAULT_KIND, kind_named
 
@@ -102,13 +116,7 @@ def load(name_or_path: str | Path, overrides: Sequence[str] = ()) -> AnyScenario
             and any("^has_journal" in str(o) for o in fs.get("mkfs_options", ()))
         ):
             data["fs"] = {k: v for k, v in data["fs"].items() if k != "data_mode"}
-    name = data.get("name", path.stem)
-    if name != path.stem:
-        raise InputError(
-            f"{path}: key 'name' = {name!r}: must match the file name {path.stem!r}",
-            hint="or leave it out",
-        )
-    full = {**data, "name": path.stem, "path": path, "extends": chain}
+    full = {**data, "path": path, "extends": chain}
     # The seed has a value of its own in the run's parameters: how it was given (--seed,
     # --set seed=, a campaign's seeds) must not make two runs of one setting.
     full["overrides"] = tuple(

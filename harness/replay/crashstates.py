@@ -13,7 +13,9 @@ a pre-flush covers only what completed before it.
 
 Every generator is a pure function of the parsed log, its parameters and a seed. No state
 ends before the ``crashlab:mkfs`` mark, and nothing before it is ever dropped or torn:
-until mkfs finished there is no filesystem whose crash consistency we could judge.
+until mkfs finished there is no filesystem whose crash consistency we could judge. A log
+recorded elsewhere (fstests, QEMU) names its own start: ``start``, the entry after which
+states begin (fstests' ``mkfs`` mark, say), replaces the lab's mark.
 
 State ids are content addresses: the hash of the log and of what the state applies, not
 of the generator that found it. Two generators finding the same state (a FUA that is
@@ -171,13 +173,23 @@ class _Index:
     """What every generator needs to know about a log, computed once."""
 
     log: Log
-    mkfs: int  # index of the crashlab:mkfs mark
+    mkfs: int  # index of the crashlab:mkfs mark, or of the entry states start after
     marks: list[int]
     flushes: list[int]
 
     @classmethod
-    def of(cls, log: Log) -> _Index:
-        mkfs = log.find_mark(MKFS_MARK)
+    def of(cls, log: Log, start: int | None = None) -> _Index:
+        """``start``: the entry after which states begin; None: the ``crashlab:mkfs`` mark.
+
+        :raise InputError: no start given and the log has no ``crashlab:mkfs`` mark, or
+            ``start`` is not an entry of the log.
+        """
+        if start is not None and not 0 <= start < len(log.entries):
+            raise InputError(
+                f"{log.path}: no entry {start} to start after: the log has "
+                f"{len(log.entries)} entries (0..{len(log.entries) - 1})"
+            )
+        mkfs = log.find_mark(MKFS_MARK) if start is None else start
         if mkfs is None:
             raise InputError(
                 f"{log.path}: the log has no {MKFS_MARK!r} mark, so no entry is known to "
@@ -227,34 +239,36 @@ def _prefixes(
     return [ix.state(gen, params, seed, p) for p in keep]
 
 
-def at_flushes(log: Log, seed: int = 0) -> list[CrashState]:
+def at_flushes(log: Log, seed: int = 0, *, start: int | None = None) -> list[CrashState]:
     """Just after each FLUSH completed."""
-    ix = _Index.of(log)
+    ix = _Index.of(log, start)
     return _prefixes(ix, "flush", "{}", seed, (i + 1 for i in ix.flushes))
 
 
-def at_fuas(log: Log, seed: int = 0) -> list[CrashState]:
+def at_fuas(log: Log, seed: int = 0, *, start: int | None = None) -> list[CrashState]:
     """Just after each FUA write completed: fstests' generic/482 recipe."""
-    ix = _Index.of(log)
+    ix = _Index.of(log, start)
     return _prefixes(ix, "fua", "{}", seed, (i + 1 for i in log.having(FUA)))
 
 
-def at_marks(log: Log, seed: int = 0) -> list[CrashState]:
+def at_marks(log: Log, seed: int = 0, *, start: int | None = None) -> list[CrashState]:
     """Just after each mark: mkfs done, and each completed sync."""
-    ix = _Index.of(log)
+    ix = _Index.of(log, start)
     return _prefixes(ix, "mark", "{}", seed, (i + 1 for i in ix.marks))
 
 
-def every(log: Log, n: int, seed: int = 0) -> list[CrashState]:
+def every(log: Log, n: int, seed: int = 0, *, start: int | None = None) -> list[CrashState]:
     """Every ``n`` entries counted from the mkfs mark."""
-    ix = _Index.of(log)
+    ix = _Index.of(log, start)
     params = _canonical({"n": n})
     return _prefixes(ix, "every", params, seed, range(ix.first + n, len(log.entries) + 1, n))
 
 
-def at_percent(log: Log, at: Sequence[float], seed: int = 0) -> list[CrashState]:
+def at_percent(
+    log: Log, at: Sequence[float], seed: int = 0, *, start: int | None = None
+) -> list[CrashState]:
     """At the given percentages of the entries after the mkfs mark."""
-    ix = _Index.of(log)
+    ix = _Index.of(log, start)
     params = _canonical({"at": list(at)})
     span = len(log.entries) - ix.first
     return _prefixes(ix, "percent", params, seed, (ix.first + round(p * span / 100) for p in at))
@@ -277,14 +291,21 @@ def _subsets(rng: random.Random, items: Sequence[int], limit: int) -> list[tuple
     return list(chosen)
 
 
-def reorder(log: Log, seed: int = 0, max_states: int = 64, per_point: int = 16) -> list[CrashState]:
+def reorder(
+    log: Log,
+    seed: int = 0,
+    max_states: int = 64,
+    per_point: int = 16,
+    *,
+    start: int | None = None,
+) -> list[CrashState]:
     """Power fails just before a FLUSH completes (and at the end of the log): any subset
     of the writes and discards since the previous FLUSH, FUA writes excepted, is lost.
 
     Exhaustive at a crash point whose droppable set has at most ``per_point`` non-empty
     subsets, a seeded sample otherwise; at most ``max_states`` overall (seeded sample).
     """
-    ix = _Index.of(log)
+    ix = _Index.of(log, start)
     params = _canonical({"max_states": max_states, "per_point": per_point})
     entries = log.entries
     points = sorted({f for f in ix.flushes if f > ix.first} | {len(entries)})
@@ -335,11 +356,13 @@ def torn(
     max_states: int = 64,
     modes: Sequence[str] = TORN_MODES,
     only: Sequence[str] = (),
+    *,
+    start: int | None = None,
 ) -> list[CrashState]:
     """Power fails during a multi-sector write, which persists only in part; the
     entries before it are applied. ``only`` restricts the candidates to writes carrying
     one of the flags ``fua``, ``flush``, ``metadata`` (journal commits, say)."""
-    ix = _Index.of(log)
+    ix = _Index.of(log, start)
     params = _canonical({"max_states": max_states, "modes": list(modes), "only": list(only)})
     want = sum(TORN_ONLY[o] for o in only)
     candidates = [
@@ -360,31 +383,34 @@ def torn(
 
 # --- specs from scenario TOML -----------------------------------------------------------
 
-Generator = Callable[[Log, Any, int], list[CrashState]]
+Generator = Callable[[Log, Any, int, int | None], list[CrashState]]
 
 _GENERATORS: dict[str, Generator] = {
-    "flush": lambda log, s, seed: at_flushes(log, seed),
-    "fua": lambda log, s, seed: at_fuas(log, seed),
-    "mark": lambda log, s, seed: at_marks(log, seed),
-    "every": lambda log, s, seed: every(log, s.n, seed),
-    "percent": lambda log, s, seed: at_percent(log, s.at, seed),
-    "reorder": lambda log, s, seed: reorder(log, seed, s.max_states, s.per_point),
-    "torn": lambda log, s, seed: torn(log, seed, s.max_states, s.modes, s.only),
+    "flush": lambda log, s, seed, at: at_flushes(log, seed, start=at),
+    "fua": lambda log, s, seed, at: at_fuas(log, seed, start=at),
+    "mark": lambda log, s, seed, at: at_marks(log, seed, start=at),
+    "every": lambda log, s, seed, at: every(log, s.n, seed, start=at),
+    "percent": lambda log, s, seed, at: at_percent(log, s.at, seed, start=at),
+    "reorder": lambda log, s, seed, at: reorder(log, seed, s.max_states, s.per_point, start=at),
+    "torn": lambda log, s, seed, at: torn(log, seed, s.max_states, s.modes, s.only, start=at),
 }
 KINDS = tuple(_GENERATORS)
 
 
-def generate(log: Log, specs: Sequence[Mapping[str, object]], seed: int = 0) -> list[CrashState]:
+def generate(
+    log: Log, specs: Sequence[Mapping[str, object]], seed: int = 0, *, start: int | None = None
+) -> list[CrashState]:
     """The union of the states every spec yields, without duplicates, sorted by prefix.
     Specs are validated by the same models as a scenario's ``crash.states``
-    (``harness/config/states.py``).
+    (``harness/config/states.py``). ``start``: the entry states begin after (default: the
+    ``crashlab:mkfs`` mark).
 
     :raise InputError: a spec has an unknown kind, an unknown key or a bad value, or the
-        log has no ``crashlab:mkfs`` mark.
+        log has no ``crashlab:mkfs`` mark and no ``start`` was given.
     """
     out: dict[str, CrashState] = {}
     for n, raw in enumerate(specs, 1):
         spec = parse_state(f"crash-state spec #{n}", raw)
-        for s in _GENERATORS[spec.kind](log, spec, seed):
+        for s in _GENERATORS[spec.kind](log, spec, seed, start):
             out.setdefault(s.id, s)
     return sorted(out.values(), key=lambda s: (s.prefix, s.first_divergent, s.id))

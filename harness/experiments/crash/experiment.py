@@ -59,6 +59,8 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
 class CrashReplay(lifecycle.Experiment):
     """Record a workload on dm-log-writes, cut the log into crash states, check each."""
 
+    start_after: int | None = None  # the entry states begin after; set by obtain()
+
     def caveat(self) -> str | None:
         if self.sc.check.guest:
             return None
@@ -72,7 +74,7 @@ class CrashReplay(lifecycle.Experiment):
         rdir = run.dir
         rdir.mkdir(parents=True, exist_ok=True)
         self.fsspec = sc.fs
-        self.meta, self.oracle = recorded(sc, rdir, run.seed, run.progress)
+        self.meta, self.oracle = self.obtain(rdir)
         self.log = self._stack.enter_context(logwrites.open_log(rdir / "log.raw"))
         lg = self.log
         stats = lg.stats()
@@ -90,8 +92,7 @@ class CrashReplay(lifecycle.Experiment):
             run_id=run.run_id,
         )
         logevents.record_events(run.store, lg)
-        specs = [{"kind": str(s.kind), **s.params()} for s in sc.crash.states]
-        self.states = spread(crashstates.generate(lg, specs, run.seed), sc.crash.max_states)
+        self.states = spread(self.generate(lg), sc.crash.max_states)
         self.recording = {
             "log_entries": stats.entries,
             "fuas": stats.fuas,
@@ -100,6 +101,17 @@ class CrashReplay(lifecycle.Experiment):
             "log_bytes": lg.used,
             **{f"{k}_seconds": round(v, 3) for k, v in self.meta["seconds"].items()},
         }
+
+    def obtain(self, rdir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The log (``rdir/log.raw``): its metadata (``device_size``, ``seconds``) and
+        oracle. Recorded in a guest here; a log recorded elsewhere is given (check-log)."""
+        return recorded(self.sc, rdir, self.run.seed, self.run.progress)
+
+    def generate(self, lg: logwrites.Log) -> list[crashstates.CrashState]:
+        """Every crash state of the log the scenario's generators yield, from
+        ``start_after`` (None: the lab's ``crashlab:mkfs`` mark)."""
+        specs = [{"kind": str(s.kind), **s.params()} for s in self.sc.crash.states]
+        return crashstates.generate(lg, specs, self.run.seed, start=self.start_after)
 
     def __init__(self, run: lifecycle.Run):
         super().__init__(run)
@@ -136,7 +148,7 @@ class CrashReplay(lifecycle.Experiment):
             self.sc.crash,
             self.fsspec,
             kernel=self.meta.get("guest_kernel"),
-            across_runs=not isinstance(self.sc.workload, AppWorkload),
+            across_runs=not isinstance(getattr(self.sc, "workload", None), AppWorkload),
         )
 
     def close(self) -> None:
@@ -251,13 +263,13 @@ def commit_state(st: store.Store, run_id: str, checked: states.Checked) -> None:
 def _record_classes(
     st: store.Store,
     run_id: str,
-    sc: Scenario,
+    sc: Any,  # a crash scenario, or a check-log one (no workload)
     state: crashstates.CrashState,
     results: list[check.CheckResult],
 ) -> None:
     """An application pattern's per-target classes of one state, as observations
     (``scenario results table patterns``)."""
-    w = sc.workload
+    w = getattr(sc, "workload", None)  # a log checked without its workload has none
     if not isinstance(w, AppWorkload):
         return
     for r in results:
@@ -285,8 +297,11 @@ def spread(states: list[crashstates.CrashState], most: int) -> list[crashstates.
     return [states[round(i * step)] for i in range(most)]
 
 
-def reproduce(state_id: str, *, db: Path, out: Path) -> tuple[Path, dict[str, Any]]:
-    """Rebuild one stored crash state's image from its run's log."""
+def stored_state(state_id: str, db: Path) -> tuple[str, crashstates.CrashState]:
+    """The run and the state a stored crash state id (or a prefix of one) names.
+
+    :raise InputError: no such state in ``db``.
+    """
     st = store.Store.open(db, create=False)
     try:
         found = st.crash_state(state_id)
@@ -300,9 +315,18 @@ def reproduce(state_id: str, *, db: Path, out: Path) -> tuple[Path, dict[str, An
             hint="ids are listed by: scenario results show RUN",
         )
     run_id, params = found
-    state = crashstates.CrashState.from_dict(json.loads(params))
-    rdir = lifecycle.run_dir(run_id)
-    meta = json.loads((rdir / "recording.json").read_text())
-    with logwrites.open_log(rdir / "log.raw") as lg:
-        replay.materialize(lg, state, out, int(meta["device_size"]))
+    return run_id, crashstates.CrashState.from_dict(json.loads(params))
+
+
+def device_size(run_id: str) -> int:
+    """The size of the device a run's log was recorded on."""
+    meta = json.loads((lifecycle.run_dir(run_id) / "recording.json").read_text())
+    return int(meta["device_size"])
+
+
+def reproduce(state_id: str, *, db: Path, out: Path) -> tuple[Path, dict[str, Any]]:
+    """Rebuild one stored crash state's image from its run's log."""
+    run_id, state = stored_state(state_id, db)
+    with logwrites.open_log(lifecycle.run_dir(run_id) / "log.raw") as lg:
+        replay.materialize(lg, state, out, device_size(run_id))
     return out, {"run_id": run_id, "state": state.to_dict(), "description": state.describe()}

@@ -1,0 +1,109 @@
+"""What a log recorded elsewhere must satisfy before its states are checked, each failure
+bad input naming the log, the entry and the value: where its states start (a mark that is
+in it, an entry it has), whether the device holds every write, and the oracle file."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.config.settings import size_text
+from harness.errors import InputError
+from harness.guest import oracle
+from harness.record.logwrites import Log
+
+MAX_LISTED = 20  # marks named in an error; an ACE log has hundreds
+
+
+@dataclass(frozen=True)
+class Start:
+    """The entry states start after, and how it was chosen (said in the run's summary)."""
+
+    entry: int
+    says: str
+
+
+def marks_text(lg: Log) -> str:
+    shown = [f"{m!r} (entry {i})" for i, m in list(lg.marks.items())[:MAX_LISTED]]
+    more = len(lg.marks) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "") if shown else "none"
+
+
+def resolve_start(lg: Log, after_mark: str | None, after_entry: int | None) -> Start:
+    """Where states start: after ``after_entry``, after the mark ``after_mark``, or, with
+    neither, after the log's first mark (the lab's ``crashlab:mkfs``, fstests' ``mkfs``).
+
+    :raise InputError: the entry is not in the log, the mark is not (listing the marks it
+        has), or neither was given and the log has no mark.
+    """
+    if after_entry is not None:
+        if after_entry >= len(lg):
+            raise InputError(
+                f"{lg.path}: --after-entry {after_entry}: the log has {len(lg)} entries "
+                f"(0..{len(lg) - 1})"
+            )
+        return Start(after_entry, f"after entry {after_entry} (--after-entry)")
+    if after_mark is not None:
+        found = lg.find_mark(after_mark)
+        if found is None:
+            raise InputError(
+                f"{lg.path}: --after-mark {after_mark!r}: no such mark in the log",
+                hint=f"its marks: {marks_text(lg)}",
+            )
+        return Start(found, f"after mark {after_mark!r} (entry {found})")
+    if not lg.marks:
+        raise InputError(
+            f"{lg.path}: the log has no marks, so it does not say where its filesystem "
+            "was complete",
+            hint="give --after-entry N (the last entry of mkfs)",
+        )
+    first = next(iter(lg.marks))
+    return Start(
+        first,
+        f"after the log's first mark {lg.marks[first]!r} (entry {first}): "
+        "neither --after-mark nor --after-entry was given",
+    )
+
+
+def require_fits(lg: Log, size: int) -> None:
+    """:raise InputError: an entry writes or discards past the end of a ``size``-byte
+    device, naming the first such entry and how large the device must be."""
+    for e in lg.entries:
+        if e.nr_sectors and e.offset + e.length > size:
+            raise InputError(
+                f"{lg.path}: entry {e.index} reaches byte {e.offset + e.length}, past the "
+                f"end of a {size_text(size)} ({size} bytes) device",
+                hint=f"the recorded device is at least {size_text(_mib(lg.extent()))}: "
+                "give its size with --device-size",
+            )
+
+
+def _mib(n: int) -> int:
+    return -(-n // (1 << 20)) << 20
+
+
+def load_oracle(path: Path | None) -> dict[str, Any]:
+    """The oracle file (the lab's format, ``harness/guest/oracle.py``), or none.
+
+    :raise InputError: it cannot be read or is not a JSON object.
+    """
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise InputError(f"--oracle {path}: cannot read it: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"--oracle {path}: not JSON: {e}") from None
+    found = data.get("format") if isinstance(data, dict) else None
+    if found != oracle.FORMAT:
+        # The guest's verifier refuses any other format: every state would be the lab's
+        # failure (harness_error) after minutes of checks.
+        raise InputError(
+            f"--oracle {path}: format {found!r}, not {oracle.FORMAT!r}",
+            hint="the oracle.json `scenario record` writes beside its log; record again "
+            "if it is older",
+        )
+    return dict(data)

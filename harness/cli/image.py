@@ -6,11 +6,11 @@ import argparse
 import threading
 from typing import Any
 
-from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from harness import paths
+from harness.cli import ui
 from harness.image import build as image
 from harness.report.markup import cells, esc
 
@@ -38,7 +38,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    console = Console(stderr=True)
+    console = ui.console(stderr=True)
     recipe = image.load_recipe()
     if not args.force and (img := image.cached(recipe)) is not None:
         console.print(
@@ -123,7 +123,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"recipe_hash": recipe.hash, "images": rows}, indent=2))
         return 0
-    console = Console()
+    console = ui.console()
     console.print(
         f"recipe {esc(recipe.path)}: hash [bold]{recipe.hash}[/], kernel {esc(recipe.kernel)}"
     )
@@ -148,7 +148,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     import shutil
 
     keep = image.load_recipe().hash
-    console = Console()
+    console = ui.console()
     d = paths.images_dir()
     freed = 0
     for p in sorted(d.iterdir()) if d.is_dir() else []:

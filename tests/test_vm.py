@@ -209,3 +209,49 @@ def test_a_boot_that_never_answers_is_tried_once_more_then_a_timeout(
     assert qemus() == before
     if vm_backend == "libvirt":
         assert crashlab_domains() == []
+
+
+def test_a_killed_harness_takes_its_guest_with_it() -> None:
+    """kill -9 of the harness mid-boot: its QEMU dies too (the kernel's parent-death
+    signal, what libvirt's AUTODESTROY gives its domains), so no orphan holds the disks'
+    write locks against the rerun."""
+    import os
+    import signal
+    import sys
+
+    script = (
+        "from harness.vm.backend import GuestSpec, start_guest\n"
+        "start_guest(GuestSpec()).__enter__()"
+    )
+    harness = subprocess.Popen(
+        [sys.executable, "-c", script], env={**os.environ, "CRASHLAB_BACKEND": "qemu"}
+    )
+    try:
+        deadline = time.monotonic() + 60
+        qemu = ""
+        while not qemu and time.monotonic() < deadline:
+            time.sleep(0.2)
+            r = subprocess.run(
+                ["pgrep", "-P", str(harness.pid), "-f", "qemu-system"],
+                capture_output=True,
+                text=True,
+            )
+            qemu = r.stdout.strip()
+        assert qemu, "the harness never started QEMU"
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
+        deadline = time.monotonic() + 30
+        while _alive(qemu) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(qemu), f"QEMU {qemu} outlived its harness"
+    finally:
+        harness.kill()
+
+
+def _alive(pid: str) -> bool:
+    """Running, not a zombie its new parent has yet to reap."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"

@@ -120,8 +120,12 @@ class QemuGuest(AgentGuest):
     def launch(self) -> None:
         self._started = time.monotonic()
         # QEMU's own output goes to a file, not a pipe nobody drains while the guest runs.
+        # die_with_parent: a harness killed by SIGKILL takes its guest with it (libvirt's
+        # AUTODESTROY); an orphan would hold its disks' write locks against the rerun.
+        # The launching thread is the guest's owner for its whole life (start_guest's
+        # block), so the signal cannot come from a worker thread ending early.
         self.proc = self._children.enter_context(
-            proc.spawn(self.argv, output=self.workdir / "qemu.out")
+            proc.spawn(self.argv, output=self.workdir / "qemu.out", die_with_parent=True)
         )
         self._wait_for_socket(self.workdir / "qga.sock", 10)
         # The socket file exists from QEMU's bind(), a moment before its listen(): a refused

@@ -187,6 +187,9 @@ class RecoveryScenario(ScenarioBase):
             )
         return self
 
+    def fs_types(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.fs for c in self.filesystems))
+
     def catalogue_row(self) -> tuple[str, str, str, str]:
         return (
             ",".join(dict.fromkeys(c.fs for c in self.filesystems)),

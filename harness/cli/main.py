@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         campaign as cli_campaign,
     )
     from harness.cli import checklog as cli_checklog
+    from harness.cli import clean as cli_clean
     from harness.cli import (
         image as cli_image,
     )
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_importer.register(sub)
     cli_checklog.register(sub)
     cli_triage.register(sub)
+    cli_clean.register(sub)
     return p
 
 

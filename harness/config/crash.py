@@ -57,6 +57,7 @@ class Pattern(StrEnum):
     REPLACE_TRUNCATE = "replace-truncate"
     APPEND_LOG = "append-log"
     SQLITE_COMMIT = "sqlite-commit"
+    E4DEFRAG = "e4defrag"
 
 
 class RecorderType(StrEnum):
@@ -294,9 +295,23 @@ class Scenario(ScenarioBase):
     check: CheckSpec = Field(default_factory=CheckSpec)
     recorder: RecorderSpec = Field(default_factory=RecorderSpec)
 
+    def _check_defrag(self) -> None:
+        """e4defrag moves extents (EXT4_IOC_MOVE_EXT): ext4 made with extents only."""
+        fs = self.fs
+        no_extents = [o for o in fs.mkfs_options if "^extent" in o]
+        if fs.type != FsType.EXT4 or no_extents:
+            raise problem(
+                f"e4defrag needs ext4 with extents, not {fs.type}"
+                + (f" made with {no_extents}" if no_extents else ""),
+                "set fs.type = 'ext4' and drop '^extent' from fs.mkfs_options",
+                key="workload.pattern",
+            )
+
     @model_validator(mode="after")
     def _workload_fits(self) -> Scenario:
         w = self.workload
+        if isinstance(w, AppWorkload) and w.pattern == Pattern.E4DEFRAG:
+            self._check_defrag()
         if not isinstance(w, OpsWorkload):
             return self
         # Hard links share data, so files * max_size bounds the data; leave room for metadata.

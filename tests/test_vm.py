@@ -4,6 +4,7 @@ on both backends (QEMU and a transient libvirt domain) where the test takes ``vm
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -255,3 +256,32 @@ def _alive(pid: str) -> bool:
     except FileNotFoundError:
         return False
     return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def test_media_caps_a_disks_rates_at_boot_and_when_plugged(tmp_path: Path) -> None:
+    """An HDD-like disk serves about its 120 random reads a second, plugged at boot or
+    later (QEMU's throttling), where the same file unthrottled serves many more."""
+    from harness.vm import media
+
+    files = {}
+    for name in ("plain", "hdd", "hot"):
+        files[name] = tmp_path / f"{name}.raw"
+        with open(files[name], "wb") as f:
+            f.truncate(64 << 20)
+    spec = GuestSpec(
+        disks=(Disk(files["plain"], "plain"), Disk(files["hdd"], "hdd", media="hdd")),
+        hotplug_ports=1,
+    )
+
+    def iops(path: str) -> float:
+        job = ["fio", "--name=r", f"--filename={path}", "--rw=randread", "--bs=4k"]
+        job += ["--direct=1", "--time_based", "--runtime=4", "--output-format=json"]
+        out = json.loads(guest.run(job, check=True, timeout=120).out)
+        return float(out["jobs"][0]["read"]["iops"])
+
+    cap = media.LIMITS[media.Media.HDD].iops
+    with start_guest(spec) as guest:
+        measured = {"plain": iops(guest.disk("plain")), "hdd": iops(guest.disk("hdd"))}
+        measured["hot"] = iops(guest.attach_disk(Disk(files["hot"], "hot", media="hdd")))
+    assert measured["hdd"] <= cap * 1.2 and measured["hot"] <= cap * 1.2, measured
+    assert measured["plain"] > 2 * cap, measured

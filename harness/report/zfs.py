@@ -27,7 +27,9 @@ from harness.store.db import ScanKind, Store
 
 MiB = 1 << 20
 # What ``--by`` may group on: the cell's parameters, plus the scenario.
-BY_KEYS = ("layout", "fill", "disks", "disk_size", "ashift", "recordsize", "scenario")
+BY_KEYS = (
+    "layout", "fill", "disks", "disk_size", "ashift", "recordsize", "media", "cache", "scenario"
+)  # fmt: skip
 
 
 def mib(n: float | None) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 from harness import proc
 from harness.errors import GuestAgentError, GuestBootFailed, GuestError, GuestTimeout, HarnessError
 from harness.image.build import Image, require_image
-from harness.vm import accel, console
+from harness.vm import accel, console, media
 from harness.vm.agent import Agent
 from harness.vm.base import Disk, GuestSpec
 from harness.vm.guest import AgentGuest, boot, kernel_cmdline, workdir_for
@@ -68,6 +68,8 @@ def qemu_argv(image: Image, spec: GuestSpec, accelerator: str, workdir: Path) ->
             opts.append("readonly=on")
         if d.snapshot:
             opts.append("snapshot=on")
+        if caps := media.limits(d.media):
+            opts += [f"throttling.iops-total={caps.iops}", f"throttling.bps-total={caps.bps}"]
         slot = _slot(i, argv)  # may add a bridge to argv first
         argv += ["-drive", ",".join(opts)]
         argv += ["-device", f"virtio-blk-pci,drive=d{i},serial={d.serial}{slot}"]
@@ -237,6 +239,9 @@ class QemuGuest(AgentGuest):
                 with contextlib.suppress(QMPError):
                     qmp.cmd("blockdev-del", **{"node-name": node})
                 raise HarnessError(f"QEMU could not plug disk {disk.serial}: {e}") from None
+            if caps := media.limits(disk.media):
+                zero = dict.fromkeys(("bps_rd", "bps_wr", "iops_rd", "iops_wr"), 0)
+                qmp.cmd("block_set_io_throttle", id=node, bps=caps.bps, iops=caps.iops, **zero)
         self._ports[disk.serial] = port
 
     def _unplug(self, serials: Sequence[str], timeout: float) -> None:

@@ -62,7 +62,9 @@ def test_build_timeline_names_each_phase_once_it_ends(tmp_path: Path) -> None:
     with open(log, "a") as f:
         f.write("ages with apt...\nW: not a phase\nI: running --customize-hook directly: /x\n")
     timeline.poll()
-    timeline.begin("qcow2")
+    with open(log, "a") as f:  # written just before the build's next step, not yet polled
+        f.write("I: cleaning package lists and apt cache...\n")
+    timeline.step("qcow2")
     timeline.begin(None)
     names = [line.split(" s  ", 1)[1] for line in out.getvalue().splitlines()]
     assert names == [
@@ -70,5 +72,6 @@ def test_build_timeline_names_each_phase_once_it_ends(tmp_path: Path) -> None:
         "mmdebstrap: running apt-get update",
         "mmdebstrap: downloading packages with apt",
         "mmdebstrap: running --customize-hook directly",
+        "mmdebstrap: cleaning package lists and apt cache",
         "qcow2",
     ]

@@ -70,7 +70,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             idx = next((i for i, s in enumerate(STEPS) if name.startswith(s)), state["done"])
             state["done"] = idx
             bar.update(task, completed=idx, description=f"image {recipe.hash}: {name}")
-            timeline.begin(name)
+            timeline.step(name)
 
         def work() -> None:
             try:
@@ -109,6 +109,14 @@ class _Timeline:
         self.offset = 0
         self.name: str | None = None
         self.start = time.monotonic()
+        self.lock = threading.Lock()  # the build's thread begins steps, ours polls
+
+    def step(self, name: str) -> None:
+        """A step of the lab's own: mmdebstrap's last lines are read first, so the phase
+        they began ends here and not after this step."""
+        with self.lock:
+            self._read()
+            self.begin(name)
 
     def begin(self, name: str | None) -> None:
         now = time.monotonic()
@@ -117,6 +125,10 @@ class _Timeline:
         self.name, self.start = name, now
 
     def poll(self) -> None:
+        with self.lock:
+            self._read()
+
+    def _read(self) -> None:
         try:
             with open(self.logfile, "rb") as f:
                 f.seek(self.offset)

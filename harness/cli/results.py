@@ -24,6 +24,7 @@ from harness.errors import EXIT_FINDING, HarnessError, InputError
 from harness.paths import default_db
 from harness.report import diff as rdiff
 from harness.report import faults as _faults  # noqa: F401  (registers `results table faults`)
+from harness.report import journal as _journal  # noqa: F401  (registers `results table journal`)
 from harness.report import query, render
 from harness.report.markup import esc
 from harness.store.db import Store

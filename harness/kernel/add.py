@@ -41,7 +41,7 @@ def add(spec: str, img: Image, on_step: Step = lambda what, s: None) -> Kernel:
     if kind == "deb":
         return _deb(arg, on_step)
     if kind == "tree":
-        return _tree(Path(arg).expanduser(), on_step)
+        return from_tree(Path(arg).expanduser(), on_step)
     if kind == "mutant":
         return mutant.add(arg, img, on_step)
     if kind == "patch":
@@ -129,7 +129,10 @@ def _require_one_package(package: str) -> None:
         )
 
 
-def _tree(path: Path, on_step: Step) -> Kernel:
+def from_tree(path: Path, on_step: Step, source: dict[str, Any] | None = None) -> Kernel:
+    """A built tree (or a build's ``O=`` folder after ``modules_install
+    INSTALL_MOD_PATH=`` into it) into the cache; ``source`` says where it came from
+    (default: the tree and the hash of its config)."""
     where = f"kernel source tree:{path}"
     bz, config = path / "arch" / "x86" / "boot" / "bzImage", path / ".config"
     relfile = path / "include" / "config" / "kernel.release"
@@ -146,8 +149,9 @@ def _tree(path: Path, on_step: Step) -> Kernel:
             f"{where}: no modules for {rel} under {path / 'lib' / 'modules'}",
             hint=f"make modules_install INSTALL_MOD_PATH={path}",
         )
-    digest = hashlib.sha256(config.read_bytes()).hexdigest()
-    source = {"kind": "tree", "path": str(path), "config_sha256": digest}
+    if source is None:
+        digest = hashlib.sha256(config.read_bytes()).hexdigest()
+        source = {"kind": "tree", "path": str(path), "config_sha256": digest}
     return _finish(fresh(rel), rel, path, bz, config, source, on_step)
 
 

@@ -12,12 +12,15 @@ from harness.kernel.store import parse_config
 
 # How the lab builds, beside what the guest needs: a build outside Debian's packaging has
 # none of its signing keys (``MODULE_SIG_KEY="output/signing_key.pem"``,
-# ``SYSTEM_TRUSTED_KEYS``), and no debug info saves most of the link time and the
-# pahole (BTF) dependency. Merged before the fragment and not checked afterwards: a
-# defconfig base has none of these options to begin with.
+# ``SYSTEM_TRUSTED_KEYS``); its lockdown LSM selects MODULE_SIG anyway, so the key is
+# kbuild's default, a throwaway one it makes itself, and modules go unsigned (nothing
+# forces signatures). No debug info saves most of the link time and the pahole (BTF)
+# dependency. Merged before the fragment and not checked afterwards: a defconfig base
+# has none of these options to begin with.
 BUILD_ONLY = """\
 # CONFIG_MODULE_SIG is not set
 # CONFIG_MODULE_SIG_ALL is not set
+CONFIG_MODULE_SIG_KEY="certs/signing_key.pem"
 CONFIG_SYSTEM_TRUSTED_KEYS=""
 CONFIG_SYSTEM_REVOCATION_KEYS=""
 CONFIG_DEBUG_INFO_NONE=y

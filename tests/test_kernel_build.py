@@ -13,7 +13,7 @@ import pytest
 
 from harness.errors import EXIT_HARNESS, HarnessError, InputError, ToolMissing
 from harness.kernel import build, kconfig, mutant
-from harness.kernel.store import OPTIONS, describe, parse_config
+from harness.kernel.store import OPTIONS, Kernel, describe, parse_config, write_manifest
 
 MAKEFILE = "VERSION = 6\nPATCHLEVEL = 1\nSUBLEVEL = 192\nEXTRAVERSION =\n"
 
@@ -186,3 +186,37 @@ def test_an_option_whose_dependency_is_off_is_named(
     assert "CONFIG_DM_LOG_WRITES=m (got not set)" in e.value.message
     assert str(frag) in e.value.message and "EXT4" not in e.value.message
     assert "menuconfig" in (e.value.hint or "")
+
+
+def test_the_same_source_and_config_again_builds_nothing(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = tmp_path / "linux"
+    tree.mkdir()
+    (tree / "Makefile").write_text(MAKEFILE)
+    config = {"text": "CONFIG_A=y\n"}
+    monkeypatch.setattr(build, "configure", lambda *a: config["text"])
+    made: list[list[str]] = []
+
+    def make(argv: list[str | Path], log: Path, what: str, cwd: Path | None = None) -> None:
+        made.append([str(a) for a in argv])
+        raise HarnessError("stop here")
+
+    monkeypatch.setattr(build, "_make", make)
+    key = build.cache_key(build.identity(tree)[0], config["text"])
+    entry = cache / "kernels" / "6.1.192-crashlab-x"
+    entry.mkdir(parents=True)
+    for f in ("vmlinuz", "initrd.img"):
+        (entry / f).write_bytes(b"")
+    k = Kernel("6.1.192-crashlab-x", "6.1.192-crashlab-x", {"kind": "build", "key": key}, {}, {})
+    write_manifest(entry, k)
+    got = build.build(tree, build.Base.DEFCONFIG, 2)
+    assert (got.built_now, got.kernel.name, made) == (False, k.name, [])
+    config["text"] = "CONFIG_A=m\n"  # another config: a build, into the lab's cache only
+    with pytest.raises(HarnessError, match="stop here"):
+        build.build(tree, build.Base.DEFCONFIG, 2)
+    assert (
+        "bzImage" in made[0]
+        and f"O={build.build_dir(tree.resolve(), build.Base.DEFCONFIG)}" in made[0]
+    )
+    assert sorted(p.name for p in tree.iterdir()) == ["Makefile"]

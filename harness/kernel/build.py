@@ -206,12 +206,14 @@ def build(tree: Path, base: Base, jobs: int, on_step: Step = lambda what, s: Non
         f"make -j{jobs} bzImage modules",
         lambda: _make([*make, f"-j{jobs}", "bzImage", "modules"], log, "make bzImage modules"),
     )
-    shutil.rmtree(out / "lib", ignore_errors=True)  # another key's modules_install
+    # Not into O= itself: its lib/ holds the objects of the source's lib/ (libcrc32c.ko).
+    mods = out / "crashlab-modules"
+    shutil.rmtree(mods, ignore_errors=True)  # another key's release
     timed(
         on_step,
         "make modules_install",
         lambda: _make(
-            [*make, "modules_install", f"INSTALL_MOD_PATH={out}", "INSTALL_MOD_STRIP=1"],
+            [*make, "modules_install", f"INSTALL_MOD_PATH={mods}", "INSTALL_MOD_STRIP=1"],
             log,
             "make modules_install",
         ),
@@ -227,4 +229,4 @@ def build(tree: Path, base: Base, jobs: int, on_step: Step = lambda what, s: Non
         "key": key,
         "build": BUILD,
     }
-    return Built(from_tree(out, on_step, source), True, log)
+    return Built(from_tree(out, on_step, source, modules=mods), True, log)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import tools
-from harness.errors import CommandFailed, CommandTimeout
+from harness.errors import CommandFailed, CommandTimeout, HarnessError
 
 log = logging.getLogger("crashlab.proc")
 
@@ -177,6 +177,30 @@ class Child:
             "exit %d after %.3f s: %s", self.result.returncode, self.result.seconds, self.argv[0]
         )
         return self.result
+
+
+def logged(
+    argv: Sequence[str | Path],
+    logfile: Path,
+    what: str,
+    *,
+    error: type[HarnessError] = HarnessError,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Result:
+    """One step of a long build, its output appended to ``logfile``.
+
+    :raise HarnessError: (or ``error``) it failed: "``what`` failed (exit status N)", the
+        log's tail and where the whole log is.
+    """
+    try:
+        return run(argv, logfile=logfile, cwd=cwd, env=env)
+    except CommandFailed as e:
+        raise error(
+            f"{what} failed (exit status {e.returncode})",
+            hint=f"full log: {logfile}",
+            detail=e.stderr,
+        ) from None
 
 
 @contextlib.contextmanager

@@ -29,7 +29,7 @@ from pydantic import Field
 from harness import paths, proc, tools
 from harness.config import settings
 from harness.config.settings import Settings, Size, load_toml
-from harness.errors import CommandFailed, ImageError
+from harness.errors import ImageError
 
 SECURITY_MIRROR = "http://deb.debian.org/debian-security"
 
@@ -192,14 +192,7 @@ def build(
 
     def step(name: str, argv: list[str | Path], env: dict[str, str] | None = None) -> None:
         on_step(name)
-        try:
-            proc.run(argv, logfile=logfile, env=env)
-        except CommandFailed as e:
-            raise ImageError(
-                f"image build failed in step '{name}' (exit status {e.returncode})",
-                hint=f"full log: {logfile}",
-                detail=e.stderr,
-            ) from None
+        proc.logged(argv, logfile, f"image build step '{name}'", error=ImageError, env=env)
 
     step(
         "mmdebstrap: packages, kernel, zfs-dkms build",

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import paths, proc
-from harness.errors import CommandFailed, HarnessError, InputError, ToolMissing
+from harness.errors import InputError, ToolMissing
 from harness.image.build import load_recipe
 from harness.kernel import kconfig
 from harness.kernel.add import from_tree
@@ -136,14 +136,7 @@ def _make(argv: list[str | Path], log: Path, what: str, cwd: Path | None = None)
 
     :raise HarnessError: it failed (exit 3), with the log's tail and where the log is.
     """
-    try:
-        proc.run(argv, logfile=log, cwd=cwd)
-    except CommandFailed as e:
-        raise HarnessError(
-            f"kernel build: {what} failed (exit status {e.returncode})",
-            hint=f"full log: {log}",
-            detail=e.stderr,
-        ) from None
+    proc.logged(argv, log, f"kernel build: {what}", cwd=cwd)
 
 
 def configure(tree: Path, out: Path, base: Base, log: Path) -> str:

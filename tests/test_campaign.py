@@ -297,3 +297,19 @@ def test_ci_campaign_for_real(tmp_path: Path, guest_image: object) -> None:
         assert st.execute("SELECT count(*) FROM runs WHERE status = 'done'")[0][0] == 2
         run_ids = [str(x[0]) for x in st.execute("SELECT id FROM runs")]
     assert all((tmp_path / "runs" / f"{rid}.log").is_file() for rid in run_ids)
+
+
+def test_status_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from harness.cli.main import main
+
+    db = tmp_path / "lab.sqlite"
+    c = small(tmp_path, reps=2)
+    Engine(c, db, runner=fake_runner).run()
+    capsys.readouterr()
+    assert main(["campaign", "status", str(c.path), "--db", str(db), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [e["status"] for e in got["elements"]] == ["done", "done"]
+    assert all(e["scenario"] == "ext2-fsync" and e["run"] for e in got["elements"])
+    assert got["campaign"] == c.name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -58,3 +59,11 @@ def test_missing_tool_names_its_package(
     out = capsys.readouterr()
     assert status == 3
     assert "apt-get install qemu-system-x86" in out.out + out.err
+    assert cli.main(["doctor", "--json"]) == 3
+    got = json.loads(capsys.readouterr().out)
+    qemu = next(c for c in got["checks"] if c["check"] == "qemu-system-x86_64")
+    assert got["missing"] and qemu == {
+        "check": "qemu-system-x86_64",
+        "status": "missing",
+        "detail": "apt-get install qemu-system-x86",
+    }

@@ -66,6 +66,7 @@ def register(sub: Any) -> None:
     backend.add_options(run)
     run.set_defaults(func=cmd_run)
     status = csub.add_parser("status", parents=[common], help="the latest campaign's elements")
+    status.add_argument("--json", action="store_true")
     status.set_defaults(func=cmd_status)
     mut = csub.add_parser(
         "mutants",
@@ -156,6 +157,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     if got is None:
         return EXIT_OK
     lt, accounts = got
+    if args.json:
+        rows = [_element_json(r, accounts.get(r.run_id or "")) for r in lt.rows]
+        head = {"campaign": lt.camp.name, "id": lt.cid, "status": lt.status}
+        print(json.dumps({**head, "started": lt.started, "elements": rows}, indent=2))
+        return EXIT_OK
     when = f"{lt.cid}: {lt.status}, started {lt.started}"
     console.print(f"campaign [bold]{esc(lt.camp.name)}[/] {esc(when)}")
     console.print(_elements_table(lt.rows, accounts))
@@ -206,6 +212,24 @@ def _accounts(
             account, status = st.account(r.run_id)
             out[r.run_id] = (account, account.status if status is None else status)
     return out
+
+
+def _element_json(
+    r: campaign.ElementRow, account: tuple[outcome.Account, int] | None
+) -> dict[str, Any]:
+    e = r.element
+    return {
+        "position": e.position,
+        "scenario": e.scenario,
+        "set": list(e.overrides),
+        "seed": e.seed,
+        "status": str(r.status),
+        "run": r.run_id,
+        "outcomes": dict(account[0].counts) if account else {},
+        "expected": dict(account[0].expected) if account else {},
+        "seconds": r.seconds,
+        "error": r.last_error,
+    }
 
 
 def _outcomes_cell(account: outcome.Account) -> str:

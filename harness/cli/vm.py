@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -47,6 +48,7 @@ def register(sub: Any) -> None:
     d.add_argument(
         "--reprobe", action="store_true", help="probe KVM again instead of using the cached answer"
     )
+    d.add_argument("--json", action="store_true", help="the checks as JSON")
     d.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("vm", help="run commands in a fresh disposable guest")
@@ -120,50 +122,46 @@ def cmd_vm_run(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     console = ui.console()
-    t = Table("check", "status", "detail")
+    rows: list[tuple[str, str, str, str]] = []  # check, status, its style, detail (plain)
+
+    def add(check: str, status: str, style: str, detail: str = "") -> None:
+        rows.append((check, status, style, detail))
+
     missing = False
     for tool in REQUIRED:
         ok = tools.available(tool)
         missing |= not ok
-        t.add_row(
-            tool,
-            "[green]ok[/]" if ok else "[red]missing[/]",
-            "" if ok else f"apt-get install {tools.PACKAGES.get(tool, tool)}",
-        )
+        hint = f"apt-get install {tools.PACKAGES.get(tool, tool)}"
+        add(tool, "ok" if ok else "missing", "green" if ok else "red", "" if ok else hint)
     for tool, why in OPTIONAL.items():
         ok = tools.available(tool)
-        t.add_row(
-            tool,
-            "[green]ok[/]" if ok else "[yellow]missing[/]",
-            why if ok else f"{why}: apt-get install {tools.PACKAGES.get(tool, tool)}",
-        )
+        hint = f"{why}: apt-get install {tools.PACKAGES.get(tool, tool)}"
+        add(tool, "ok" if ok else "missing", "green" if ok else "yellow", why if ok else hint)
     kvm = os.access("/dev/kvm", os.R_OK | os.W_OK)
-    t.add_row("/dev/kvm", "present" if kvm else "absent", "")
+    add("/dev/kvm", "present" if kvm else "absent", "")
     recipe = image.load_recipe()
     img = image.cached(recipe)
     if img is None:
-        t.add_row(
-            "guest image", "[yellow]not built[/]", f"recipe {recipe.hash}: run scenario image build"
-        )
-        t.add_row("accelerator", "[yellow]not probed[/]", "needs the guest image's kernel")
+        add("guest image", "not built", "yellow", f"recipe {recipe.hash}: run scenario image build")
+        add("accelerator", "not probed", "yellow", "needs the guest image's kernel")
     else:
-        t.add_row(
-            "guest image",
-            "[green]cached[/]",
-            esc(
-                f"{img.hash}, kernel {img.manifest.get('kernel')},"
-                f" ZFS {img.manifest.get('zfs_version')}"
-            ),
-        )
+        m = img.manifest
+        add("guest image", "cached", "green", f"{img.hash}, kernel {m.get('kernel')},"
+            f" ZFS {m.get('zfs_version')}")  # fmt: skip
         if tools.available("qemu-system-x86_64"):
             res = accel.probe(img, refresh=args.reprobe)
-            t.add_row(
-                "accelerator",
-                f"[bold]{esc(res.accelerator)}[/]",
-                esc(res.reason + (" (cached probe; --reprobe to redo)" if res.cached else "")),
-            )
+            again = " (cached probe; --reprobe to redo)" if res.cached else ""
+            add("accelerator", res.accelerator, "bold", res.reason + again)
     for k in kernel_store.cached():
-        t.add_row("kernel", "[green]cached[/]", esc(f"{k.name}: {kernel_store.describe(k.source)}"))
+        add("kernel", "cached", "green", f"{k.name}: {kernel_store.describe(k.source)}")
+    if args.json:
+        keys = ("check", "status", "detail")
+        checks = [dict(zip(keys, (c, st, d), strict=True)) for c, st, _, d in rows]
+        console.out(json.dumps({"checks": checks, "missing": missing}, indent=2))
+        return 3 if missing else 0
+    t = Table("check", "status", "detail")
+    for check, status, style, detail in rows:
+        t.add_row(esc(check), f"[{style}]{esc(status)}[/]" if style else esc(status), esc(detail))
     console.print(t)
     if missing:
         console.print(

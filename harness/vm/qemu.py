@@ -241,7 +241,9 @@ class QemuGuest(AgentGuest):
                 raise HarnessError(f"QEMU could not plug disk {disk.serial}: {e}") from None
             if caps := media.limits(disk.media):
                 zero = dict.fromkeys(("bps_rd", "bps_wr", "iops_rd", "iops_wr"), 0)
-                qmp.cmd("block_set_io_throttle", id=node, bps=caps.bps, iops=caps.iops, **zero)
+                # The BlockBackend is the virtio-blk-pci proxy's child's, not the proxy's.
+                backend = f"/machine/peripheral/{node}/virtio-backend"
+                qmp.cmd("block_set_io_throttle", id=backend, bps=caps.bps, iops=caps.iops, **zero)
         self._ports[disk.serial] = port
 
     def _unplug(self, serials: Sequence[str], timeout: float) -> None:

@@ -17,7 +17,11 @@ The numbers, and where they come from:
 A throttle caps rates; it does not add a seek per operation, so an HDD's latency under a
 queue depth of one is not modelled, only its throughput. Under TCG the guest itself rarely
 reaches the SSD's caps: there, ``ssd`` and ``none`` measure alike, and the HDD's caps are
-what separates the media (tables say which media each result had).
+what separates the media (tables say which media each result had). Measured here (TCG,
+fio for 4 s, O_DIRECT, one 64 MiB disk each): none 4,306 random 4 KiB reads/s and 3.0 GB/s
+in 1 MiB reads; hdd 123/s and 129 MB/s (each 1 MiB read is one operation, as one seek is
+on a disk, so the IOPS cap binds before the bytes cap); ssd 4,320/s (TCG's ceiling, not the
+cap) and 542 MB/s.
 """
 
 from __future__ import annotations

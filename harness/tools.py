@@ -38,6 +38,8 @@ PACKAGES: dict[str, str] = {
     "make": "make",
     "strip": "binutils",
     "zstd": "zstd",
+    # fstests' fsstress, built from a checkout (harness/record/fsstress.py)
+    "gcc": "gcc (and xfslibs-dev for fsstress)",
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
@@ -44,6 +45,7 @@ class WorkloadType(StrEnum):
     OPS = "ops"
     FIO = "fio"
     APP = "app"
+    FSSTRESS = "fsstress"
 
 
 class Pattern(StrEnum):
@@ -213,7 +215,35 @@ class AppWorkload(Settings):
     transactions: int = Field(4, ge=1, le=200, description="sqlite-commit: per database")
 
 
-Workload = OpsWorkload | FioWorkload | AppWorkload
+class FsstressWorkload(Settings):
+    """fstests' fsstress as generic/482 runs it (``harness/record/fsstress.py``): no
+    oracle, so each crash state is judged by fsck and mount only."""
+
+    type: Literal["fsstress"]
+    ops: int = Field(512, ge=1, description="operations per process (-n); generic/482: 512")
+    procs: int | None = Field(
+        None, ge=1, le=64, description="processes (-p); default the guest's CPUs, at most 8"
+    )
+    binary: str = Field(
+        "", description="a static fsstress on the host (default: scenario image fsstress's)"
+    )
+    keep_log: str = Field(
+        "",
+        description="also leave the recorded log here, relative to the results directory"
+        " (scenario check-log-generic-482 reads logs/generic-482.log)",
+    )
+
+    @field_validator("keep_log")
+    @classmethod
+    def _relative(cls, v: str) -> str:
+        if v and (v.startswith("/") or ".." in Path(v).parts):
+            raise problem(
+                f"{v!r} leaves the results directory", "give a path like logs/generic-482.log"
+            )
+        return v
+
+
+Workload = OpsWorkload | FioWorkload | AppWorkload | FsstressWorkload
 
 
 def _workload_type(v: Any) -> str:
@@ -293,7 +323,8 @@ class Scenario(ScenarioBase):
     workload: Annotated[
         Annotated[OpsWorkload, Tag("ops")]
         | Annotated[FioWorkload, Tag("fio")]
-        | Annotated[AppWorkload, Tag("app")],
+        | Annotated[AppWorkload, Tag("app")]
+        | Annotated[FsstressWorkload, Tag("fsstress")],
         Discriminator(_workload_type),
     ] = Field(default_factory=OpsWorkload)
     crash: CrashSpec = Field(default_factory=CrashSpec)
@@ -345,7 +376,9 @@ class Scenario(ScenarioBase):
         return (
             str(self.fs.type),
             str(self.fs.data_mode or "-"),
-            f"ops x{w.ops}" if isinstance(w, OpsWorkload) else str(getattr(w, "pattern", w.type)),
+            f"{w.type} x{w.ops}"
+            if isinstance(w, OpsWorkload | FsstressWorkload)
+            else str(getattr(w, "pattern", w.type)),
             ", ".join(st.label() for st in c.states) + f" (<= {c.max_states})",
         )
 

@@ -11,16 +11,18 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import paths
 from harness.check import host as check
-from harness.config.crash import AppWorkload, FioWorkload, FsSpec, Scenario
+from harness.config.crash import AppWorkload, FioWorkload, FsSpec, FsstressWorkload, Scenario
 from harness.experiments import lifecycle
 from harness.experiments.crash import reuse, states
 from harness.outcome import Outcome, reduce
-from harness.record import logwrites
+from harness.record import fsstress, logwrites
 from harness.record import recorder as record
 from harness.replay import crashstates
 from harness.replay import replayer as replay
@@ -35,6 +37,8 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
     w = sc.workload
     if isinstance(w, FioWorkload):
         return record.WorkloadSpec(type="fio", fio_job=w.job)
+    if isinstance(w, FsstressWorkload):
+        return record.WorkloadSpec(type="fsstress", ops=w.ops, procs=w.procs, binary=w.binary)
     if isinstance(w, AppWorkload):
         return record.WorkloadSpec(
             type="app",
@@ -61,13 +65,24 @@ class CrashReplay(lifecycle.Experiment):
 
     start_after: int | None = None  # the entry states begin after; set by obtain()
 
+    @classmethod
+    def preflight(cls, sc: Any) -> None:
+        w = getattr(sc, "workload", None)
+        if isinstance(w, FsstressWorkload):
+            fsstress.require(w.binary)  # before a guest boots for nothing
+
     def caveat(self) -> str | None:
-        if self.sc.check.guest:
-            return None
-        return (
-            "by the host checker (check.guest=false: states were not mounted and fsync'd"
-            " data was not verified)"
-        )
+        if not self.sc.check.guest:
+            return (
+                "by the host checker (check.guest=false: states were not mounted and fsync'd"
+                " data was not verified)"
+            )
+        w = self.sc.workload
+        if isinstance(w, FioWorkload | FsstressWorkload):
+            return (
+                f"by fsck and mount only ({w.type} writes no oracle: fsync'd data was not verified)"
+            )
+        return None
 
     def prepare(self) -> None:
         run, sc = self.run, self.sc
@@ -198,10 +213,23 @@ def recorded(
         "seconds": rec.seconds,
         "guest_kernel": rec.guest_kernel,
         "accelerator": rec.accelerator,
+        **({"workload": rec.workload_info} if rec.workload_info else {}),
     }
     meta_path.write_text(json.dumps(meta))
     (rdir / "dut.raw").unlink(missing_ok=True)
+    if keep := getattr(sc.workload, "keep_log", ""):
+        keep_log(rec.log_path, paths.results_dir() / keep)
     return meta, rec.oracle
+
+
+def keep_log(log: Path, dest: Path) -> None:
+    """A copy of the recorded log where another scenario reads it (fsstress-482 leaves
+    generic/482's log for check-log-generic-482). A copy, not a link: a later recording
+    replaces it without touching this run's own log."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".part")
+    shutil.copyfile(log, tmp)
+    tmp.replace(dest)
 
 
 def check_states(

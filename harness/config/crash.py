@@ -311,6 +311,22 @@ class CheckSpec(Settings):
         return self
 
 
+class RecoveryCrashSpec(Settings):
+    """A crash during recovery (``harness/experiments/crash/recoverycrash.py``): the
+    filesystem's own recovery of a sample of crash states, recorded and cut again."""
+
+    sample: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="consistent crash states whose recovery is recorded under dm-log-writes"
+        " and cut into crash states too (0: none)",
+    )
+    max_states: int = Field(
+        20, ge=1, description="crash states per recovery log, spread evenly over it"
+    )
+
+
 class RecorderSpec(Settings):
     type: RecorderType = RecorderType.DM_LOG_WRITES
 
@@ -330,6 +346,25 @@ class Scenario(ScenarioBase):
     crash: CrashSpec = Field(default_factory=CrashSpec)
     check: CheckSpec = Field(default_factory=CheckSpec)
     recorder: RecorderSpec = Field(default_factory=RecorderSpec)
+    recovery_crash: RecoveryCrashSpec = Field(default_factory=RecoveryCrashSpec)
+
+    @model_validator(mode="after")
+    def _recovery_is_a_mount(self) -> Scenario:
+        if self.recovery_crash.sample and not self.fs.journaled:
+            # Its recovery is e2fsck -fy, which the lab does not record yet.
+            raise problem(
+                f"{self.fs.type} without a journal recovers by fsck, not by a mount;"
+                " only a journal or log replayed at mount is recorded",
+                "use a journaled filesystem (ext3/ext4, xfs, btrfs), or leave sample = 0",
+                key="recovery_crash.sample",
+            )
+        if self.recovery_crash.sample and not self.check.guest:
+            raise problem(
+                "a recovery crash state is judged by the original cut's oracle in a guest",
+                "set check.guest = true",
+                key="recovery_crash.sample",
+            )
+        return self
 
     @model_validator(mode="after")
     def _workload_fits(self) -> Scenario:
@@ -388,6 +423,9 @@ class Scenario(ScenarioBase):
         del out["check"]["dask"]
         if out["fs"]["data_mode"] is None:
             del out["fs"]["data_mode"]
+        if not self.recovery_crash.sample:
+            # Off: stored as before the key existed, so earlier runs still resume.
+            del out["recovery_crash"]
         return out
 
 

@@ -20,7 +20,7 @@ from harness import paths
 from harness.check import host as check
 from harness.config.crash import AppWorkload, FioWorkload, FsSpec, FsstressWorkload, Scenario
 from harness.experiments import lifecycle
-from harness.experiments.crash import reuse, states
+from harness.experiments.crash import recoverycrash, reuse, states
 from harness.outcome import Outcome, reduce
 from harness.record import fsstress, logwrites
 from harness.record import recorder as record
@@ -92,22 +92,8 @@ class CrashReplay(lifecycle.Experiment):
         self.meta, self.oracle = self.obtain(rdir)
         self.log = self._stack.enter_context(logwrites.open_log(rdir / "log.raw"))
         lg = self.log
-        stats = lg.stats()
-        run.store.add_log(
-            store.LogInfo(
-                hash=lg.hash,
-                path=str(rdir / "log.raw"),
-                entries=stats.entries,
-                flushes=stats.flushes,
-                fuas=stats.fuas,
-                marks=stats.marks,
-                discards=stats.discards,
-                bytes=stats.bytes_written,
-            ),
-            run_id=run.run_id,
-        )
-        logevents.record_events(run.store, lg)
-        self.states = spread(self.generate(lg), sc.crash.max_states)
+        stats = add_log(run.store, run.run_id, lg)
+        self.states = crashstates.spread(self.generate(lg), sc.crash.max_states)
         self.recording = {
             "log_entries": stats.entries,
             "fuas": stats.fuas,
@@ -131,6 +117,8 @@ class CrashReplay(lifecycle.Experiment):
     def __init__(self, run: lifecycle.Run):
         super().__init__(run)
         self._stack = contextlib.ExitStack()
+        self.parents: dict[str, str] = {}  # a recovery crash state -> the state it recovers
+        self.recovery_states = 0
 
     def items(self) -> Sequence[crashstates.CrashState]:
         return self.states
@@ -150,6 +138,37 @@ class CrashReplay(lifecycle.Experiment):
             self.run.dir,
             self.run.progress,
             self.reuse(),
+        ):
+            yield c.state, c
+        if self.sc.recovery_crash.sample:
+            yield from self._recovery_crashes(size)
+
+    def _recovery_crashes(
+        self, size: int
+    ) -> Iterator[tuple[crashstates.CrashState, states.Checked]]:
+        """The run's states are judged (each committed before this resumes): record the
+        recovery of a sample of the consistent ones, and check its crash states."""
+        run, rc = self.run, self.sc.recovery_crash
+        outcomes = {i.item: i.outcome for i in run.store.item_outcomes(run.run_id)}
+        parents = recoverycrash.pick_parents(self.states, outcomes, rc.sample, run.seed)
+        if not parents:
+            return
+        run.progress(f"recording the recovery of {len(parents)} crash states", 0, 0)
+        sources = recoverycrash.sources(
+            run.dir, self.fsspec, self.log, parents,
+            oracle=self.oracle, size=size, seed=run.seed, most=rc.max_states,
+            timeout=self.sc.check.timeout, stack=self._stack,
+        )  # fmt: skip
+        done = self.done()
+        for src in sources:
+            add_log(run.store, run.run_id, src.log, role="recovery")
+            assert src.judged_as is not None
+            for s in src.states:
+                self.parents[s.id] = src.judged_as.id
+            src.states = [s for s in src.states if s.id not in done]
+        self.recovery_states = sum(len(s.states) for s in sources)
+        for c in states.check_sources(
+            self.sc, self.fsspec, sources, run.dir, run.progress, self.reuse()
         ):
             yield c.state, c
 
@@ -174,18 +193,25 @@ class CrashReplay(lifecycle.Experiment):
         # Classes first: a state with a verdict is skipped on resume, so its classes
         # must already be stored (recording them again replaces them).
         _record_classes(self.run.store, self.run.run_id, self.sc, item, result.results)
-        commit_state(self.run.store, self.run.run_id, result)
+        commit_state(self.run.store, self.run.run_id, result, parent=self.parents.get(item.id))
 
     def expected(self, item: ItemOutcome) -> bool:
         # A filesystem without a journal recovers by a full fsck: its repair is the design.
         return item.outcome is Outcome.REPAIRED and not self.sc.fs.journaled
 
     def summary(self) -> dict[str, Any]:
-        return {
+        # Recovery crash states are states of the run too: generated counts them.
+        out = {
             "states": len(self.states),
             "recording": self.recording,
-            "reuse": reuse.counts(self.run, len(self.states)),
+            "reuse": reuse.counts(self.run, len(self.states) + self.recovery_states),
         }
+        if self.sc.recovery_crash.sample:
+            out["recovery_crash"] = {
+                "parents": len(set(self.parents.values())),
+                "states": self.recovery_states,
+            }
+        return out
 
 
 def recorded(
@@ -248,10 +274,37 @@ def check_states(
     yield from states.check_sources(sc, fs, [src], rdir, progress, reuse)
 
 
-def commit_state(st: store.Store, run_id: str, checked: states.Checked) -> None:
+def add_log(
+    st: store.Store, run_id: str, lg: logwrites.Log, *, role: str = "workload"
+) -> logwrites.LogStats:
+    """A log of the run in the store (and its events); its stats."""
+    stats = lg.stats()
+    st.add_log(
+        store.LogInfo(
+            hash=lg.hash,
+            path=str(lg.path),
+            entries=stats.entries,
+            flushes=stats.flushes,
+            fuas=stats.fuas,
+            marks=stats.marks,
+            discards=stats.discards,
+            bytes=stats.bytes_written,
+        ),
+        run_id=run_id,
+        role=role,
+    )
+    logevents.record_events(st, lg)
+    return stats
+
+
+def commit_state(
+    st: store.Store, run_id: str, checked: states.Checked, *, parent: str | None = None
+) -> None:
     """One checked state's results in the store (one transaction), with its identity,
-    check key and, if it took an earlier verdict, whose."""
+    check key and, if it took an earlier verdict, whose; a recovery crash state with the
+    state whose recovery it interrupted (``parent``)."""
     state, results = checked.state, checked.results
+    says = f"crash during the recovery of {parent}: " if parent else ""
     recovery: dict[str, float] = {}
     for r in results:
         for phase, secs in r.phases.items():
@@ -267,10 +320,11 @@ def commit_state(st: store.Store, run_id: str, checked: states.Checked) -> None:
             prefix=state.prefix,
             params=state.to_dict(),
             last_mark=state.mark,
-            description=state.describe(),
+            description=says + state.describe(),
             identity=checked.identity,
             check_key=checked.check_key,
             reused_from=checked.reused_from,
+            parent=parent,
         ),
         [
             store.CheckResult(
@@ -313,16 +367,6 @@ def _record_classes(
             st.record_observation(
                 run_id, f"{state.id}:{c['target']}", cell, {**metrics, "state": state.id}, None
             )
-
-
-def spread(states: list[crashstates.CrashState], most: int) -> list[crashstates.CrashState]:
-    """At most ``most`` states, spread evenly along the log (deterministic)."""
-    if len(states) <= most:
-        return states
-    if most == 1:
-        return [states[-1]]
-    step = (len(states) - 1) / (most - 1)
-    return [states[round(i * step)] for i in range(most)]
 
 
 def stored_state(state_id: str, db: Path) -> tuple[str, crashstates.CrashState]:

@@ -396,9 +396,20 @@ def device_size(run_id: str) -> int:
     return int(meta["device_size"])
 
 
+def state_log(run_id: str, state: crashstates.CrashState) -> Path:
+    """The log a stored state was cut from: its run's, or for a recovery crash state
+    the recovery log it was cut from (``<run>/recovery/<parent>/log.raw``, by hash)."""
+    rdir = lifecycle.run_dir(run_id)
+    for candidate in sorted(rdir.glob("recovery/*/log.raw")):
+        with logwrites.open_log(candidate) as lg:
+            if lg.hash == state.log_hash:
+                return candidate
+    return rdir / "log.raw"
+
+
 def reproduce(state_id: str, *, db: Path, out: Path) -> tuple[Path, dict[str, Any]]:
     """Rebuild one stored crash state's image from its run's log."""
     run_id, state = stored_state(state_id, db)
-    with logwrites.open_log(lifecycle.run_dir(run_id) / "log.raw") as lg:
+    with logwrites.open_log(state_log(run_id, state)) as lg:
         replay.materialize(lg, state, out, device_size(run_id))
     return out, {"run_id": run_id, "state": state.to_dict(), "description": state.describe()}

@@ -18,7 +18,14 @@ from typing import Any
 
 from harness import paths
 from harness.check import host as check
-from harness.config.crash import AppWorkload, FioWorkload, FsSpec, FsstressWorkload, Scenario
+from harness.config.crash import (
+    AppWorkload,
+    FioWorkload,
+    FsSpec,
+    FsstressWorkload,
+    RecoveryCrashSpec,
+    Scenario,
+)
 from harness.experiments import lifecycle
 from harness.experiments.crash import recoverycrash, reuse, states
 from harness.outcome import Outcome, reduce
@@ -140,15 +147,22 @@ class CrashReplay(lifecycle.Experiment):
             self.reuse(),
         ):
             yield c.state, c
-        if self.sc.recovery_crash.sample:
+        if self.recovery_crash():
             yield from self._recovery_crashes(size)
+
+    def recovery_crash(self) -> RecoveryCrashSpec | None:
+        """The scenario's recovery crash sample, if it asks for one (a check-log
+        scenario has no such key)."""
+        rc = getattr(self.sc, "recovery_crash", None)
+        return rc if isinstance(rc, RecoveryCrashSpec) and rc.sample else None
 
     def _recovery_crashes(
         self, size: int
     ) -> Iterator[tuple[crashstates.CrashState, states.Checked]]:
         """The run's states are judged (each committed before this resumes): record the
         recovery of a sample of the consistent ones, and check its crash states."""
-        run, rc = self.run, self.sc.recovery_crash
+        run, rc = self.run, self.recovery_crash()
+        assert rc is not None
         outcomes = {i.item: i.outcome for i in run.store.item_outcomes(run.run_id)}
         parents = recoverycrash.pick_parents(self.states, outcomes, rc.sample, run.seed)
         if not parents:
@@ -165,8 +179,9 @@ class CrashReplay(lifecycle.Experiment):
             assert src.judged_as is not None
             for s in src.states:
                 self.parents[s.id] = src.judged_as.id
+        self.recovery_states = len(self.parents)  # resumed: those judged before too
+        for src in sources:
             src.states = [s for s in src.states if s.id not in done]
-        self.recovery_states = sum(len(s.states) for s in sources)
         for c in states.check_sources(
             self.sc, self.fsspec, sources, run.dir, run.progress, self.reuse()
         ):
@@ -206,7 +221,7 @@ class CrashReplay(lifecycle.Experiment):
             "recording": self.recording,
             "reuse": reuse.counts(self.run, len(self.states) + self.recovery_states),
         }
-        if self.sc.recovery_crash.sample:
+        if self.recovery_crash():
             out["recovery_crash"] = {
                 "parents": len(set(self.parents.values())),
                 "states": self.recovery_states,

@@ -9,12 +9,11 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from rich.console import Console
-
 from harness import errors
+from harness.cli import ui
 from harness.report.markup import esc
 
-err_console = Console(stderr=True, highlight=False)
+err_console = ui.console(stderr=True)
 
 
 class _Parser(argparse.ArgumentParser):

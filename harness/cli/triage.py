@@ -6,12 +6,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from harness import paths
+from harness.cli import ui
 from harness.triage import explain
 
-console = Console(highlight=False)
+console = ui.console()
 
 
 def register(sub: Any) -> None:

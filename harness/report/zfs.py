@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
+from harness.cli import ui
 from harness.errors import EXIT_OK, InputError
 from harness.paths import default_db
 from harness.report import query
@@ -166,9 +166,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     if args.scenario:
         rows = [r for r in rows if r["scenario"] == args.scenario]
     cells = aggregate(rows, by)
-    console = Console(highlight=False, soft_wrap=True)
-    if not console.is_terminal:
-        console.width = max(console.width, 160)  # piped: do not fold the numbers
+    console = ui.console()
     if args.json:
         console.out(
             json.dumps({"db": str(db), "scan": args.scan, "by": by, "cells": cells}, indent=2)

@@ -48,11 +48,11 @@ def test_parents_are_a_seeded_sample_of_the_consistent_states_in_log_order() -> 
 
 def recovery_log(path: Path) -> Path:
     """A recovery recording's shape: the image copied (mkfs-like writes, a flush), the
-    base mark, the journal replay (two FUA writes), mounted, unmounted."""
+    base mark, the journal replay (two FUA writes), done, unmounted."""
     b = LogBuilder()
     b.write(0, b"\x01" * 4096).write(64, b"\x02" * 4096).flush().mark(recovery.BASE_MARK)
     b.write(128, b"\x03" * 4096).write(8, b"\x04" * 4096, FUA)
-    b.write(16, b"\x05" * 4096, FUA).mark(recovery.MOUNTED_MARK)
+    b.write(16, b"\x05" * 4096, FUA).mark(recovery.DONE_MARK)
     b.write(24, b"\x06" * 4096).flush().mark("crashlab:umount")
     return b.build(path)
 
@@ -106,7 +106,6 @@ def test_recovery_crash_keys_and_their_bad_values() -> None:
     # off: stored as before the key existed, so earlier runs resume
     assert "recovery_crash" not in scenario.load("ext4-ordered-fsync").resolved()
     for name, extra, words in (
-        ("ext2-fsync", [], "recovers by fsck"),
         ("ext4-ordered-fsync", ["check.guest=false"], "check.guest = true"),
         ("ext4-ordered-fsync", ["recovery_crash.max_states=0"], "at least 1"),
     ):
@@ -114,6 +113,28 @@ def test_recovery_crash_keys_and_their_bad_values() -> None:
             scenario.load(name, ["recovery_crash.sample=1", *extra])
         said = f"{e.value.message} {e.value.hint} {e.value.detail}"
         assert words in said and "recovery_crash" in said, said
+
+
+def test_the_recovery_recorded_is_the_mount_or_without_a_journal_the_full_fsck() -> None:
+    for name, argv in (
+        (
+            "ext4-ordered-fsync",
+            ["mount", "-t", "ext4", "-o", "data=ordered", "/dev/x", "/mnt/test"],
+        ),
+        ("xfs-fsync", ["mount", "-t", "xfs", "/dev/x", "/mnt/test"]),
+        ("ext2-fsync", ["e2fsck", "-f", "-y", "/dev/x"]),
+        ("ext4-nojournal-fsync", ["e2fsck", "-f", "-y", "/dev/x"]),
+    ):
+        sc = scenario.load(name, ["recovery_crash.sample=1"])
+        assert recovery.recovery_argv(sc.fs, "/dev/x") == argv, name
+    # where fsck is the recovery, its repaired states are parents too (their expected verdict)
+    cut = [state("a", 1), state("b", 2)]
+    outcomes = {"a": Outcome.REPAIRED, "b": Outcome.CONSISTENT}
+    assert [p.id for p in recoverycrash.pick_parents(cut, outcomes, 5, 1)] == ["b"]
+    assert [p.id for p in recoverycrash.pick_parents(cut, outcomes, 5, 1, fsck_recovers=True)] == [
+        "a",
+        "b",
+    ]
 
 
 def test_a_recovery_crash_state_is_stored_with_its_parent(tmp_path: Path) -> None:

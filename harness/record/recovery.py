@@ -2,11 +2,13 @@
 
 Each crash image is attached read-only; in the guest it is copied onto a fresh disk
 *through* dm-log-writes, then flushed and marked ``crashlab:recovery:base``, and only then
-is the filesystem mounted (the mount replays the journal or log: jbd2 for ext3/ext4,
-xfs's log recovery, btrfs's log tree), marked ``crashlab:recovery:mounted``, and
-unmounted. So each log stands alone: replayed from zeros to the base mark it is the crash
-image, byte for byte, and every state after the mark is a crash during its recovery. The
-replayer, the state generators, identity and ``scenario reproduce`` need nothing new.
+does the recovery run (:func:`recovery_argv`): a mount where the filesystem replays a
+journal or log (jbd2 for ext3/ext4, xfs's log recovery, btrfs's log tree), then an
+unmount; ``e2fsck -fy`` where there is no journal (ext2, ext3/ext4 ``^has_journal``).
+It is marked ``crashlab:recovery:done``. So each log stands alone: replayed from zeros to
+the base mark it is the crash image, byte for byte, and every state after the mark is a
+crash during its recovery. The replayer, the state generators, identity and ``scenario
+reproduce`` need nothing new.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from harness.record import recorder as record
 from harness.vm.backend import Disk, GuestSpec, start_guest
 
 BASE_MARK = "crashlab:recovery:base"
-MOUNTED_MARK = "crashlab:recovery:mounted"
+DONE_MARK = "crashlab:recovery:done"
+# e2fsck -fy's exit status after it repaired what it found: 1 corrected, 2 corrected and
+# a reboot wanted (for a mounted root). Anything more is a failure of the recovery.
+E2FSCK_RECOVERED = (0, 1, 2)
 # A q35 guest's root bus takes a few dozen disks; three per image.
 MAX_PER_GUEST = 8
 MiB = 1 << 20
@@ -32,11 +37,19 @@ MiB = 1 << 20
 
 @dataclass(frozen=True)
 class Recovery:
-    """One crash image's recovery, recorded: its log and how long the mount took."""
+    """One crash image's recovery, recorded: its log and how long the recovery took."""
 
     key: str
     log: Path
-    mount_seconds: float
+    seconds: float
+
+
+def recovery_argv(fs: FsSpec, dev: str) -> list[str]:
+    """The filesystem's own recovery of ``dev``: the mount that replays its journal or
+    log, or, without a journal, the full fsck that is its recovery."""
+    if fs.journaled:
+        return fs.mount_argv(dev, record.MOUNTPOINT)
+    return ["e2fsck", "-f", "-y", dev]
 
 
 def record_recoveries(
@@ -95,21 +108,25 @@ def _record_batch(
             # Sparse: the disk under it is zeros already, and the log stays small.
             step("copy", ["dd", f"if={base_dev}", f"of={dev}", "bs=1M", "conv=sparse,fsync"])
             record.mark_logs(step, [name], BASE_MARK)
-            mount = guest.run(fs.mount_argv(dev, record.MOUNTPOINT), timeout=timeout)
-            if not mount.ok:
+            argv = recovery_argv(fs, dev)
+            r = guest.run(argv, timeout=timeout)
+            ok = r.exitcode in E2FSCK_RECOVERED if argv[0] == "e2fsck" else r.ok
+            if not ok or r.signal is not None:
                 raise HarnessError(
-                    f"the recovery mount of {key} failed, though its check mounted it",
-                    detail=(mount.err or mount.out).strip()[-3000:],
+                    f"the recovery of {key} failed (exit status {r.exitcode}), though its"
+                    " check recovered it",
+                    detail="$ " + shlex.join(argv) + "\n" + (r.err or r.out).strip()[-3000:],
                 )
-            record.mark_logs(step, [name], MOUNTED_MARK)
-            step("umount", ["umount", record.MOUNTPOINT])
-            record.mark_logs(step, [name], record.UMOUNT_MARK)
+            record.mark_logs(step, [name], DONE_MARK)
+            if fs.journaled:
+                step("umount", ["umount", record.MOUNTPOINT])
+                record.mark_logs(step, [name], record.UMOUNT_MARK)
             step("dm-remove", ["dmsetup", "remove", name])
-            done.append(Recovery(key, logs[i], mount.seconds))
+            done.append(Recovery(key, logs[i], r.seconds))
         record.check_log_errors(guest)
-    for r in done:
-        with logwrites.open_log(r.log) as lg:
+    for rec in done:
+        with logwrites.open_log(rec.log) as lg:
             used = lg.used
-        os.truncate(r.log, used)
-        (r.log.parent / "dut.raw").unlink(missing_ok=True)
+        os.truncate(rec.log, used)
+        (rec.log.parent / "dut.raw").unlink(missing_ok=True)
     return done

@@ -164,7 +164,9 @@ class CrashReplay(lifecycle.Experiment):
         run, rc = self.run, self.recovery_crash()
         assert rc is not None
         outcomes = {i.item: i.outcome for i in run.store.item_outcomes(run.run_id)}
-        parents = recoverycrash.pick_parents(self.states, outcomes, rc.sample, run.seed)
+        parents = recoverycrash.pick_parents(
+            self.states, outcomes, rc.sample, run.seed, fsck_recovers=not self.fsspec.journaled
+        )
         if not parents:
             return
         run.progress(f"recording the recovery of {len(parents)} crash states", 0, 0)

@@ -33,7 +33,7 @@ from harness.replay import replayer as replay
 
 # Where a power cut during recovery can fall: each FUA the recovery wrote (jbd2's
 # commit and superblock updates are FUA writes) and each mark (the copied image, the
-# mount done, the unmount).
+# recovery done, the unmount).
 GENERATORS = ({"kind": "fua"}, {"kind": "mark"})
 DONE = "recorded.json"
 
@@ -43,11 +43,15 @@ def pick_parents(
     outcomes: Mapping[str, Outcome],
     sample: int,
     seed: int,
+    *,
+    fsck_recovers: bool = False,
 ) -> list[crashstates.CrashState]:
-    """``sample`` of the states judged consistent, drawn with the run's seed, in log
-    order. A state with another verdict is a finding already (or the lab's failure): its
-    recovery is not the promise being tested."""
-    eligible = [s for s in states if outcomes.get(s.id) is Outcome.CONSISTENT]
+    """``sample`` of the states judged consistent (or, where a full fsck is the
+    recovery, ``fsck_recovers``, repaired: the expected verdict there), drawn with the
+    run's seed, in log order. A state with another verdict is a finding already (or the
+    lab's failure): its recovery is not the promise being tested."""
+    good = {Outcome.CONSISTENT, *((Outcome.REPAIRED,) if fsck_recovers else ())}
+    eligible = [s for s in states if outcomes.get(s.id) in good]
     if sample < len(eligible):
         eligible = random.Random(seed).sample(eligible, sample)
     return sorted(eligible, key=lambda s: (s.prefix, s.id))
@@ -92,7 +96,7 @@ def sources(
             images.append((p.id, image))
         for rec in record.record_recoveries(fs, images, out, timeout=timeout):
             (out / rec.key / "image.raw").unlink()  # its bytes are the log's base
-            (out / rec.key / DONE).write_text(json.dumps({"mount_seconds": rec.mount_seconds}))
+            (out / rec.key / DONE).write_text(json.dumps({"recovery_seconds": rec.seconds}))
     found = []
     for p in parents:
         rlog = stack.enter_context(logwrites.open_log(out / p.id / "log.raw"))

@@ -28,7 +28,7 @@ def print_body(console: Console, r: lifecycle.Report) -> None:
     if rc := r.summary.get("recovery_crash"):
         console.print(
             f"crash during recovery: {rc['states']} states cut from the recorded recovery of"
-            f" {rc['parents']} consistent states, each judged as the state it recovers",
+            f" {rc['parents']} sampled states, each judged as the state it recovers",
             markup=False,
         )
     if "reuse" in r.summary:

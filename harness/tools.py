@@ -45,6 +45,8 @@ PACKAGES: dict[str, str] = {
     "git": "git",
     "strip": "binutils",
     "zstd": "zstd",
+    # fstests' fsstress, built from a checkout (harness/record/fsstress.py)
+    "gcc": "gcc (and xfslibs-dev for fsstress)",
 }
 
 

@@ -197,7 +197,8 @@ def test_a_store_of_the_previous_schema_is_migrated_with_its_counts(tmp_path: Pa
         # back to schema 5: what a store written by the previous crashlab holds
         (old_v_runs,) = (s for s in schema._MIGRATION_2 if "CREATE VIEW v_runs" in s)
         for stmt in (
-            # migration 7 (state identities) undone first
+            # migration 8 (recovery crash parents), then 7 (state identities) undone first
+            "ALTER TABLE crash_states DROP COLUMN parent",
             "DROP INDEX crash_states_identity",
             *(
                 f"ALTER TABLE crash_states DROP COLUMN {c}"

@@ -57,6 +57,8 @@ def test_every_shipped_scenario_loads(name: str) -> None:
         base = scenario.load(name.removesuffix("-large"))
         assert s.fs.type == base.fs.type and s.fs.data_mode == base.fs.data_mode
         assert s.fs.disk_size >= 1 << 30
+    elif name == "fsstress-482":  # generic/482's procedure: every FUA of the log
+        assert s.crash.max_states >= 10_000 and s.fs.disk_size == 200 << 20
     else:
         assert s.crash.max_states <= 40 and s.fs.disk_size <= 320 << 20
         if isinstance(s.workload, OpsWorkload) and s.expect is None:  # controls are smaller

@@ -15,6 +15,7 @@ from rich.table import Table
 from harness import paths
 from harness.cli import ui
 from harness.image import build as image
+from harness.record import fsstress
 from harness.report.markup import cells, esc
 
 STEPS = ["mmdebstrap", "kernel and initrd", "root filesystem", "qcow2"]
@@ -38,6 +39,12 @@ def register(sub: Any) -> None:
     )
     pr.add_argument("--dry-run", action="store_true", help="only say what would go")
     pr.set_defaults(func=cmd_prune)
+    f = isub.add_parser(
+        "fsstress",
+        help="build fstests' fsstress (generic/482's workload) from an xfstests checkout",
+    )
+    f.add_argument("xfstests", type=Path, metavar="XFSTESTS_DIR", help="an xfstests checkout")
+    f.set_defaults(func=cmd_fsstress)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -226,5 +233,14 @@ def cmd_prune(args: argparse.Namespace) -> int:
             p.unlink()
     console.print(
         f"{'would free' if args.dry_run else 'freed'} {freed / 2**20:.0f} MiB; kept {keep}"
+    )
+    return 0
+
+
+def cmd_fsstress(args: argparse.Namespace) -> int:
+    info = fsstress.build(args.xfstests)
+    ui.console().print(
+        f"built {info['binary']} from {info['source']} (sha256 {info['source_sha256'][:12]})",
+        markup=False,
     )
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
@@ -48,6 +49,7 @@ class WorkloadType(StrEnum):
     OPS = "ops"
     FIO = "fio"
     APP = "app"
+    FSSTRESS = "fsstress"
 
 
 class Pattern(StrEnum):
@@ -208,7 +210,35 @@ class AppWorkload(Settings):
     transactions: int = Field(4, ge=1, le=200, description="sqlite-commit: per database")
 
 
-Workload = OpsWorkload | FioWorkload | AppWorkload
+class FsstressWorkload(Settings):
+    """fstests' fsstress as generic/482 runs it (``harness/record/fsstress.py``): no
+    oracle, so each crash state is judged by fsck and mount only."""
+
+    type: Literal["fsstress"]
+    ops: int = Field(512, ge=1, description="operations per process (-n); generic/482: 512")
+    procs: int | None = Field(
+        None, ge=1, le=64, description="processes (-p); default the guest's CPUs, at most 8"
+    )
+    binary: str = Field(
+        "", description="a static fsstress on the host (default: scenario image fsstress's)"
+    )
+    keep_log: str = Field(
+        "",
+        description="also leave the recorded log here, relative to the results directory"
+        " (scenario check-log-generic-482 reads logs/generic-482.log)",
+    )
+
+    @field_validator("keep_log")
+    @classmethod
+    def _relative(cls, v: str) -> str:
+        if v and (v.startswith("/") or ".." in Path(v).parts):
+            raise problem(
+                f"{v!r} leaves the results directory", "give a path like logs/generic-482.log"
+            )
+        return v
+
+
+Workload = OpsWorkload | FioWorkload | AppWorkload | FsstressWorkload
 
 
 def _workload_type(v: Any) -> str:
@@ -276,6 +306,22 @@ class CheckSpec(Settings):
         return self
 
 
+class RecoveryCrashSpec(Settings):
+    """A crash during recovery (``harness/experiments/crash/recoverycrash.py``): the
+    filesystem's own recovery of a sample of crash states, recorded and cut again."""
+
+    sample: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="consistent crash states whose recovery is recorded under dm-log-writes"
+        " and cut into crash states too (0: none)",
+    )
+    max_states: int = Field(
+        20, ge=1, description="crash states per recovery log, spread evenly over it"
+    )
+
+
 class RecorderSpec(Settings):
     type: RecorderType = RecorderType.DM_LOG_WRITES
 
@@ -288,12 +334,24 @@ class Scenario(ScenarioBase):
     workload: Annotated[
         Annotated[OpsWorkload, Tag("ops")]
         | Annotated[FioWorkload, Tag("fio")]
-        | Annotated[AppWorkload, Tag("app")],
+        | Annotated[AppWorkload, Tag("app")]
+        | Annotated[FsstressWorkload, Tag("fsstress")],
         Discriminator(_workload_type),
     ] = Field(default_factory=OpsWorkload)
     crash: CrashSpec = Field(default_factory=CrashSpec)
     check: CheckSpec = Field(default_factory=CheckSpec)
     recorder: RecorderSpec = Field(default_factory=RecorderSpec)
+    recovery_crash: RecoveryCrashSpec = Field(default_factory=RecoveryCrashSpec)
+
+    @model_validator(mode="after")
+    def _recovery_crash_needs_a_guest(self) -> Scenario:
+        if self.recovery_crash.sample and not self.check.guest:
+            raise problem(
+                "a recovery crash state is judged by the original cut's oracle in a guest",
+                "set check.guest = true",
+                key="recovery_crash.sample",
+            )
+        return self
 
     def _check_defrag(self) -> None:
         """e4defrag moves extents (EXT4_IOC_MOVE_EXT): ext4 made with extents only."""
@@ -357,7 +415,9 @@ class Scenario(ScenarioBase):
         return (
             str(self.fs.type),
             str(self.fs.data_mode or "-"),
-            f"ops x{w.ops}" if isinstance(w, OpsWorkload) else str(getattr(w, "pattern", w.type)),
+            f"{w.type} x{w.ops}"
+            if isinstance(w, OpsWorkload | FsstressWorkload)
+            else str(getattr(w, "pattern", w.type)),
             ", ".join(st.label() for st in c.states) + f" (<= {c.max_states})",
         )
 
@@ -367,6 +427,9 @@ class Scenario(ScenarioBase):
         del out["check"]["dask"]
         if out["fs"]["data_mode"] is None:
             del out["fs"]["data_mode"]
+        if not self.recovery_crash.sample:
+            # Off: stored as before the key existed, so earlier runs still resume.
+            del out["recovery_crash"]
         return out
 
 

@@ -61,7 +61,12 @@ def _schema(models: list[type[BaseModel]], title: str) -> dict[str, Any]:
         for d in defs.values():
             props = d.get("properties", {})
             if d in tops or "const" not in props.get("kind", {}):
+                # A workload whose only required key is its ``type`` keeps it: without
+                # the tag, a file that sets only ``ops`` would fit it and the op generator.
+                tag = "const" in props.get("type", {}) and d.get("required") == ["type"]
                 d.pop("required", None)
+                if tag:
+                    d["required"] = ["type"]
         s.pop("required", None)
     s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     s["title"] = title

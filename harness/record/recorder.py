@@ -21,7 +21,7 @@ from typing import Any
 from harness import filesystems
 from harness.config.crash import FsSpec
 from harness.errors import HarnessError, InputError
-from harness.record import logwrites
+from harness.record import fsstress, logwrites
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 DM_NAME = "crashlab-lw"
@@ -29,12 +29,13 @@ MOUNTPOINT = "/mnt/test"
 GUEST_DIR = "/tmp/crashlab"
 MKFS_MARK = "crashlab:mkfs"
 UMOUNT_MARK = "crashlab:umount"
+FSTESTS_MKFS_MARK = "mkfs"
 GUEST_SCRIPTS = Path(__file__).parent.parent / "guest"
 
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    type: str  # "ops" (harness/guest/opgen.py) or "fio"
+    type: str  # "ops" (harness/guest/opgen.py), "fio", "app" or "fsstress"
     ops: int = 200
     files: int = 16
     max_size: int = 256 * 1024
@@ -47,6 +48,8 @@ class WorkloadSpec:
     extended: bool = False  # opgen's extended op mix
     pattern: str = ""  # "app": harness/guest/apppat.py's pattern
     transactions: int = 4  # "app", sqlite-commit: transactions per database
+    procs: int | None = None  # "fsstress": processes (None: the guest's CPUs, at most 8)
+    binary: str = ""  # "fsstress": the host's binary, copied into the guest
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class Recording:
     accelerator: str
     workload_output: str = ""
     notes: list[str] = field(default_factory=list)
+    workload_info: dict[str, Any] = field(default_factory=dict)  # e.g. which fsstress ran
 
 
 RECORDERS = ("dm-log-writes", "qemu-blklogwrites")
@@ -106,7 +110,8 @@ def record(
             marker: Marker = DmMarker(guest)
         else:
             marker = HostMarker(logdev, host_marks)
-        oracle, output = _record_in(guest, fs, workload, seed, seconds, marker)
+        info: dict[str, Any] = {}
+        oracle, output = _record_in(guest, fs, workload, seed, seconds, marker, info)
         accelerator = guest.accelerator
     if host_marks:
         logwrites.insert_marks(logdev, host_marks)
@@ -122,6 +127,7 @@ def record(
         guest_kernel=kernel,
         accelerator=accelerator,
         workload_output=output,
+        workload_info=info,
     )
 
 
@@ -248,6 +254,7 @@ def _record_in(
     seed: int,
     seconds: dict[str, float],
     marker: Marker,
+    info: dict[str, Any],
 ) -> tuple[dict[str, Any], str]:
     def step(name: str, argv: list[str]) -> str:
         start = time.monotonic()
@@ -264,6 +271,10 @@ def _record_in(
     dev = marker.setup(step, guest)
     step("mkfs", fs.mkfs_argv(dev))
     marker.mark(step, MKFS_MARK)
+    if workload.type == "fsstress":
+        # fstests' own mark too: its replay-log (--end-mark mkfs) and `scenario check-log
+        # --after-mark mkfs` find generic/482's start point in the lab's log.
+        marker.mark(step, FSTESTS_MKFS_MARK)
     try:
         step("mount", fs.mount_argv(dev, MOUNTPOINT))
     except HarnessError as e:
@@ -295,12 +306,29 @@ def _record_in(
         )
         step("sync", ["sync"])
         marker.mark(step, "crashlab:sync:1")
+    elif workload.type == "fsstress":
+        output = _run_fsstress(guest, step, workload, seed, info)
     else:
         raise HarnessError(f"unknown workload type {workload.type!r}")
     step("umount", ["umount", MOUNTPOINT])
     marker.mark(step, UMOUNT_MARK)
     marker.teardown(step, guest)
     return oracle, output
+
+
+def _run_fsstress(
+    guest: Guest, step: Step, w: WorkloadSpec, seed: int, info: dict[str, Any]
+) -> str:
+    """generic/482's workload: fsstress in the mount point, then (as generic/482 does)
+    straight to umount, no sync of its own."""
+    host_binary = fsstress.require(w.binary)
+    program = f"{GUEST_DIR}/fsstress"
+    guest.write_file(program, host_binary.read_bytes())
+    step("fsstress-install", ["chmod", "755", program])
+    procs = fsstress.procs_for(int(step("nproc", ["nproc"]).strip()), w.procs)
+    argv = fsstress.argv(program, MOUNTPOINT, ops=w.ops, procs=procs, seed=seed)
+    info.update(fsstress=fsstress.digest(host_binary), argv=argv)
+    return step("workload", argv)
 
 
 def _generator_argv(w: WorkloadSpec, seed: int, oracle_path: str, marks: list[str]) -> list[str]:

@@ -414,3 +414,13 @@ def generate(
         for s in _GENERATORS[spec.kind](log, spec, seed, start):
             out.setdefault(s.id, s)
     return sorted(out.values(), key=lambda s: (s.prefix, s.first_divergent, s.id))
+
+
+def spread(states: list[CrashState], most: int) -> list[CrashState]:
+    """At most ``most`` states, spread evenly along the log (deterministic)."""
+    if len(states) <= most:
+        return states
+    if most == 1:
+        return [states[-1]]
+    step = (len(states) - 1) / (most - 1)
+    return [states[round(i * step)] for i in range(most)]

@@ -416,12 +416,13 @@ class Store(StoreReads, StoreQueries, StoreCampaigns):
 def _upsert_state(c: sqlite3.Connection, run_id: str, s: CrashState) -> None:
     c.execute(
         "INSERT INTO crash_states (run_id, id, log_hash, generator, params, prefix, last_mark,"
-        " description, identity, check_key, reused_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " description, identity, check_key, reused_from, parent)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT (run_id, id) DO UPDATE SET log_hash = excluded.log_hash,"
         " generator = excluded.generator, params = excluded.params, prefix = excluded.prefix,"
         " last_mark = excluded.last_mark, description = excluded.description,"
         " identity = excluded.identity, check_key = excluded.check_key,"
-        " reused_from = excluded.reused_from",
+        " reused_from = excluded.reused_from, parent = excluded.parent",
         (
             run_id,
             s.id,
@@ -434,6 +435,7 @@ def _upsert_state(c: sqlite3.Connection, run_id: str, s: CrashState) -> None:
             s.identity,
             s.check_key,
             s.reused_from,
+            s.parent,
         ),
     )
 

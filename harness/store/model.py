@@ -106,6 +106,7 @@ class CrashState:
     identity: str | None = None  # the image's content identity (replayer.Identity)
     check_key: str | None = None  # what else its verdict depends on (crash/reuse.py)
     reused_from: str | None = None  # "run_id/state_id" whose verdict it took
+    parent: str | None = None  # a recovery crash: the state whose recovery it cut
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,7 @@ class StateRow:
     description: str
     outcome: str | None  # None: recorded but not (yet) checked
     checks: Sequence[CheckRow]
+    parent: str | None = None  # a recovery crash: the state whose recovery it cut
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -234,6 +236,7 @@ class StateRow:
             "description": self.description,
             "outcome": self.outcome,
             "checks": [c.__dict__.copy() for c in self.checks],
+            "parent": self.parent,
         }
 
 

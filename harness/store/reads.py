@@ -121,9 +121,10 @@ class StoreReads:
         ):
             checks.setdefault(sid, []).append(CheckRow(*rest))
         states = [
-            StateRow(sid, gen, prefix, mark, desc, outcome, checks.get(sid, []))
-            for sid, gen, prefix, mark, desc, outcome in self._conn.execute(
-                "SELECT s.id, s.generator, s.prefix, s.last_mark, s.description, v.outcome"
+            StateRow(sid, gen, prefix, mark, desc, outcome, checks.get(sid, []), parent)
+            for sid, gen, prefix, mark, desc, outcome, parent in self._conn.execute(
+                "SELECT s.id, s.generator, s.prefix, s.last_mark, s.description, v.outcome,"
+                " s.parent"
                 " FROM crash_states s LEFT JOIN verdicts v"
                 " ON v.run_id = s.run_id AND v.state_id = s.id"
                 " WHERE s.run_id = ? ORDER BY s.prefix, s.id",

@@ -392,6 +392,11 @@ _MIGRATION_7 = [
     "CREATE INDEX crash_states_identity ON crash_states (identity, check_key)",
 ]
 
+# 8: a crash during recovery (harness/experiments/crash/recoverycrash.py): a state cut
+# from the log of the filesystem's recovery of another state of the run names that
+# state, ``parent``, so a finding names both. NULL: an ordinary crash state.
+_MIGRATION_8 = ["ALTER TABLE crash_states ADD COLUMN parent TEXT"]
+
 MIGRATIONS: list[list[str]] = [
     _MIGRATION_1,
     _MIGRATION_2,
@@ -400,6 +405,7 @@ MIGRATIONS: list[list[str]] = [
     _MIGRATION_5,
     _MIGRATION_6,
     _MIGRATION_7,
+    _MIGRATION_8,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 ZFS_SCAN_EXTRA = frozenset(

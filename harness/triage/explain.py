@@ -15,8 +15,7 @@ from pathlib import Path
 from harness import proc
 from harness.check.host import copy_image
 from harness.errors import InputError
-from harness.experiments import lifecycle
-from harness.experiments.crash.experiment import device_size, stored_state
+from harness.experiments.crash.experiment import device_size, state_log, stored_state
 from harness.record import logwrites
 from harness.replay import crashstates
 from harness.replay import replayer as replay
@@ -78,7 +77,7 @@ def explain_state(state_id: str, db: Path, span: tuple[int, int] | None = None) 
         fs_type = st.run(run_id).fs or ""
     size = device_size(run_id)
     with (
-        logwrites.open_log(lifecycle.run_dir(run_id) / "log.raw") as lg,
+        logwrites.open_log(state_log(run_id, state)) as lg,
         tempfile.TemporaryDirectory(prefix="crashlab-explain-") as tmp,
     ):
         indices, which = chosen(state, len(lg.entries), span)

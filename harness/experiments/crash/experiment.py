@@ -11,16 +11,25 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import paths
 from harness.check import host as check
-from harness.config.crash import AppWorkload, FioWorkload, FsSpec, Scenario
+from harness.config.crash import (
+    AppWorkload,
+    FioWorkload,
+    FsSpec,
+    FsstressWorkload,
+    RecoveryCrashSpec,
+    Scenario,
+)
 from harness.experiments import lifecycle
-from harness.experiments.crash import reuse, states
+from harness.experiments.crash import recoverycrash, reuse, states
 from harness.outcome import Outcome, reduce
-from harness.record import logwrites
+from harness.record import fsstress, logwrites
 from harness.record import recorder as record
 from harness.replay import crashstates
 from harness.replay import replayer as replay
@@ -35,6 +44,8 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
     w = sc.workload
     if isinstance(w, FioWorkload):
         return record.WorkloadSpec(type="fio", fio_job=w.job)
+    if isinstance(w, FsstressWorkload):
+        return record.WorkloadSpec(type="fsstress", ops=w.ops, procs=w.procs, binary=w.binary)
     if isinstance(w, AppWorkload):
         return record.WorkloadSpec(
             type="app",
@@ -61,13 +72,24 @@ class CrashReplay(lifecycle.Experiment):
 
     start_after: int | None = None  # the entry states begin after; set by obtain()
 
+    @classmethod
+    def preflight(cls, sc: Any) -> None:
+        w = getattr(sc, "workload", None)
+        if isinstance(w, FsstressWorkload):
+            fsstress.require(w.binary)  # before a guest boots for nothing
+
     def caveat(self) -> str | None:
-        if self.sc.check.guest:
-            return None
-        return (
-            "by the host checker (check.guest=false: states were not mounted and fsync'd"
-            " data was not verified)"
-        )
+        if not self.sc.check.guest:
+            return (
+                "by the host checker (check.guest=false: states were not mounted and fsync'd"
+                " data was not verified)"
+            )
+        w = self.sc.workload
+        if isinstance(w, FioWorkload | FsstressWorkload):
+            return (
+                f"by fsck and mount only ({w.type} writes no oracle: fsync'd data was not verified)"
+            )
+        return None
 
     def prepare(self) -> None:
         run, sc = self.run, self.sc
@@ -77,22 +99,8 @@ class CrashReplay(lifecycle.Experiment):
         self.meta, self.oracle = self.obtain(rdir)
         self.log = self._stack.enter_context(logwrites.open_log(rdir / "log.raw"))
         lg = self.log
-        stats = lg.stats()
-        run.store.add_log(
-            store.LogInfo(
-                hash=lg.hash,
-                path=str(rdir / "log.raw"),
-                entries=stats.entries,
-                flushes=stats.flushes,
-                fuas=stats.fuas,
-                marks=stats.marks,
-                discards=stats.discards,
-                bytes=stats.bytes_written,
-            ),
-            run_id=run.run_id,
-        )
-        logevents.record_events(run.store, lg)
-        self.states = spread(self.generate(lg), sc.crash.max_states)
+        stats = add_log(run.store, run.run_id, lg)
+        self.states = crashstates.spread(self.generate(lg), sc.crash.max_states)
         self.recording = {
             "log_entries": stats.entries,
             "fuas": stats.fuas,
@@ -116,6 +124,8 @@ class CrashReplay(lifecycle.Experiment):
     def __init__(self, run: lifecycle.Run):
         super().__init__(run)
         self._stack = contextlib.ExitStack()
+        self.parents: dict[str, str] = {}  # a recovery crash state -> the state it recovers
+        self.recovery_states = 0
 
     def items(self) -> Sequence[crashstates.CrashState]:
         return self.states
@@ -135,6 +145,47 @@ class CrashReplay(lifecycle.Experiment):
             self.run.dir,
             self.run.progress,
             self.reuse(),
+        ):
+            yield c.state, c
+        if self.recovery_crash():
+            yield from self._recovery_crashes(size)
+
+    def recovery_crash(self) -> RecoveryCrashSpec | None:
+        """The scenario's recovery crash sample, if it asks for one (a check-log
+        scenario has no such key)."""
+        rc = getattr(self.sc, "recovery_crash", None)
+        return rc if isinstance(rc, RecoveryCrashSpec) and rc.sample else None
+
+    def _recovery_crashes(
+        self, size: int
+    ) -> Iterator[tuple[crashstates.CrashState, states.Checked]]:
+        """The run's states are judged (each committed before this resumes): record the
+        recovery of a sample of the consistent ones, and check its crash states."""
+        run, rc = self.run, self.recovery_crash()
+        assert rc is not None
+        outcomes = {i.item: i.outcome for i in run.store.item_outcomes(run.run_id)}
+        parents = recoverycrash.pick_parents(
+            self.states, outcomes, rc.sample, run.seed, fsck_recovers=not self.fsspec.journaled
+        )
+        if not parents:
+            return
+        run.progress(f"recording the recovery of {len(parents)} crash states", 0, 0)
+        sources = recoverycrash.sources(
+            run.dir, self.fsspec, self.log, parents,
+            oracle=self.oracle, size=size, seed=run.seed, most=rc.max_states,
+            timeout=self.sc.check.timeout, stack=self._stack,
+        )  # fmt: skip
+        done = self.done()
+        for src in sources:
+            add_log(run.store, run.run_id, src.log, role="recovery")
+            assert src.judged_as is not None
+            for s in src.states:
+                self.parents[s.id] = src.judged_as.id
+        self.recovery_states = len(self.parents)  # resumed: those judged before too
+        for src in sources:
+            src.states = [s for s in src.states if s.id not in done]
+        for c in states.check_sources(
+            self.sc, self.fsspec, sources, run.dir, run.progress, self.reuse()
         ):
             yield c.state, c
 
@@ -159,18 +210,25 @@ class CrashReplay(lifecycle.Experiment):
         # Classes first: a state with a verdict is skipped on resume, so its classes
         # must already be stored (recording them again replaces them).
         _record_classes(self.run.store, self.run.run_id, self.sc, item, result.results)
-        commit_state(self.run.store, self.run.run_id, result)
+        commit_state(self.run.store, self.run.run_id, result, parent=self.parents.get(item.id))
 
     def expected(self, item: ItemOutcome) -> bool:
         # A filesystem without a journal recovers by a full fsck: its repair is the design.
         return item.outcome is Outcome.REPAIRED and not self.sc.fs.journaled
 
     def summary(self) -> dict[str, Any]:
-        return {
+        # Recovery crash states are states of the run too: generated counts them.
+        out = {
             "states": len(self.states),
             "recording": self.recording,
-            "reuse": reuse.counts(self.run, len(self.states)),
+            "reuse": reuse.counts(self.run, len(self.states) + self.recovery_states),
         }
+        if self.recovery_crash():
+            out["recovery_crash"] = {
+                "parents": len(set(self.parents.values())),
+                "states": self.recovery_states,
+            }
+        return out
 
 
 def recorded(
@@ -198,10 +256,23 @@ def recorded(
         "seconds": rec.seconds,
         "guest_kernel": rec.guest_kernel,
         "accelerator": rec.accelerator,
+        **({"workload": rec.workload_info} if rec.workload_info else {}),
     }
     meta_path.write_text(json.dumps(meta))
     (rdir / "dut.raw").unlink(missing_ok=True)
+    if keep := getattr(sc.workload, "keep_log", ""):
+        keep_log(rec.log_path, paths.results_dir() / keep)
     return meta, rec.oracle
+
+
+def keep_log(log: Path, dest: Path) -> None:
+    """A copy of the recorded log where another scenario reads it (fsstress-482 leaves
+    generic/482's log for check-log-generic-482). A copy, not a link: a later recording
+    replaces it without touching this run's own log."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".part")
+    shutil.copyfile(log, tmp)
+    tmp.replace(dest)
 
 
 def check_states(
@@ -220,10 +291,37 @@ def check_states(
     yield from states.check_sources(sc, fs, [src], rdir, progress, reuse)
 
 
-def commit_state(st: store.Store, run_id: str, checked: states.Checked) -> None:
+def add_log(
+    st: store.Store, run_id: str, lg: logwrites.Log, *, role: str = "workload"
+) -> logwrites.LogStats:
+    """A log of the run in the store (and its events); its stats."""
+    stats = lg.stats()
+    st.add_log(
+        store.LogInfo(
+            hash=lg.hash,
+            path=str(lg.path),
+            entries=stats.entries,
+            flushes=stats.flushes,
+            fuas=stats.fuas,
+            marks=stats.marks,
+            discards=stats.discards,
+            bytes=stats.bytes_written,
+        ),
+        run_id=run_id,
+        role=role,
+    )
+    logevents.record_events(st, lg)
+    return stats
+
+
+def commit_state(
+    st: store.Store, run_id: str, checked: states.Checked, *, parent: str | None = None
+) -> None:
     """One checked state's results in the store (one transaction), with its identity,
-    check key and, if it took an earlier verdict, whose."""
+    check key and, if it took an earlier verdict, whose; a recovery crash state with the
+    state whose recovery it interrupted (``parent``)."""
     state, results = checked.state, checked.results
+    says = f"crash during the recovery of {parent}: " if parent else ""
     recovery: dict[str, float] = {}
     for r in results:
         for phase, secs in r.phases.items():
@@ -239,10 +337,11 @@ def commit_state(st: store.Store, run_id: str, checked: states.Checked) -> None:
             prefix=state.prefix,
             params=state.to_dict(),
             last_mark=state.mark,
-            description=state.describe(),
+            description=says + state.describe(),
             identity=checked.identity,
             check_key=checked.check_key,
             reused_from=checked.reused_from,
+            parent=parent,
         ),
         [
             store.CheckResult(
@@ -287,16 +386,6 @@ def _record_classes(
             )
 
 
-def spread(states: list[crashstates.CrashState], most: int) -> list[crashstates.CrashState]:
-    """At most ``most`` states, spread evenly along the log (deterministic)."""
-    if len(states) <= most:
-        return states
-    if most == 1:
-        return [states[-1]]
-    step = (len(states) - 1) / (most - 1)
-    return [states[round(i * step)] for i in range(most)]
-
-
 def stored_state(state_id: str, db: Path) -> tuple[str, crashstates.CrashState]:
     """The run and the state a stored crash state id (or a prefix of one) names.
 
@@ -324,9 +413,20 @@ def device_size(run_id: str) -> int:
     return int(meta["device_size"])
 
 
+def state_log(run_id: str, state: crashstates.CrashState) -> Path:
+    """The log a stored state was cut from: its run's, or for a recovery crash state
+    the recovery log it was cut from (``<run>/recovery/<parent>/log.raw``, by hash)."""
+    rdir = lifecycle.run_dir(run_id)
+    for candidate in sorted(rdir.glob("recovery/*/log.raw")):
+        with logwrites.open_log(candidate) as lg:
+            if lg.hash == state.log_hash:
+                return candidate
+    return rdir / "log.raw"
+
+
 def reproduce(state_id: str, *, db: Path, out: Path) -> tuple[Path, dict[str, Any]]:
     """Rebuild one stored crash state's image from its run's log."""
     run_id, state = stored_state(state_id, db)
-    with logwrites.open_log(lifecycle.run_dir(run_id) / "log.raw") as lg:
+    with logwrites.open_log(state_log(run_id, state)) as lg:
         replay.materialize(lg, state, out, device_size(run_id))
     return out, {"run_id": run_id, "state": state.to_dict(), "description": state.describe()}

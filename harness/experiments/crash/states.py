@@ -45,6 +45,14 @@ class Source:
     oracle: dict[str, Any] = field(default_factory=dict)
     size: int = 0  # the device's size, bytes
     key: str = ""  # names its oracle in the guest; unique among a call's sources
+    # Its states are judged as this state is: the oracle's requirement at its last mark
+    # (exact or not). A recovery log's states (recoverycrash.py) must still satisfy the
+    # cut whose recovery they interrupt; their own marks say nothing to the oracle.
+    judged_as: crashstates.CrashState | None = None
+
+    def judge(self, state: crashstates.CrashState) -> crashstates.CrashState:
+        """The state whose mark and exactness the oracle reads for ``state``."""
+        return self.judged_as or state
 
 
 class Checked(NamedTuple):
@@ -109,7 +117,7 @@ class _Ledger:
     def tag(self, src: Source, state: crashstates.CrashState, identity: str | None) -> Checked:
         if self.reuse is None or identity is None:
             return Checked(state, [])
-        key = reuse_.check_key(self.reuse.context, src.oracle, state, src.size)
+        key = reuse_.check_key(self.reuse.context, src.oracle, src.judge(state), src.size)
         return Checked(state, [], identity, key)
 
     @staticmethod
@@ -337,12 +345,12 @@ class _Batch:
         image: Path,
         host: check.CheckResult | None,
     ) -> None:
-        state = t.state
+        state, judge = t.state, src.judge(t.state)
         copy = self.folder / f"{len(self.items)}.img"
         check.copy_image(image, copy)
         if sc.crash.corrupt == "zero-durable-block":
-            zero_durable_block(copy, fs.type, src.oracle, state.mark, state.exact)
-        self.items.append(guestcheck.Item(state.id, copy, state.mark, state.exact, src.key))
+            zero_durable_block(copy, fs.type, src.oracle, judge.mark, judge.exact)
+        self.items.append(guestcheck.Item(state.id, copy, judge.mark, judge.exact, src.key))
         self.states[state.id] = t
         if host is not None:
             self.host[state.id] = host

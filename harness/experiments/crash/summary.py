@@ -25,6 +25,12 @@ def print_body(console: Console, r: lifecycle.Report) -> None:
         f"log: {rec.get('log_entries')} entries, {rec.get('flushes')} flushes, "
         f"{rec.get('fuas')} FUA, {rec.get('marks')} marks; {r.items} crash states"
     )
+    if rc := r.summary.get("recovery_crash"):
+        console.print(
+            f"crash during recovery: {rc['states']} states cut from the recorded recovery of"
+            f" {rc['parents']} sampled states, each judged as the state it recovers",
+            markup=False,
+        )
     if "reuse" in r.summary:
         console.print(f"states: {render.reuse_line(r.summary['reuse'])}", markup=False)
     t = Table("verdict", "states", "kind")

@@ -110,7 +110,7 @@ class Search(lifecycle.Experiment):
         ]
         states = [
             dataclasses.replace(s, id=f"{wid}/{s.id}")
-            for s in crash.spread(after, self.sc.crash.max_states)
+            for s in crashstates.spread(after, self.sc.crash.max_states)
         ]
         return checking.Source(lg, states, rec.oracle(), int(rec.facts["device_size"]), wid)
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections.abc import Iterator
@@ -174,6 +175,11 @@ def test_dict_roundtrip(rlog: Log) -> None:
         d = json.loads(json.dumps(s.to_dict()))
         assert CrashState.from_dict(d) == s
         assert s.id in s.describe()
+    # A search's states carry their workload's name before the content hash, and travel to
+    # host-check workers as records like any other (a run of 80 workloads failed on it).
+    first = generate(rlog, [{"kind": "fua"}])[0]
+    named = dataclasses.replace(first, id=f"seq1-000007/{first.id}")
+    assert CrashState.from_dict(json.loads(json.dumps(named.to_dict()))) == named
     d = generate(rlog, [{"kind": "reorder"}])[0].to_dict()
     d["dropped"] = []
     with pytest.raises(InputError, match="does not match its content"):

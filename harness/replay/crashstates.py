@@ -160,7 +160,8 @@ class CrashState:
         except (KeyError, TypeError, ValueError) as e:
             raise InputError(f"malformed crash state record: {e!r}") from None
         want = state_id(state.log_hash, state.prefix, state.dropped, state.torn, runs)
-        if want != state.id:
+        # A search names each state after its workload too ("seq1-000000/<hash>").
+        if want != state.id.rpartition("/")[2]:
             raise InputError(
                 f"crash state record {state.id} does not match its content "
                 f"(content hashes to {want})"

@@ -331,6 +331,7 @@ UNSUPPORTED = (errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL)
 # What dm-log-writes says when it stops logging (its DMERRs; harness/record/recorder.py
 # reads the same words at the end of a recording).
 LOG_ERRORS = ("error", "couldn't", "ran out of space")
+BLOCK_WORDS = ("I/O error", "blk_", "virtio", "beyond end", "critical", "Buffer I/O")
 
 
 def cmd_record(a: argparse.Namespace) -> int:
@@ -395,14 +396,19 @@ def cmd_record(a: argparse.Namespace) -> int:
                 result["error"] = f"dmsetup remove {name}: {(r.stderr or r.stdout).strip()}"
         # dm-log-writes says it lost entries only in the kernel log: read it (and clear
         # it) per workload, so a lost log fails this workload, not its whole batch.
+        kmsg = runner.run(["dmesg", "-c"], a.timeout).stdout.splitlines()
         said = [
             line
-            for line in runner.run(["dmesg", "-c"], a.timeout).stdout.splitlines()
+            for line in kmsg
             if "log-writes" in line and any(w in line.lower() for w in LOG_ERRORS)
         ]
         if said:
             result["status"] = "failed"
             result["error"] = "dm-log-writes: " + " | ".join(said[:5])
+            # The log's own device may say why first (an I/O error, a request past its
+            # end): the cause of dm-log-writes' error=10 is still open (docs/search.md).
+            block = [ln for ln in kmsg if any(w in ln for w in BLOCK_WORDS)]
+            result["kernel"] = block[:20]
     result["seconds"] = round(time.monotonic() - start, 3)
     print(json.dumps(result))
     return 0

@@ -155,6 +155,7 @@ def _keep(
         "error": res.get("error") or (res.get("oracle") or {}).get("error"),
         "seconds": res["seconds"],
         "device_size": size,
+        **({"kernel": res["kernel"]} if res.get("kernel") else {}),
     }
     tmp = d / "recording.json.tmp"
     tmp.write_text(json.dumps(facts))

@@ -77,15 +77,25 @@ def explain_state(state_id: str, db: Path, span: tuple[int, int] | None = None) 
     with Store.open(db, create=False) as st:
         fs_type = st.run(run_id).fs or ""
     size = device_size(run_id)
-    with (
-        logwrites.open_log(lifecycle.run_dir(run_id) / "log.raw") as lg,
-        tempfile.TemporaryDirectory(prefix="crashlab-explain-") as tmp,
-    ):
+    with logwrites.open_log(lifecycle.run_dir(run_id) / "log.raw") as lg:
         indices, which = chosen(state, len(lg.entries), span)
+        x = explain_writes(lg, state, size, fs_type, indices)
+    return Explained(run_id, state, which, x)
+
+
+def explain_writes(
+    lg: logwrites.Log,
+    state: crashstates.CrashState,
+    size: int,
+    fs_type: str,
+    indices: list[int],
+) -> blocks.Explanation:
+    """Entries ``indices`` of ``lg`` named as state ``state`` (of a ``size``-byte device)
+    and the log's end see them; the images are built in a scratch directory."""
+    with tempfile.TemporaryDirectory(prefix="crashlab-explain-") as tmp:
         entries = [lg.entries[i] for i in indices]
         applied, owners = _images(lg, state, size, Path(tmp), fs_type)
-        x = blocks.explain(fs_type, applied, entries, owners)
-    return Explained(run_id, state, which, x)
+        return blocks.explain(fs_type, applied, entries, owners)
 
 
 def _whole(lg: logwrites.Log, prefix: int) -> crashstates.CrashState:

@@ -14,7 +14,7 @@ tried first, since a state whose base already fails needs none of its writes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -45,26 +45,28 @@ def ddmin(
     fails: Callable[[list[tuple[T, ...]]], Sequence[bool]],
     *,
     max_candidates: int,
+    known: Mapping[tuple[T, ...], bool] | None = None,
 ) -> Minimal[T]:
     """A 1-minimal failing subset of ``items`` (the module docstring), asking ``fails``
-    at most ``max_candidates`` candidates in all."""
-    known: dict[tuple[T, ...], bool] = {tuple(items): True}
+    at most ``max_candidates`` candidates in all; ``known``: subsets already judged (the
+    base, say), never asked again."""
+    judged: dict[tuple[T, ...], bool] = {**(known or {}), tuple(items): True}
     tried = rounds = 0
 
     def ask(candidates: list[tuple[T, ...]]) -> tuple[T, ...] | None:
         """The first failing candidate in order, asking only the unknown ones within the
         budget; None if none fails (or the budget cut the round before one did)."""
         nonlocal tried, rounds
-        fresh = list(dict.fromkeys(c for c in candidates if c not in known))
+        fresh = list(dict.fromkeys(c for c in candidates if c not in judged))
         fresh = fresh[: max(0, max_candidates - tried)]
         if fresh:
             rounds += 1
             tried += len(fresh)
-            known.update(zip(fresh, (bool(v) for v in fails(fresh)), strict=True))
-        return next((c for c in candidates if known.get(c)), None)
+            judged.update(zip(fresh, (bool(v) for v in fails(fresh)), strict=True))
+        return next((c for c in candidates if judged.get(c)), None)
 
     def cut_short(candidates: list[tuple[T, ...]]) -> bool:
-        return any(c not in known for c in candidates)
+        return any(c not in judged for c in candidates)
 
     current = tuple(items)
     if ask([()]) is not None:

@@ -87,7 +87,8 @@ def triage(
             found = judge([d.candidate(s) for s in subsets], original)
             return [f.same_way(original) for f in found]
 
-        search = ddmin.ddmin(d.items, fails, max_candidates=max_candidates)
+        known: dict[tuple[int, ...], bool] = {(): base.same_way(original)}
+        search = ddmin.ddmin(d.items, fails, max_candidates=max_candidates, known=known)
         state = d.candidate(search.items)
         [found] = judge([state], original)  # judged already: its image is known
         progress("explaining the minimal state's writes")

@@ -35,10 +35,13 @@ def script(params: Mapping[str, Any], oracle: Mapping[str, Any], seed: int | Non
     if kind != "ops" or not oracle.get("ops"):
         return None
     noop = bool(w.get("noop_sync"))
+    # The oracle says how it was generated; a check-log run has no workload settings.
+    seed = oracle.get("seed", seed)
+    ops, files = oracle.get("ops_requested", w.get("ops")), oracle.get("files", w.get("files"))
     exact = (
-        f'python3 harness/guest/opgen.py run --root "$M" --seed {seed} --ops {w.get("ops")} '
-        f"--files {w.get('files')} --max-size {w.get('max_size')} --fsync-names "
-        f"{'yes' if w.get('fsync_names') else 'no'}"
+        f'python3 harness/guest/opgen.py run --root "$M" --seed {seed} --ops {ops} '
+        f"--files {files} --max-size {oracle.get('max_size', w.get('max_size'))} --fsync-names "
+        f"{'yes' if w.get('fsync_names', True) else 'no'}"
         + (" --noop-sync" if noop else "")
         + (" --extended" if w.get("extended") else "")
         + " --mark-cmd none --oracle /tmp/oracle.json"

@@ -9,7 +9,6 @@ import pytest
 
 from harness.triage.ddmin import ddmin, split
 
-
 Rounds = list[list[tuple[int, ...]]]
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from rich.console import Console
 
 from harness import paths
+from harness.errors import InputError
 from harness.triage import explain
 
 console = Console(highlight=False)
@@ -68,7 +69,11 @@ def cmd_triage(args: argparse.Namespace) -> int:
     from harness.record import logwrites
     from harness.triage import minimal, report
 
-    most = args.max_candidates or minimal.DEFAULT_MAX_CANDIDATES
+    most = minimal.DEFAULT_MAX_CANDIDATES if args.max_candidates is None else args.max_candidates
+    if most < 1:
+        raise InputError(f"--max-candidates {most}: give at least 1")
+    if not args.no_workload:
+        console.print("the workload is not minimised yet: triaging the crash state only")
     r = minimal.triage(
         args.state_id,
         args.db or paths.default_db(),

@@ -68,7 +68,8 @@ def triage(
     with (
         booting(t.kernel),
         logwrites.open_log(t.log_path) as lg,
-        paths.fast_scratch(t.rdir, 3 * t.size) as fast,
+        # Named for the state: the run's own scratch (named for the run) may be in use.
+        paths.fast_scratch(t.rdir / "triage" / f"scratch-{t.state.id}", 3 * t.size) as fast,
         Judge(t, lg, fast / "triage") as judge,
     ):
         d = delta.of(lg, t.state, t.start)

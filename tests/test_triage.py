@@ -24,7 +24,7 @@ from harness.record.logwrites import open_log
 from harness.replay import replayer as replay
 from harness.replay.crashstates import CrashState
 from harness.store.db import RunEnv, Store
-from harness.triage import judge, minimal
+from harness.triage import absent, judge, minimal
 
 ORACLE = Path(__file__).parent / "data" / "logs" / "ext4-ops-small.oracle.json"
 
@@ -156,3 +156,14 @@ def test_a_state_that_is_not_a_finding_says_its_verdict(
     assert "Traceback" not in err
     assert main(["triage", "feedfacefeedface", "--db", str(db)]) == 2
     assert "no crash state with id 'feedfacefeedface'" in " ".join(capsys.readouterr().err.split())
+
+
+def test_where_missing_data_first_reaches_the_log(ext4_small: tuple[Path, dict[str, Any]]) -> None:
+    if not tools.available("debugfs"):
+        pytest.skip("debugfs not installed (e2fsprogs)")
+    with open_log(ext4_small[0]) as lg:
+        found = absent.first_writes(lg, "ext4", 32 << 20, 87, ["f3", "d5/f8", "nope"])
+        # test_explain.py names entry 152 "file data of /f3", 151 of /f7 = /d5/f8.
+        assert found == {"f3": (152, "crashlab:sync:6"), "d5/f8": (151, "crashlab:sync:6")}
+        assert absent.first_writes(lg, "ext4", 32 << 20, 153, ["f3"]) == {}
+        assert absent.first_writes(lg, "xfs", 32 << 20, 87, ["f3"]) == {}

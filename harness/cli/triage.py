@@ -94,6 +94,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
         "known image)" + (f"; stopped by --max-candidates {most}" if s.capped else ""),
         "the minimal state's differing writes:",
         *(r.explanation.lines() or ["(none: the base already fails the same way)"]),
+        *(line.replace("`", "") for line in report.late_lines(r)),
         f"report: {out / 'README.md'}",
     ]
     for line in say:

@@ -98,7 +98,7 @@ def explain_writes(
         return blocks.explain(fs_type, applied, entries, owners)
 
 
-def _whole(lg: logwrites.Log, prefix: int) -> crashstates.CrashState:
+def whole(lg: logwrites.Log, prefix: int) -> crashstates.CrashState:
     """The state applying every entry before ``prefix``, none dropped."""
     sid = crashstates.state_id(lg.hash, prefix, (), None, ())
     return crashstates.CrashState(sid, lg.hash, prefix)
@@ -110,9 +110,9 @@ def _images(
     """The image whose layout and journal name the writes (the state's cut with nothing
     dropped, so a dropped journal block is still there to read), and the images asked
     for owners: the state after journal recovery, then the log's end."""
-    applied = replay.materialize(lg, _whole(lg, state.prefix), tmp / "applied.img", size)
+    applied = replay.materialize(lg, whole(lg, state.prefix), tmp / "applied.img", size)
     own = replay.materialize(lg, state, tmp / "state.img", size)
-    end = replay.materialize(lg, _whole(lg, len(lg.entries)), tmp / "end.img", size)
+    end = replay.materialize(lg, whole(lg, len(lg.entries)), tmp / "end.img", size)
     return applied, [(_recovered(own, fs_type), ""), (_recovered(end, fs_type), "at the log's end")]
 
 

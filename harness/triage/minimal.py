@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import paths
@@ -21,7 +21,7 @@ from harness.errors import HarnessError
 from harness.kernel.store import booting
 from harness.record import logwrites
 from harness.replay.crashstates import CrashState
-from harness.triage import blocks, ddmin, delta, explain, symptom, target
+from harness.triage import absent, blocks, ddmin, delta, explain, symptom, target
 from harness.triage.judge import Judge
 
 DEFAULT_MAX_CANDIDATES = 200
@@ -39,6 +39,9 @@ class Result:
     tally: symptom.Tally
     explanation: blocks.Explanation
     seconds: float
+    # With no differing write needed: where each file found wrong first reaches the log
+    # after the cut (entry, the mark before it).
+    late: dict[str, tuple[int, str | None]] = field(default_factory=dict)
 
     @property
     def entries(self) -> list[int]:
@@ -95,6 +98,9 @@ def triage(
         progress("explaining the minimal state's writes")
         entries = d.entries(search.items)
         x = explain.explain_writes(lg, state, t.size, str(t.fs.type), entries)
-    return Result(
-        t, d, original, base, search, state, found, judge.tally, x, time.monotonic() - started
-    )
+        late: dict[str, tuple[int, str | None]] = {}
+        if not search.items:
+            wrong = {p for _, p in found.findings}
+            late = absent.first_writes(lg, str(t.fs.type), t.size, t.state.prefix, wrong)
+    seconds = time.monotonic() - started
+    return Result(t, d, original, base, search, state, found, judge.tally, x, seconds, late)

@@ -98,6 +98,7 @@ def summary(r: Result) -> dict[str, Any]:
         },
         "seconds": round(r.seconds, 1),
         "workload_minimised": False,
+        "late": {k: {"entry": e, "after_mark": m} for k, (e, m) in r.late.items()},
     }
 
 
@@ -154,6 +155,16 @@ def replay_script(r: Result, lg: Log) -> str:
     return "\n".join(lines) + "\n"
 
 
+def late_lines(r: Result) -> list[str]:
+    """Where each file found wrong first reaches the log after the cut."""
+    out = [
+        f"- `{name}`: its data first reaches the log at entry {entry}"
+        + (f", after mark `{mark}`" if mark else "")
+        for name, (entry, mark) in sorted(r.late.items())
+    ]
+    return [*out, ""] if out else []
+
+
 def _spans(indices: list[int]) -> list[tuple[int, int]]:
     """Consecutive runs of sorted ``indices`` as (first, last)."""
     out: list[tuple[int, int]] = []
@@ -207,6 +218,7 @@ def readme(r: Result, files: list[str]) -> str:
             f"oracle requires at mark `{t.state.mark}` is not in the log before entry "
             f"{t.state.prefix}: a write that never happened, not a wrong one.",
             "",
+            *late_lines(r),
         ]
     elif kept != sorted(r.original.findings):
         lines += [f"The minimal state keeps {len(kept)} of the failing state's findings.", ""]

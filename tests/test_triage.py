@@ -167,3 +167,54 @@ def test_where_missing_data_first_reaches_the_log(ext4_small: tuple[Path, dict[s
         assert found == {"f3": (152, "crashlab:sync:6"), "d5/f8": (151, "crashlab:sync:6")}
         assert absent.first_writes(lg, "ext4", 32 << 20, 153, ["f3"]) == {}
         assert absent.first_writes(lg, "xfs", 32 << 20, 87, ["f3"]) == {}
+
+
+def test_guest_rounds_are_batched_and_compared_by_oracle_finding(
+    ext4_small: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guest path with a stand-in guest that finds f3 missing when one chosen write
+    is lost (none, while the run checks): every round is one check_batch call of at
+    most guest_batch images, each candidate compared by its oracle finding."""
+    if not tools.available("e2fsck"):
+        pytest.skip("e2fsck not installed (e2fsprogs)")
+    monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
+    monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
+    monkeypatch.setattr(lifecycle, "run_env", lambda img: RunEnv(image_hash=img.hash))
+    culprit: list[tuple[int, bytes]] = []  # (offset, bytes) of the write that matters
+    calls: list[int] = []
+
+    def finding(image: Path, mark: str | None) -> CheckResult:
+        with open(image, "rb") as f:
+            ok = all(f.seek(off) >= 0 and f.read(len(data)) == data for off, data in culprit)
+        note = "" if ok else json.dumps({"mark": mark, "missing": ["f3"]})
+        outcome = Outcome.CONSISTENT if ok else Outcome.DATA_LOSS
+        return CheckResult("guest", "mount+verify", outcome, 0, 0.0, note, note=note)
+
+    def check_batch(items: Any, fs: Any, oracles: Any, *, timeout: float) -> Any:
+        calls.append(len(items))
+        for it in items:
+            yield it.key, finding(it.image, it.mark)
+
+    monkeypatch.setattr(judge.guestcheck, "check_batch", check_batch)
+    argv = ["check-log", str(ext4_small[0]), "--fs", "ext4", "--device-size", "32M"]
+    argv += ["--states", "reorder", "--max-states", "200", "--set", "check.guest_batch=3"]
+    db = tmp_path / "lab.sqlite"
+    run_id = lifecycle.execute(checklog.build(build_parser().parse_args(argv)), db=db).run_id
+    with Store.open(db, create=False) as st:
+        found = [st.crash_state(s.id) for s in st.run_detail(run_id).states]
+    state = max(
+        (CrashState.from_dict(json.loads(f[1])) for f in found if f), key=lambda s: len(s.dropped)
+    )
+    assert len(state.dropped) >= 3
+    entry = state.dropped[len(state.dropped) // 2]
+    with open_log(ext4_small[0]) as lg:
+        culprit.append((lg.entries[entry].offset, bytes(lg.data(lg.entries[entry]))))
+        image = replay.materialize(lg, state, tmp_path / "state.img", 32 << 20)
+    with Store.open(db, create=False) as st:
+        commit_state(st, run_id, states.Checked(state, [finding(image, state.mark)]))
+    calls.clear()
+    r = minimal.triage(state.id, db)
+    assert r.entries == [entry] and r.found.findings == r.original.findings
+    assert r.original.findings == {("rule 1: a durable name is missing", "f3")}
+    assert max(calls) <= 3 and len(calls) == r.tally.guest_boots
+    assert sum(calls) == r.tally.guest <= r.tally.host

@@ -70,8 +70,8 @@ def test_the_torn_finding_gets_a_report_folder(
     for want in (
         "| outcome | unrepairable |",
         "| filesystem | ext4 on a 33554432-byte device |",
-        "| mkfs | `mkfs.ext4 -F -q '$DEV'` |",
-        "| mount | `mount -t ext4 -o data=ordered '$DEV' '$MNT'` |",
+        "| mkfs | `mkfs.ext4 -F -q $DEV` |",
+        "| mount | `mount -t ext4 -o data=ordered $DEV $MNT` |",
         "| its base | the prefix before torn entry 180: consistent |",
         "The workload is not minimised",
     ):

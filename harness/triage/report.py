@@ -149,7 +149,7 @@ def replay_script(r: Result, lg: Log) -> str:
     fs = r.target.fs
     lines += [
         "# then, as fstests' generic/482 does: mount (the kernel's own recovery), fsck",
-        f"#   {shlex.join(fs.mount_argv('$DEV', '$MNT'))}",
+        f"#   {command(fs.mount_argv('$DEV', '$MNT'))}",
         "#   umount $MNT && fsck -n $DEV",
     ]
     return "\n".join(lines) + "\n"
@@ -163,6 +163,11 @@ def late_lines(r: Result) -> list[str]:
         for name, (entry, mark) in sorted(r.late.items())
     ]
     return [*out, ""] if out else []
+
+
+def command(argv: list[str]) -> str:
+    """``argv`` as a shell line, leaving ``$DEV`` and ``$MNT`` for the shell to expand."""
+    return " ".join(a if a in ("$DEV", "$MNT") else shlex.quote(a) for a in argv)
 
 
 def _spans(indices: list[int]) -> list[tuple[int, int]]:
@@ -199,8 +204,8 @@ def readme(r: Result, files: list[str]) -> str:
         f"| oracle rule | {'; '.join(rules)} |",
         f"| kernel | {kernel} |",
         f"| filesystem | {fs.type} on a {t.size}-byte device |",
-        f"| mkfs | `{shlex.join(fs.mkfs_argv('$DEV'))}` |",
-        f"| mount | `{shlex.join(fs.mount_argv('$DEV', '$MNT'))}` |",
+        f"| mkfs | `{command(fs.mkfs_argv('$DEV'))}` |",
+        f"| mount | `{command(fs.mount_argv('$DEV', '$MNT'))}` |",
         f"| failing state | {t.state.describe()} |",
         f"| its base | {d.base_text}: {r.base.text()} |",
         f"| differing writes | {len(d.items)} -> {len(s.items)} "

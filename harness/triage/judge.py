@@ -84,6 +84,14 @@ class Judge:
         shutil.rmtree(batch, ignore_errors=True)
         return [self.seen[self.identity[s.id]] for s in states]
 
+    def known(self, state: CrashState) -> symptom.Symptom:
+        """The symptom of a state judged by an earlier call (candidate ids are content
+        addresses, so a subset asked again has the id it had).
+
+        :raise KeyError: it was not judged.
+        """
+        return self.seen[self.identity[state.id]]
+
     def _host(self) -> CheckResult | None:
         if not self.t.check.host:
             return None

@@ -94,7 +94,7 @@ def triage(
         known: dict[tuple[int, ...], bool] = {(): base.same_way(original)}
         search = ddmin.ddmin(d.items, fails, max_candidates=max_candidates, known=known)
         state = d.candidate(search.items)
-        [found] = judge([state], original)  # judged already: its image is known
+        found = judge.known(state)
         progress("explaining the minimal state's writes")
         entries = d.entries(search.items)
         x = explain.explain_writes(lg, state, t.size, str(t.fs.type), entries)

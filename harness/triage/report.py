@@ -158,7 +158,7 @@ def replay_script(r: Result, lg: Log) -> str:
 def late_lines(r: Result) -> list[str]:
     """Where each file found wrong first reaches the log after the cut."""
     out = [
-        f"- `{name}`: its data first reaches the log at entry {entry}"
+        f"- `{name}`: its blocks first reach the log at entry {entry}"
         + (f", after mark `{mark}`" if mark else "")
         for name, (entry, mark) in sorted(r.late.items())
     ]

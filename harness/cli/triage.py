@@ -72,8 +72,6 @@ def cmd_triage(args: argparse.Namespace) -> int:
     most = minimal.DEFAULT_MAX_CANDIDATES if args.max_candidates is None else args.max_candidates
     if most < 1:
         raise InputError(f"--max-candidates {most}: give at least 1")
-    if not args.no_workload:
-        console.print("the workload is not minimised yet: triaging the crash state only")
     r = minimal.triage(
         args.state_id,
         args.db or paths.default_db(),
@@ -96,6 +94,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
         *(r.explanation.lines() or ["(none: the base already fails the same way)"]),
         *(line.replace("`", "") for line in report.late_lines(r)),
         f"report: {out / 'README.md'}",
+        *([] if args.no_workload else ["(the workload is not minimised yet: the state only)"]),
     ]
     for line in say:
         console.print(line, markup=False, soft_wrap=True)

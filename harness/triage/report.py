@@ -58,7 +58,7 @@ def write(r: Result, lg: Log) -> Path:
     (out / "slice.txt").write_text("\n".join(_slice_lines(lg, entries)) + "\n")
     (out / "replay.sh").write_text(replay_script(r, lg))
     (out / "explained.txt").write_text("\n".join(r.explanation.lines() or ["(no writes)"]) + "\n")
-    files = ["slice.log", "slice.txt", "replay.sh", "explained.txt"]
+    files = ["triage.json", "slice.log", "slice.txt", "replay.sh", "explained.txt"]
     if t.oracle:
         rows = tree.table(t.oracle, t.state.mark, t.state.exact, r.found.note)
         (out / "tree.md").write_text("\n".join(rows) + "\n")
@@ -254,6 +254,7 @@ def readme(r: Result, files: list[str]) -> str:
 
 
 _FILES = {
+    "triage.json": "this report as data (what `scenario results show` finds)",
     "slice.log": "the differing writes as a dm-log-writes log of their own",
     "slice.txt": "the same writes listed: entry, sectors, flags, data digest",
     "replay.sh": "fstests' replay-log commands that rebuild the minimal state",

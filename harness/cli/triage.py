@@ -89,7 +89,9 @@ def cmd_triage(args: argparse.Namespace) -> int:
         f"minimal symptom: {r.found.text()}",
         f"wall time {r.seconds:.0f} s; candidates {r.candidates} ({r.tally.host} host, "
         f"{r.tally.guest} guest in {r.tally.guest_boots} boots, {r.tally.same_image} of a "
-        "known image)" + (f"; stopped by --max-candidates {most}" if s.capped else ""),
+        "known image)"
+        + (f"; stopped by --max-candidates {most}" if s.capped else "")
+        + (f"; {r.tally.harness} the lab could not judge" if r.tally.harness else ""),
         "the minimal state's differing writes:",
         *(r.explanation.lines() or ["(none: the base already fails the same way)"]),
         *(line.replace("`", "") for line in report.late_lines(r)),

@@ -68,10 +68,10 @@ class Judge:
                     continue
                 host = self._host()
                 if host is not None and self._decided(host, worse_than):
-                    self.seen[ident] = symptom.of([host], decided_on_host=True)
+                    self._judged(ident, symptom.of([host], decided_on_host=True))
                     continue
                 if not self.t.check.guest:
-                    self.seen[ident] = symptom.of([host] if host else [])
+                    self._judged(ident, symptom.of([host] if host else []))
                     continue
                 copy = batch / f"{len(waiting)}.img"
                 check.copy_image(self.rp.image, copy)
@@ -124,4 +124,9 @@ class Judge:
                 items, self.t.fs, oracles, timeout=self.t.check.timeout
             ):
                 got = [r for r in (host[key], result) if r is not None]
-                self.seen[key] = symptom.of(got)
+                self._judged(key, symptom.of(got))
+
+    def _judged(self, ident: str, found: symptom.Symptom) -> None:
+        self.seen[ident] = found
+        if is_harness(found.outcome):
+            self.tally.harness += 1

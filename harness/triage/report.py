@@ -94,6 +94,7 @@ def summary(r: Result) -> dict[str, Any]:
             "guest": r.tally.guest,
             "guest_boots": r.tally.guest_boots,
             "same_image": r.tally.same_image,
+            "harness": r.tally.harness,
             "capped": s.capped,
         },
         "seconds": round(r.seconds, 1),
@@ -191,6 +192,8 @@ def readme(r: Result, files: list[str]) -> str:
     rules = sorted({rule for rule, _ in r.original.findings}) or ["- (no oracle finding)"]
     kept = sorted(r.found.findings & r.original.findings)
     budget = f", stopped by the budget of {s.tried} candidates" if s.capped else ""
+    if r.tally.harness:
+        budget += f", {r.tally.harness} the lab could not judge (taken as not failing)"
     lines = [
         f"# {fs.type}: crash state {t.state.id} ({t.verdict})",
         "",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from harness.check.host import CheckResult
 from harness.outcome import Outcome, reduce
@@ -92,4 +92,6 @@ class Tally:
     guest: int = 0
     guest_boots: int = 0
     same_image: int = 0  # candidates whose image was judged before (content identity)
-    notes: list[str] = field(default_factory=list)
+    # Candidates the lab could not judge (a hang, a panic, its own error): taken as not
+    # failing the same way, so ddmin may keep more writes than it would have.
+    harness: int = 0

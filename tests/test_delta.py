@@ -12,6 +12,10 @@ MKFS = 86  # the fixture's crashlab:mkfs mark (tests/data/logs/README.md)
 
 
 def content(s: crashstates.CrashState) -> tuple[object, ...]:
+    return (s.prefix, s.dropped, s.torn, s.torn_runs)
+
+
+def test_every_kind_rebuilds_its_state_and_its_base(ext4_small_log: Log) -> None:
     lg = ext4_small_log
     states = crashstates.generate(lg, [{"kind": "fua"}, {"kind": "reorder"}, {"kind": "torn"}], 1)
     kinds = set()

@@ -200,3 +200,18 @@ def test_through_main(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[st
     notes.write_text("hello")
     assert main(["results", "show", "x", "--db", str(notes)]) == 2
     assert "not an SQLite database" in " ".join(capsys.readouterr().err.split())
+
+
+def test_piped_output_is_never_folded_or_cut(db: Path) -> None:
+    """Piped into a file or a CI log (no terminal, no COLUMNS), a table keeps its cells
+    whole and a long line is one line: what a nightly log shows is what was found."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    argv = [sys.executable, "-m", "harness", "results", "show", latest(db), "--db", str(db)]
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True).stdout
+    assert "…" not in out, out
+    # the state's 600-character description on one line of the table, whole
+    assert any(LONG.strip() in line for line in out.splitlines()), out

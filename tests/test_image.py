@@ -41,3 +41,37 @@ def test_no_image_is_a_clear_harness_error(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(image.ImageError) as exc:
         image.require_image()
     assert "scenario image build" in (exc.value.hint or "")
+
+
+def test_build_timeline_names_each_phase_once_it_ends(tmp_path: Path) -> None:
+    """mmdebstrap's phases (its own `I:` lines, as a real build log has them) and the
+    lab's steps, each printed with its seconds when the next begins; a line still being
+    written is read only once it is whole."""
+    import io
+
+    from rich.console import Console
+
+    from harness.cli.image import _Timeline
+
+    out = io.StringIO()
+    log = tmp_path / "build.log"
+    timeline = _Timeline(Console(file=out, width=200), log)
+    timeline.begin("mmdebstrap")
+    log.write_text("$ mmdebstrap --mode=root\nI: running apt-get update...\nI: downloading pack")
+    timeline.poll()
+    with open(log, "a") as f:
+        f.write("ages with apt...\nW: not a phase\nI: running --customize-hook directly: /x\n")
+    timeline.poll()
+    with open(log, "a") as f:  # written just before the build's next step, not yet polled
+        f.write("I: cleaning package lists and apt cache...\n")
+    timeline.step("qcow2")
+    timeline.begin(None)
+    names = [line.split(" s  ", 1)[1] for line in out.getvalue().splitlines()]
+    assert names == [
+        "mmdebstrap",
+        "mmdebstrap: running apt-get update",
+        "mmdebstrap: downloading packages with apt",
+        "mmdebstrap: running --customize-hook directly",
+        "mmdebstrap: cleaning package lists and apt cache",
+        "qcow2",
+    ]

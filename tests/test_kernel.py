@@ -18,7 +18,7 @@ import pytest
 from harness import paths, proc, tools
 from harness.config import scenario
 from harness.errors import InputError, NotRun
-from harness.experiments import lifecycle
+from harness.experiments import lifecycle, registry
 from harness.image.build import Image, load_recipe
 from harness.kernel import add, initrd, mutant
 from harness.kernel.store import (
@@ -382,3 +382,21 @@ def test_plain_modules_are_carried_xzd(tmp_path: Path) -> None:
     # kbuild's choice, which every kmod and the kernel's own decompressor read.
     assert xz.read_bytes()[6:8] == b"\x00\x01"  # stream flags: CRC32
     assert initrd.plain(xz, tmp_path).read_bytes() == body
+
+
+def test_a_kernel_without_the_scenarios_filesystem_does_not_run_it(cache: Path) -> None:
+    """ReiserFS left Linux in 6.13: on a kernel built without it, reiserfs-fsync is not
+    run (exit 0, the reason named), never a failure nor a finding; a kernel with it runs
+    it. What the lab keeps of a kernel's config is read from its whole config file."""
+    from harness.kernel.store import OPTIONS
+
+    every = {o: "m" for o in OPTIONS}
+    sc = scenario.load("reiserfs-fsync")
+    gone = _fake(cache, "6.13.0-noreiser", every, {"dm-dust": True, "zfs": False})
+    (gone.dir / "config").write_text("CONFIG_EXT4_FS=m\n# CONFIG_REISERFS_FS is not set\n")
+    with pytest.raises(NotRun) as n:
+        lifecycle.require_kernel(gone, registry.variant(sc), sc)
+    assert "CONFIG_REISERFS_FS" in n.value.message and n.value.exit_status == 0
+    kept = _fake(cache, "6.12.9-reiser", every, {"dm-dust": True, "zfs": False})
+    (kept.dir / "config").write_text("CONFIG_REISERFS_FS=m\n")
+    lifecycle.require_kernel(kept, registry.variant(sc), sc)

@@ -31,13 +31,14 @@ def img(tmp_path: Path) -> Image:
     )
 
 
-def _spec(tmp_path: Path, n: int = 3, **kw: object) -> GuestSpec:
+def _spec(tmp_path: Path, n: int = 4, **kw: object) -> GuestSpec:
     disks = [
         Disk(tmp_path / "a.raw", "plain"),
         Disk(tmp_path / "b.qcow2", "cow", format="qcow2", snapshot=True),
         Disk(tmp_path / "c.raw", "ro", readonly=True),
+        Disk(tmp_path / "h.raw", "hdd", media="hdd"),  # an <iotune> for libvirt to accept
     ]
-    disks += [Disk(tmp_path / f"x{i}.raw", f"x{i}") for i in range(n - 3)]
+    disks += [Disk(tmp_path / f"x{i}.raw", f"x{i}") for i in range(n - 4)]
     return GuestSpec(disks=tuple(disks), **kw)  # type: ignore[arg-type]
 
 
@@ -100,7 +101,7 @@ def test_disks_by_serial_with_their_options(img: Image, tmp_path: Path) -> None:
     assert dom.get("type") == "kvm"
     assert dom.find("cpu").get("mode") == "host-passthrough"  # type: ignore[union-attr]
     disks = {d.findtext("serial"): d for d in dom.iterfind("devices/disk")}
-    assert list(disks) == ["crashlab-root", "plain", "cow", "ro"]
+    assert list(disks) == ["crashlab-root", "plain", "cow", "ro", "hdd"]
     root = disks["crashlab-root"]
     # The root disk is the cached image under a throw-away overlay, and comes first (vda).
     assert root.find("source").get("file") == str(img.rootfs)  # type: ignore[union-attr]
@@ -113,6 +114,8 @@ def test_disks_by_serial_with_their_options(img: Image, tmp_path: Path) -> None:
     assert disks["cow"].find("driver").get("type") == "qcow2"  # type: ignore[union-attr]
     assert disks["cow"].find("transient") is not None
     assert disks["ro"].find("readonly") is not None
+    assert disks["hdd"].findtext("iotune/total_iops_sec") == "120"
+    assert disks["plain"].find("iotune") is None
 
 
 def test_many_disks_go_behind_bridges_with_unique_addresses(img: Image, tmp_path: Path) -> None:
@@ -230,3 +233,10 @@ def test_local_system_uri_is_the_only_one_started_here() -> None:
     assert libvirtd.is_local_system("qemu:///system")
     assert not libvirtd.is_local_system("qemu:///session")
     assert not libvirtd.is_local_system("qemu+ssh://lab2/system")
+
+
+def test_a_media_caps_only_its_own_disk_in_qemus_command_line(img: Image, tmp_path: Path) -> None:
+    argv = qemu_argv(img, _spec(tmp_path), "tcg", tmp_path)
+    drives = {a.split("id=")[1].split(",")[0]: a for a in argv if a.startswith("if=none")}
+    capped = [d for d, a in drives.items() if "throttling.iops-total=120" in a]
+    assert capped == ["d3"] and "throttling.bps-total=160000000" in drives["d3"]

@@ -4,6 +4,7 @@ on both backends (QEMU and a transient libvirt domain) where the test takes ``vm
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -209,3 +210,78 @@ def test_a_boot_that_never_answers_is_tried_once_more_then_a_timeout(
     assert qemus() == before
     if vm_backend == "libvirt":
         assert crashlab_domains() == []
+
+
+def test_a_killed_harness_takes_its_guest_with_it() -> None:
+    """kill -9 of the harness mid-boot: its QEMU dies too (the kernel's parent-death
+    signal, what libvirt's AUTODESTROY gives its domains), so no orphan holds the disks'
+    write locks against the rerun."""
+    import os
+    import signal
+    import sys
+
+    script = (
+        "from harness.vm.backend import GuestSpec, start_guest\n"
+        "start_guest(GuestSpec()).__enter__()"
+    )
+    harness = subprocess.Popen(
+        [sys.executable, "-c", script], env={**os.environ, "CRASHLAB_BACKEND": "qemu"}
+    )
+    try:
+        deadline = time.monotonic() + 60
+        qemu = ""
+        while not qemu and time.monotonic() < deadline:
+            time.sleep(0.2)
+            r = subprocess.run(
+                ["pgrep", "-P", str(harness.pid), "-f", "qemu-system"],
+                capture_output=True,
+                text=True,
+            )
+            qemu = r.stdout.strip()
+        assert qemu, "the harness never started QEMU"
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
+        deadline = time.monotonic() + 30
+        while _alive(qemu) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(qemu), f"QEMU {qemu} outlived its harness"
+    finally:
+        harness.kill()
+
+
+def _alive(pid: str) -> bool:
+    """Running, not a zombie its new parent has yet to reap."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def test_media_caps_a_disks_rates_at_boot_and_when_plugged(tmp_path: Path) -> None:
+    """An HDD-like disk serves about its 120 random reads a second, plugged at boot or
+    later (QEMU's throttling), where the same file unthrottled serves many more."""
+    from harness.vm import media
+
+    files = {}
+    for name in ("plain", "hdd", "hot"):
+        files[name] = tmp_path / f"{name}.raw"
+        with open(files[name], "wb") as f:
+            f.truncate(64 << 20)
+    spec = GuestSpec(
+        disks=(Disk(files["plain"], "plain"), Disk(files["hdd"], "hdd", media="hdd")),
+        hotplug_ports=1,
+    )
+
+    def iops(path: str) -> float:
+        job = ["fio", "--name=r", f"--filename={path}", "--rw=randread", "--bs=4k"]
+        job += ["--direct=1", "--time_based", "--runtime=4", "--output-format=json"]
+        out = json.loads(guest.run(job, check=True, timeout=120).out)
+        return float(out["jobs"][0]["read"]["iops"])
+
+    cap = media.LIMITS[media.Media.HDD].iops
+    with start_guest(spec) as guest:
+        measured = {"plain": iops(guest.disk("plain")), "hdd": iops(guest.disk("hdd"))}
+        measured["hot"] = iops(guest.attach_disk(Disk(files["hot"], "hot", media="hdd")))
+    assert measured["hdd"] <= cap * 1.2 and measured["hot"] <= cap * 1.2, measured
+    assert measured["plain"] > 2 * cap, measured

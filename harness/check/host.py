@@ -14,11 +14,11 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness import proc
+from harness import filesystems, proc
 from harness.errors import CommandTimeout, HarnessError
 from harness.outcome import Outcome
 
@@ -53,22 +53,16 @@ E2FSCK_HARNESS_BITS = 16 | 32 | 128
 E2FSCK_CANNOT_OPEN = ("No such file or directory", "Permission denied", "Device or resource busy")
 
 
-_VERSION_ARGV = {
-    **{fs: ["e2fsck", "-V"] for fs in EXT},
-    "xfs": ["xfs_repair", "-V"],
-    "btrfs": ["btrfs", "--version"],
-}
-
-
 @functools.cache
 def checker_version(fs: str) -> str:
     """The first line the host checker of ``fs`` prints about its version ("e2fsck
     1.47.0 (5-Feb-2023)"): part of what a host verdict depends on. "" for a filesystem
     without a host checker; "missing" when the checker is not installed (its checks are
     harness errors, which are never reused)."""
-    argv = _VERSION_ARGV.get(fs)
-    if argv is None:
+    known = filesystems.FILESYSTEMS.get(fs)
+    if known is None or not known.version:
         return ""
+    argv = list(known.version)
     try:
         r = proc.run(argv, check=False, timeout=30)
     except HarnessError:  # not installed, or hung: no verdict will depend on it
@@ -88,26 +82,8 @@ def host_check(fs: str, image: Path, scratch: Path, *, timeout: float | None = N
     try:
         if fs in EXT:
             r = _check_ext(fs, image, scratch, run)
-        elif fs == "xfs":
-            r = _check_readonly(
-                "xfs_repair -n",
-                ["xfs_repair", "-n", "-f", image],
-                image,
-                scratch,
-                run,
-                repair=["xfs_repair", "-f"],
-                dirty_log="metadata changes in a log",
-            )
-        elif fs == "btrfs":
-            r = _check_readonly(
-                "btrfs check",
-                ["btrfs", "check", "--readonly", image],
-                image,
-                scratch,
-                run,
-                repair=["btrfs", "check", "--repair", "--force"],
-                dirty_log=None,
-            )
+        elif fs in filesystems.FILESYSTEMS:
+            r = _check_other(filesystems.get(fs), image, scratch, run)
         else:
             raise HarnessError(f"no host checker for filesystem type {fs!r}")
     except HarnessError as e:
@@ -191,16 +167,34 @@ def _e2fsck_operational(r: proc.Result) -> None:
         )
 
 
-def _check_readonly(
-    name: str,
-    argv: list[str | Path],
-    image: Path,
-    scratch: Path,
-    run: Runner,
-    *,
-    repair: list[str],
-    dirty_log: str | None,
+def _check_other(
+    fs: filesystems.Filesystem, image: Path, scratch: Path, run: Runner
 ) -> CheckResult:
+    """The filesystem's read-only check; damage found, its repair on a copy. A checker
+    that replays its log first gets a sparse copy of the state, never the state."""
+    if not fs.on_copy:
+        return _check_readonly(fs, image, scratch, run)
+    copy = scratch / f"check-{os.getpid()}-{threading.get_ident()}.img"
+    copy_image(image, copy)
+    try:
+        replayed = run([*fs.replay, copy]) if fs.replay else None
+        r = _check_readonly(fs, copy, scratch, run)
+    finally:
+        copy.unlink(missing_ok=True)
+    if replayed is None:
+        return r
+    return replace(
+        r,
+        seconds=r.seconds + replayed.seconds,
+        phases={"journal_replay": replayed.seconds, **r.phases},
+        output=_excerpt([replayed.stdout + replayed.stderr, r.output]),
+    )
+
+
+def _check_readonly(
+    fs: filesystems.Filesystem, image: Path, scratch: Path, run: Runner
+) -> CheckResult:
+    name, argv, dirty_log = fs.checker, [*fs.on_file(fs.check), image], fs.dirty_log
     r = run(argv)
     phases = {"fsck": r.seconds}
     text = r.stdout + r.stderr
@@ -218,7 +212,9 @@ def _check_readonly(
             phases,
             note="dirty log: judged by the guest's mount",
         )
-    outcome, _, rep = _repair_copy(image, scratch, run, repair, [str(a) for a in argv[:-1]], (0,))
+    outcome, _, rep = _repair_copy(
+        image, scratch, run, list(fs.repair), list(fs.check), fs.repaired
+    )
     phases["repair"] = rep.seconds
     return CheckResult(
         "host",

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rich import box
-from rich.console import Console, Group
+from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -21,7 +21,7 @@ from harness import outcome, paths
 from harness.campaign import on_dask as campaign_dask
 from harness.campaign import runner as campaign
 from harness.check import distributed
-from harness.cli import backend
+from harness.cli import backend, ui
 from harness.config import campaign as config_campaign
 from harness.config import scenario
 from harness.config.campaign import Campaign, Element
@@ -31,7 +31,7 @@ from harness.report import mutants, runlog
 from harness.report.markup import cells, esc
 from harness.store.db import Store
 
-console = Console(highlight=False)
+console = ui.console()
 
 
 def register(sub: Any) -> None:
@@ -307,7 +307,7 @@ class RichView:
     """One live view on stderr: the campaign line with its ETA, the element running now."""
 
     def __init__(self) -> None:
-        self.out = Console(stderr=True, highlight=False)
+        self.out = ui.console(stderr=True)
         self.live = Live(console=self.out, refresh_per_second=2, transient=True)
         self.name = ""
         self.total = 0

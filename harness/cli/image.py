@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -11,6 +13,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from harness import paths
+from harness.cli import ui
 from harness.image import build as image
 from harness.report.markup import cells, esc
 
@@ -38,7 +41,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    console = Console(stderr=True)
+    console = ui.console(stderr=True)
     recipe = image.load_recipe()
     if not args.force and (img := image.cached(recipe)) is not None:
         console.print(
@@ -47,6 +50,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         return 0
     logfile = paths.images_dir() / f"{recipe.hash}.build.log"
     result: dict[str, Any] = {}
+    timeline = _Timeline(console, logfile)
 
     with Progress(
         SpinnerColumn(),
@@ -66,6 +70,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             idx = next((i for i, s in enumerate(STEPS) if name.startswith(s)), state["done"])
             state["done"] = idx
             bar.update(task, completed=idx, description=f"image {recipe.hash}: {name}")
+            timeline.step(name)
 
         def work() -> None:
             try:
@@ -78,6 +83,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         while t.is_alive():
             t.join(0.5)
             bar.update(task, last=_last_line(logfile))
+            timeline.poll()
+        timeline.begin(None)
         if "error" in result:
             raise result["error"]
         bar.update(task, completed=len(STEPS), last="")
@@ -87,6 +94,53 @@ def cmd_build(args: argparse.Namespace) -> int:
         markup=False,
     )
     return 0
+
+
+class _Timeline:
+    """Each phase of the build with its seconds, printed when the next one starts: the
+    lab's steps and mmdebstrap's own (its ``I:`` lines in the build log), so a build
+    piped into a file says where its minutes went instead of leaving one bar line."""
+
+    PHASES = ("I: running", "I: downloading", "I: extracting", "I: installing", "I: cleaning")
+
+    def __init__(self, out: Console, logfile: Path) -> None:
+        self.out, self.logfile = out, logfile
+        logfile.unlink(missing_ok=True)  # an earlier build's; the build writes it anew
+        self.offset = 0
+        self.name: str | None = None
+        self.start = time.monotonic()
+        self.lock = threading.Lock()  # the build's thread begins steps, ours polls
+
+    def step(self, name: str) -> None:
+        """A step of the lab's own: mmdebstrap's last lines are read first, so the phase
+        they began ends here and not after this step."""
+        with self.lock:
+            self._read()
+            self.begin(name)
+
+    def begin(self, name: str | None) -> None:
+        now = time.monotonic()
+        if self.name is not None:
+            self.out.print(f"  {now - self.start:6.1f} s  {self.name}", markup=False)
+        self.name, self.start = name, now
+
+    def poll(self) -> None:
+        with self.lock:
+            self._read()
+
+    def _read(self) -> None:
+        try:
+            with open(self.logfile, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            return
+        done = chunk.rfind(b"\n") + 1  # whole lines only; the rest is read next time
+        self.offset += done
+        for line in chunk[:done].decode(errors="replace").splitlines():
+            if line.startswith(self.PHASES):
+                # "I: running --customize-hook directly: /path" -> its words, no path
+                self.begin("mmdebstrap: " + line[3:].split(":")[0].rstrip(". "))
 
 
 def _last_line(logfile: Any) -> str:
@@ -123,7 +177,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"recipe_hash": recipe.hash, "images": rows}, indent=2))
         return 0
-    console = Console()
+    console = ui.console()
     console.print(
         f"recipe {esc(recipe.path)}: hash [bold]{recipe.hash}[/], kernel {esc(recipe.kernel)}"
     )
@@ -148,7 +202,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     import shutil
 
     keep = image.load_recipe().hash
-    console = Console()
+    console = ui.console()
     d = paths.images_dir()
     freed = 0
     for p in sorted(d.iterdir()) if d.is_dir() else []:

@@ -7,15 +7,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from harness import errors
+from harness.cli import ui
 from harness.cli.lab import to_toml
 from harness.config import scenario, vdbench
 from harness.errors import InputError
 from harness.experiments.workload.experiment import check_job
 
-console = Console(highlight=False)
+console = ui.console()
 
 
 def register(sub: Any) -> None:

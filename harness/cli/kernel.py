@@ -6,17 +6,17 @@ import argparse
 import json
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from harness import errors
+from harness.cli import ui
 from harness.image.build import require_image
 from harness.kernel import add as kernel_add
 from harness.kernel import mutant
 from harness.kernel.store import OPTIONS, describe, list_kernels
 from harness.report.markup import cells, esc
 
-console = Console(highlight=False)
+console = ui.console()
 
 
 def register(sub: Any) -> None:
@@ -56,7 +56,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    err = Console(stderr=True, highlight=False)
+    err = ui.console(stderr=True)
 
     def step(what: str, seconds: float) -> None:
         err.print(f"  {esc(what)}: {seconds:.1f} s")

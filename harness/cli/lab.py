@@ -10,14 +10,14 @@ import argparse
 import json
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from harness import errors, paths
+from harness.cli import ui
 from harness.config import scenario, schema
 from harness.report.markup import esc
 
-console = Console(highlight=False)
+console = ui.console()
 
 
 def register(sub: Any) -> None:

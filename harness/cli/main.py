@@ -9,12 +9,11 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from rich.console import Console
-
 from harness import errors
+from harness.cli import ui
 from harness.report.markup import esc
 
-err_console = Console(stderr=True, highlight=False)
+err_console = ui.console(stderr=True)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         campaign as cli_campaign,
     )
     from harness.cli import checklog as cli_checklog
+    from harness.cli import clean as cli_clean
     from harness.cli import (
         image as cli_image,
     )
@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_importer.register(sub)
     cli_checklog.register(sub)
     cli_triage.register(sub)
+    cli_clean.register(sub)
     return p
 
 

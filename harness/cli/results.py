@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import signal
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from harness.cli import ui
 from harness.errors import EXIT_FINDING, HarnessError, InputError
 from harness.paths import default_db
 from harness.report import diff as rdiff
@@ -218,13 +218,7 @@ def _open(args: argparse.Namespace) -> Store:
 
 
 def _console() -> Console:
-    # soft_wrap: long JSON strings must never be broken by the console's line width.
-    console = Console(highlight=False, soft_wrap=True)
-    # Piped into a file or `less`, rich assumes 80 columns and folds ids and kernel
-    # versions into unreadable slivers; long lines are the lesser evil there.
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console.width = 160
-    return console
+    return ui.console()
 
 
 # --- runs ---------------------------------------------------------------------------

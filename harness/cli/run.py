@@ -6,8 +6,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from harness import paths
 from harness.cli import backend, ui
 from harness.config import scenario
@@ -15,7 +13,7 @@ from harness.experiments import lifecycle, summary
 from harness.experiments.crash import experiment as run
 from harness.report import runlog
 
-console = Console(highlight=False)
+console = ui.console()
 
 
 def register(sub: Any, add_set_option: Any) -> None:
@@ -83,7 +81,7 @@ def run_and_report(sc: Any, db: Path | None, *, fresh: bool) -> int:
     db.parent.mkdir(parents=True, exist_ok=True)
     with ui.progress(sc.name) as progress:
         report = lifecycle.execute(sc, db=db, fresh=fresh, progress=progress)
-    console = Console(highlight=False)
+    console = ui.console()
     if not console.is_terminal:
         console.width = max(console.width, 160)  # a log file: do not fold the numbers
     summary.print_summary(console, report)

@@ -8,13 +8,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from harness import paths
+from harness.cli import ui
 from harness.errors import InputError
 from harness.triage import explain
 
-console = Console(highlight=False)
+console = ui.console()
 
 
 def register(sub: Any) -> None:

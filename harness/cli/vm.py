@@ -9,11 +9,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from harness import tools
-from harness.cli import backend
+from harness.cli import backend, ui
 from harness.config.settings import parse_size, validate
 from harness.config.vm import VmChoice
 from harness.errors import InputError
@@ -77,7 +76,7 @@ def cmd_vm_run(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise InputError("vm run: no command given", hint="scenario vm run --disk 256M -- lsblk")
-    err = Console(stderr=True)
+    err = ui.console(stderr=True)
     sets = dict(o.split("=", 1) for o in backend.overrides(args))
     choice = validate(Path("vm run"), VmChoice, sets, list(sets))
     backend.select_for(choice)
@@ -120,7 +119,7 @@ def cmd_vm_run(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    console = Console()
+    console = ui.console()
     t = Table("check", "status", "detail")
     missing = False
     for tool in REQUIRED:

@@ -55,6 +55,11 @@ class ScenarioBase(VmChoice):
         a ZFS cell): on a kernel without them the scenario is not run."""
         return ()
 
+    def fs_types(self) -> tuple[str, ...]:
+        """The filesystems its guests make (harness/filesystems.py): on a kernel built
+        without one the scenario is not run -- ReiserFS left Linux in 6.13."""
+        return ()
+
     def catalogue_row(self) -> tuple[str, str, str, str]:
         """What ``scenario list`` shows of it: filesystems, mode, workload, states."""
         return (self.kind, "-", "-", "-")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
+from harness import filesystems
 from harness.config import settings
 from harness.config.base import ScenarioBase
 from harness.config.settings import Settings, Size, problem, size_text
@@ -32,6 +33,9 @@ class FsType(StrEnum):
     EXT4 = "ext4"
     XFS = "xfs"
     BTRFS = "btrfs"
+    JFS = "jfs"
+    REISERFS = "reiserfs"
+    F2FS = "f2fs"
 
 
 class DataMode(StrEnum):
@@ -53,6 +57,7 @@ class Pattern(StrEnum):
     REPLACE_TRUNCATE = "replace-truncate"
     APPEND_LOG = "append-log"
     SQLITE_COMMIT = "sqlite-commit"
+    E4DEFRAG = "e4defrag"
 
 
 class RecorderType(StrEnum):
@@ -60,15 +65,8 @@ class RecorderType(StrEnum):
     QEMU_BLKLOGWRITES = "qemu-blklogwrites"
 
 
-# Below these, mkfs refuses (xfsprogs >= 5.19 wants 300 MiB; btrfs-progs asks for
-# 109-128 MiB depending on the version), so say so before a guest is booted.
-MIN_DISK: dict[FsType, int] = {
-    FsType.EXT2: 8 * MiB,
-    FsType.EXT3: 16 * MiB,
-    FsType.EXT4: 16 * MiB,
-    FsType.XFS: 300 * MiB,
-    FsType.BTRFS: 128 * MiB,
-}
+# Below these mkfs refuses, so say so before a guest is booted (harness/filesystems.py).
+MIN_DISK: dict[FsType, int] = {t: filesystems.get(t).min_disk for t in FsType}
 JOURNALED_DATA_MODES = (FsType.EXT3, FsType.EXT4)
 
 DEFAULT_DISK = 256 * MiB
@@ -85,12 +83,10 @@ def journaled(fs_type: str, mkfs_options: Sequence[str] | str) -> bool:
     """Whether a filesystem keeps a journal or log: ext2, and ext3/4 made with
     ``-O ^has_journal``, do not; they recover with a full fsck, so after a crash fsck
     repairing them is their design, not a finding (the crash and recovery kinds' rule)."""
-    if fs_type == FsType.EXT2:
-        return False
     if fs_type in [str(t) for t in JOURNALED_DATA_MODES]:
         opts = [mkfs_options] if isinstance(mkfs_options, str) else mkfs_options
         return not any("^has_journal" in o for o in opts)
-    return True
+    return filesystems.get(fs_type).journaled
 
 
 class FsSpec(Settings):
@@ -142,8 +138,7 @@ class FsSpec(Settings):
         return mode + self.mount_options
 
     def mkfs_argv(self, dev: str) -> list[str]:
-        force = "-f" if self.type in (FsType.XFS, FsType.BTRFS) else "-F"
-        return [f"mkfs.{self.type}", force, "-q", *self.mkfs_options, dev]
+        return [*filesystems.get(self.type).mkfs, *self.mkfs_options, dev]
 
     def mount_argv(self, dev: str, target: str, extra: Sequence[str] = ()) -> list[str]:
         opts = [*self.all_mount_options(), *extra]
@@ -300,9 +295,23 @@ class Scenario(ScenarioBase):
     check: CheckSpec = Field(default_factory=CheckSpec)
     recorder: RecorderSpec = Field(default_factory=RecorderSpec)
 
+    def _check_defrag(self) -> None:
+        """e4defrag moves extents (EXT4_IOC_MOVE_EXT): ext4 made with extents only."""
+        fs = self.fs
+        no_extents = [o for o in fs.mkfs_options if "^extent" in o]
+        if fs.type != FsType.EXT4 or no_extents:
+            raise problem(
+                f"e4defrag needs ext4 with extents, not {fs.type}"
+                + (f" made with {no_extents}" if no_extents else ""),
+                "set fs.type = 'ext4' and drop '^extent' from fs.mkfs_options",
+                key="workload.pattern",
+            )
+
     @model_validator(mode="after")
     def _workload_fits(self) -> Scenario:
         w = self.workload
+        if isinstance(w, AppWorkload) and w.pattern == Pattern.E4DEFRAG:
+            self._check_defrag()
         if not isinstance(w, OpsWorkload):
             return self
         # Hard links share data, so files * max_size bounds the data; leave room for metadata.
@@ -339,6 +348,9 @@ class Scenario(ScenarioBase):
                 key="workload.fsync_names",
             )
         return self
+
+    def fs_types(self) -> tuple[str, ...]:
+        return (str(self.fs.type),)
 
     def catalogue_row(self) -> tuple[str, str, str, str]:
         w, c = self.workload, self.crash

@@ -37,7 +37,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from harness import outcome, paths
+from harness import filesystems, outcome, paths
 from harness.errors import EXIT_FINDING, EXIT_HARNESS, NotRun
 from harness.experiments import registry
 from harness.image.build import Image, require_image
@@ -213,6 +213,13 @@ def require_kernel(k: Kernel, variant: registry.Variant, sc: Any) -> None:
     """
     for option in variant.kernel_options:
         k.require(option, f"{sc.name} ({sc.experiment_kind})")
+    for t in sc.fs_types():
+        option = filesystems.get(t).config
+        if k.config_value(option) not in ("y", "m"):
+            raise NotRun(
+                f"{sc.name} on kernel {k.name}: {t} needs CONFIG_{option}, which it lacks",
+                hint="choose a kernel with it (scenario kernel list)",
+            )
     for m in (*variant.kernel_modules, *sc.kernel_modules()):
         if not k.modules.get(m):
             raise NotRun(

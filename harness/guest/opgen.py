@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import ctypes.util
+import errno
 import json
 import mmap
 import os
@@ -322,6 +323,8 @@ def perform(root: str, op: Op, noop_sync: bool = False) -> None:
             os.close(fd)
     elif k == "sync":
         os.sync()
+    elif k == "defrag":
+        defrag(p)
     elif k in ("syncfs", "sync_file_range"):
         fd = os.open(p if op.path else root, os.O_RDONLY)
         try:
@@ -330,6 +333,14 @@ def perform(root: str, op: Op, noop_sync: bool = False) -> None:
             os.close(fd)
     else:
         raise ValueError(f"unknown op {k!r}")
+
+
+def defrag(path: str) -> None:
+    """e4defrag one file (EXT4_IOC_MOVE_EXT). It exits 0 even when it moved nothing, so
+    its report is read: a file it failed on is an OSError like a failed syscall's."""
+    r = runner.run(["e4defrag", path], 600, merge=True)
+    if r.rc != 0 or "[ OK ]" not in r.stdout:
+        raise OSError(errno.EOPNOTSUPP, f"e4defrag: {r.stdout.strip()[-300:]}")
 
 
 SYNC_FILE_RANGE_WAIT_BEFORE, SYNC_FILE_RANGE_WRITE, SYNC_FILE_RANGE_WAIT_AFTER = 1, 2, 4

@@ -52,6 +52,10 @@ Rules, per mark n (``marks[i]`` in the oracle file):
    is kept -- ext4, xfs and btrfs create the inode and its entry in one transaction --
    so a file created and made durable by its directory's fsync must exist, empty. Where
    it is not kept (ext2), a directory fsync writes the entry but not the new inode.
+11. Moves that keep the content (``defrag``: e4defrag, EXT4_IOC_MOVE_EXT) change no
+   file's bytes, so they touch nothing: a file durable before one stays required, as
+   it was, at every state during and after it. The block exchange is journaled; a
+   state that shows other bytes lost data a defragmenter promised not to touch.
 
 After the final mark nothing changes: a state cut after ``crashlab:umount`` or at the end
 of the log (``dm-log-writes-end``) requires what the final mark requires, exactly.
@@ -74,6 +78,8 @@ SYNC_OPS = frozenset({"fsync", "fdatasync", "fsync_dir", "sync", "syncfs"})
 SYNCED_WRITES = {"osync_write": "fsync", "odsync_write": "fdatasync"}
 # What the workload marks in the log after it returns.
 PERSIST_OPS = SYNC_OPS | frozenset(SYNCED_WRITES)
+# Ops that move a file's blocks and promise its bytes unchanged (rule 11).
+CONTENT_KEEPING = frozenset({"defrag"})
 # Ops that change a file's bytes the way a write does (a direct or mmap'ed write).
 WRITE_OPS = frozenset({"write", "append", "overwrite", "dwrite", "mwrite", *SYNCED_WRITES})
 # fallocate(2) modes: (keeps the size, zeroes the range).
@@ -157,6 +163,8 @@ class Model:
                 self.ops -= 1  # one op, not two
         elif k == "sync_file_range":
             pass  # writes back a range, waits for nothing durable: no promise (man 2)
+        elif k in CONTENT_KEEPING:
+            pass  # rule 11: the same bytes, elsewhere on the disk
         elif k == "falloc":
             inode = self.files[op.path]
             keep, zero = FALLOC_MODES[op.mode]
@@ -283,7 +291,7 @@ class Model:
     def touches(self, op: Any) -> tuple[set[str], set[int]]:
         """Names and inodes an op changes; call before ``apply``."""
         k = op.kind
-        if k in SYNC_OPS or k == "sync_file_range":
+        if k in SYNC_OPS or k == "sync_file_range" or k in CONTENT_KEEPING:
             return set(), set()
         if k in ("create", "mkdir", "rmdir"):
             return {op.path}, set()

@@ -80,6 +80,17 @@ class Kernel:
             img, kernel=self.dir / "vmlinuz", initrd=self.dir / "initrd.img", manifest=manifest
         )
 
+    def config_value(self, option: str) -> str | None:
+        """``CONFIG_<option>`` of this kernel: from what the lab keeps of it, else from
+        its whole config (kept beside it). The image's kernel is Debian's, which builds
+        every filesystem the lab knows."""
+        if option in self.options:
+            return self.options[option]
+        if self.dir is None:
+            return "m"
+        config = self.dir / "config"
+        return parse_config(config.read_text()).get(option) if config.exists() else None
+
     def require(self, option: str, why: str) -> None:
         """:raise InputError: this kernel lacks ``CONFIG_<option>`` (``why`` needs it)."""
         if self.options.get(option) in ("y", "m"):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import filesystems
 from harness.config.crash import FsSpec
 from harness.errors import HarnessError, InputError
 from harness.record import logwrites
@@ -231,6 +232,13 @@ def install_scripts(guest: Guest) -> None:
     for script in sorted(GUEST_SCRIPTS.glob("*.py")):
         if script.name != "__init__.py":
             guest.write_file(f"{GUEST_DIR}/{script.name}", script.read_bytes())
+    # The guest's checkers read their commands from the host's one table of filesystems
+    # (the guest's programs import nothing of the harness).
+    checkers = {
+        name: {"check": list(fs.check), "repair": list(fs.repair)}
+        for name, fs in filesystems.FILESYSTEMS.items()
+    }
+    guest.write_file(f"{GUEST_DIR}/filesystems.json", json.dumps(checkers).encode())
 
 
 def _record_in(

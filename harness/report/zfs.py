@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
+from harness.cli import ui
 from harness.errors import EXIT_OK, InputError
 from harness.paths import default_db
 from harness.report import query
@@ -27,7 +27,9 @@ from harness.store.db import ScanKind, Store
 
 MiB = 1 << 20
 # What ``--by`` may group on: the cell's parameters, plus the scenario.
-BY_KEYS = ("layout", "fill", "disks", "disk_size", "ashift", "recordsize", "scenario")
+BY_KEYS = (
+    "layout", "fill", "disks", "disk_size", "ashift", "recordsize", "media", "cache", "scenario"
+)  # fmt: skip
 
 
 def mib(n: float | None) -> str:
@@ -166,9 +168,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     if args.scenario:
         rows = [r for r in rows if r["scenario"] == args.scenario]
     cells = aggregate(rows, by)
-    console = Console(highlight=False, soft_wrap=True)
-    if not console.is_terminal:
-        console.width = max(console.width, 160)  # piped: do not fold the numbers
+    console = ui.console()
     if args.json:
         console.out(
             json.dumps({"db": str(db), "scan": args.scan, "by": by, "cells": cells}, indent=2)

@@ -37,6 +37,9 @@ class Disk:
     # A raw disk through the host's page cache: for a disk no crash state is taken from
     # and that the host reads back at once (a ZFS fill, exported, then copied).
     host_cache: bool = False
+    # What the disk behaves like (harness/vm/media.py): its rates capped like a 7,200-rpm
+    # HDD's or a SATA SSD's; "none": the host file as fast as it goes.
+    media: str = "none"
 
     @property
     def direct(self) -> bool:

@@ -31,7 +31,7 @@ from typing import Any
 
 from harness.errors import GuestAgentError, GuestBootFailed, GuestError, GuestTimeout, HarnessError
 from harness.image.build import Image, require_image
-from harness.vm import accel, console, libvirt_storage, libvirtd
+from harness.vm import accel, console, libvirt_storage, libvirtd, media
 from harness.vm.agent import Agent
 from harness.vm.base import Disk, GuestSpec
 from harness.vm.guest import AgentGuest, boot, kernel_cmdline, workdir_for
@@ -167,6 +167,10 @@ def disk_element(d: Disk, target: str) -> ET.Element:
         _el(disk, "readonly")
     if d.snapshot:
         _el(disk, "transient")
+    if caps := media.limits(d.media):
+        tune = _el(disk, "iotune")
+        _el(tune, "total_iops_sec", str(caps.iops))
+        _el(tune, "total_bytes_sec", str(caps.bps))
     return disk
 
 

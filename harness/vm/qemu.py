@@ -19,7 +19,7 @@ from typing import Any
 from harness import proc
 from harness.errors import GuestAgentError, GuestBootFailed, GuestError, GuestTimeout, HarnessError
 from harness.image.build import Image, require_image
-from harness.vm import accel, console
+from harness.vm import accel, console, media
 from harness.vm.agent import Agent
 from harness.vm.base import Disk, GuestSpec
 from harness.vm.guest import AgentGuest, boot, kernel_cmdline, workdir_for
@@ -68,6 +68,8 @@ def qemu_argv(image: Image, spec: GuestSpec, accelerator: str, workdir: Path) ->
             opts.append("readonly=on")
         if d.snapshot:
             opts.append("snapshot=on")
+        if caps := media.limits(d.media):
+            opts += [f"throttling.iops-total={caps.iops}", f"throttling.bps-total={caps.bps}"]
         slot = _slot(i, argv)  # may add a bridge to argv first
         argv += ["-drive", ",".join(opts)]
         argv += ["-device", f"virtio-blk-pci,drive=d{i},serial={d.serial}{slot}"]
@@ -120,8 +122,12 @@ class QemuGuest(AgentGuest):
     def launch(self) -> None:
         self._started = time.monotonic()
         # QEMU's own output goes to a file, not a pipe nobody drains while the guest runs.
+        # die_with_parent: a harness killed by SIGKILL takes its guest with it (libvirt's
+        # AUTODESTROY); an orphan would hold its disks' write locks against the rerun.
+        # The launching thread is the guest's owner for its whole life (start_guest's
+        # block), so the signal cannot come from a worker thread ending early.
         self.proc = self._children.enter_context(
-            proc.spawn(self.argv, output=self.workdir / "qemu.out")
+            proc.spawn(self.argv, output=self.workdir / "qemu.out", die_with_parent=True)
         )
         self._wait_for_socket(self.workdir / "qga.sock", 10)
         # The socket file exists from QEMU's bind(), a moment before its listen(): a refused
@@ -233,6 +239,9 @@ class QemuGuest(AgentGuest):
                 with contextlib.suppress(QMPError):
                     qmp.cmd("blockdev-del", **{"node-name": node})
                 raise HarnessError(f"QEMU could not plug disk {disk.serial}: {e}") from None
+            if caps := media.limits(disk.media):
+                zero = dict.fromkeys(("bps_rd", "bps_wr", "iops_rd", "iops_wr"), 0)
+                qmp.cmd("block_set_io_throttle", id=node, bps=caps.bps, iops=caps.iops, **zero)
         self._ports[disk.serial] = port
 
     def _unplug(self, serials: Sequence[str], timeout: float) -> None:

@@ -48,6 +48,9 @@ class LogCheckScenario(ScenarioBase):
             )
         return self
 
+    def fs_types(self) -> tuple[str, ...]:
+        return (str(self.fs.type),)
+
     def catalogue_row(self) -> tuple[str, str, str, str]:
         c = self.crash
         return (

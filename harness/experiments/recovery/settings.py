@@ -20,22 +20,17 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from harness import paths, proc
+from harness import filesystems, paths, proc
 from harness.config import settings
 from harness.config.base import ScenarioBase
+from harness.config.crash import FsType
 from harness.config.settings import Settings, Size, problem, size_text
 from harness.errors import InputError
 
 MiB = 1 << 20
 EXT = ("ext2", "ext3", "ext4")
-# Below these mkfs refuses (xfsprogs >= 5.19: 300 MiB; btrfs-progs: about 128 MiB).
-MIN_SIZE = {
-    "ext2": 8 * MiB,
-    "ext3": 16 * MiB,
-    "ext4": 16 * MiB,
-    "xfs": 300 * MiB,
-    "btrfs": 128 * MiB,
-}
+# Below these mkfs refuses (harness/filesystems.py).
+MIN_SIZE = {t: filesystems.get(t).min_disk for t in FsType}
 # mke2fs's default bytes per inode for filesystems of 512 MiB and more (mke2fs.conf).
 INODE_RATIO = 16384
 # Room a population may take of the smallest size: the rest is metadata, journal and
@@ -46,7 +41,7 @@ FIT = 0.85
 class Cell(Settings):
     """One way to make and mount the filesystem."""
 
-    fs: Literal["ext2", "ext3", "ext4", "xfs", "btrfs"]
+    fs: FsType
     features: tuple[str, ...] = Field(
         (), description="mkfs.ext* -O flags, e.g. ['^flex_bg'] or ['^metadata_csum', '^uninit_bg']"
     )
@@ -60,7 +55,7 @@ class Cell(Settings):
             raise problem(
                 f"features are mkfs.ext* -O flags; {self.fs} has none here",
                 key="features",
-                hint="leave features empty for xfs and btrfs",
+                hint="leave features empty for filesystems other than ext*",
             )
         if self.journal_size is not None:
             if self.fs not in ("ext3", "ext4"):
@@ -83,7 +78,7 @@ class Cell(Settings):
 
     def mkfs_argv(self) -> list[str]:
         """``mkfs.<fs>`` and its options, without the device."""
-        argv = [f"mkfs.{self.fs}", "-F" if self.fs in EXT else "-f", "-q"]
+        argv = list(filesystems.get(self.fs).mkfs)
         if self.features:
             argv += ["-O", ",".join(self.features)]
         if self.journal_size is not None:
@@ -186,6 +181,9 @@ class RecoveryScenario(ScenarioBase):
                 hint="fewer files, or larger sizes",
             )
         return self
+
+    def fs_types(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.fs for c in self.filesystems))
 
     def catalogue_row(self) -> tuple[str, str, str, str]:
         return (

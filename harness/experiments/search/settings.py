@@ -85,6 +85,9 @@ class SearchScenario(ScenarioBase):
             )
         return self
 
+    def fs_types(self) -> tuple[str, ...]:
+        return (str(self.fs.type),)
+
     def catalogue_row(self) -> tuple[str, str, str, str]:
         w = self.workload
         take = f"sample {w.sample}" if w.sample else "all"

@@ -62,18 +62,19 @@ def make_disks(
     see ``Disk.host_cache``."""
     directory.mkdir(parents=True, exist_ok=True)
 
-    def disk(serial: str) -> Disk:
+    p = cell.pool
+
+    def disk(serial: str, media: str = p.media) -> Disk:
         path = directory / f"{serial}.raw"
         with open(path, "wb") as f:
-            f.truncate(cell.pool.disk_size)
-        return Disk(path, serial, host_cache=host_cache)
+            f.truncate(p.disk_size)
+        return Disk(path, serial, host_cache=host_cache, media=media)
 
-    p = cell.pool
     return DiskSet(
         tuple(disk(f"zd{i}") for i in range(p.disks)),
         tuple(disk(f"zs{i}") for i in range(_spares(cell, fault) if spares else 0)),
-        disk("zc0") if p.cache else None,
-        disk("zl0") if p.log else None,
+        disk("zc0", p.cache_media) if p.cache else None,
+        disk("zl0", p.cache_media) if p.log else None,
     )
 
 

@@ -395,6 +395,8 @@ def _store(st: store.Store, run_id: str, sc: ZfsScenario, rep: Rep, m: Measureme
                 "cache": p.cache,
                 "log": p.log,
                 "load": m.cell.load,
+                "media": str(p.media),
+                "cache_media": str(p.cache_media),
                 "sequential": sc.sequential,
                 "draid_spares": p.draid_spares,
             },

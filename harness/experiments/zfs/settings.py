@@ -13,6 +13,8 @@ Shape of the file (every key but ``description`` has a default)::
     ashift = 12
     recordsize = "128K"
     cache = false                  # an extra disk as L2ARC
+    media = "none"                 # the data disks behave like: none | hdd | ssd
+    cache_media = "ssd"            # the cache and log disks (harness/vm/media.py)
     log = false                    # an extra disk as SLOG
     [fault]                        # faults/disk.py
     kind = "wipe"                  # zero | zero-percent | bitflip | wipe | detach
@@ -56,6 +58,7 @@ from faults.disk import LABEL_BYTES, DiskFault, FaultKind, When
 from harness.config import settings
 from harness.config.base import ScenarioBase
 from harness.config.settings import Settings, Size, parse_size, problem, size_text
+from harness.vm.media import Media
 
 MiB = 1 << 20
 # ZFS refuses vdevs under 64 MiB; the labels and metaslabs want some room besides.
@@ -133,6 +136,8 @@ class PoolSpec:
     cache: bool
     log: bool
     draid_spares: int = 0  # dRAID's distributed spares (draidN:Ns)
+    media: Media = Media.NONE  # the data disks' and spares' (harness/vm/media.py)
+    cache_media: Media = Media.SSD  # the cache and log disks'
 
     @property
     def distributed_spare(self) -> bool:
@@ -212,6 +217,7 @@ class SweepSpec(Settings):
     cache: tuple[bool, ...] = Field((), description="with / without an L2ARC disk")
     log: tuple[bool, ...] = Field((), description="with / without a SLOG disk")
     load: tuple[bool, ...] = Field((), description="with / without the fio load during the scan")
+    media: tuple[Media, ...] = Field((), description="the data disks as HDDs, SSDs, or none")
 
 
 @dataclass(frozen=True)
@@ -231,8 +237,21 @@ class Cell:
             *(["+log"] if p.log else []),
             *([f"+{p.draid_spares}s"] if p.draid_spares else []),
             *(["+load"] if self.load else []),
+            *([f"on {p.media}"] if p.media != Media.NONE else []),
+            *(
+                [f"cache on {p.cache_media}"]
+                if (p.cache or p.log) and p.media != Media.NONE
+                else []
+            ),
         ]
         return " ".join([f"{p.layout} x{p.disks} fill {self.fill:g}%", *extra])
+
+
+def _media_label(p: PoolSpec) -> list[str]:
+    """Cells without a media keep the labels (and item ids) stored runs have."""
+    if p.media == Media.NONE:
+        return []
+    return [f"on {p.media}", *([f"cache on {p.cache_media}"] if p.cache or p.log else [])]
 
 
 class ZfsScenario(ScenarioBase):
@@ -267,6 +286,10 @@ class ZfsScenario(ScenarioBase):
     recordsize: Size = DEFAULT_RECORDSIZE
     cache: bool = Field(False, description="an extra disk as L2ARC")
     log: bool = Field(False, description="an extra disk as SLOG")
+    media: Media = Field(
+        Media.NONE, description="what the data disks behave like: none, hdd or ssd (rates)"
+    )
+    cache_media: Media = Field(Media.SSD, description="what the cache and log disks behave like")
     draid_spares: int = Field(
         0,
         ge=0,
@@ -365,11 +388,21 @@ class ZfsScenario(ScenarioBase):
             sw.cache or (self.cache,),
             sw.log or (self.log,),
             sw.load or (self.load,),
+            sw.media or (self.media,),
             sw.fill or (self.fill,),
         )
-        for layout, disks, rs, ashift, cache, log, load, fill in axes:
+        for layout, disks, rs, ashift, cache, log, load, med, fill in axes:
             p = PoolSpec(
-                Layout(layout), disks, self.disk_size, ashift, rs, cache, log, self.draid_spares
+                Layout(layout),
+                disks,
+                self.disk_size,
+                ashift,
+                rs,
+                cache,
+                log,
+                self.draid_spares,
+                Media(med),
+                self.cache_media,
             )
             yield Cell(p, float(fill), load)
 

@@ -1,0 +1,149 @@
+"""The filesystems the lab makes, checks and mounts: one record each, so that adding one
+(JFS, ReiserFS and F2FS joined seed 002's ext2/ext3/XFS here) is one entry, not a branch
+in every module that makes, checks or mounts a filesystem.
+
+Host checks of ext* keep their own path (``harness/check/host.py``: journal replay with
+an undo file); every other filesystem is checked on a sparse copy of the state (replay,
+read-only check, repair), so a checker that replays its log before it checks -- fsck.jfs,
+reiserfsck -- never writes to the state itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Filesystem:
+    name: str
+    checker: str  # the host checker's name in results
+    # mkfs refuses below this (measured with each mkfs of Debian 12: mkfs.jfs below 16 MiB,
+    # mkreiserfs below 40 MiB -- its journal alone is 32 MiB --, mkfs.f2fs below 64 MiB).
+    min_disk: int
+    mkfs: tuple[str, ...]  # argv before the device: forced and quiet
+    # Its own recovery needs no fsck after a crash (a journal, a log, a checkpoint): a
+    # repair by fsck is then a finding, and a file fsync makes its name durable.
+    # ext3/ext4 made with -O ^has_journal are the exception (config/crash.journaled).
+    journaled: bool
+    config: str  # the kernel's CONFIG_* option (without the prefix)
+    package: str  # the Debian package of its host tools
+    version: tuple[str, ...] = ()  # argv printing the host checker's version
+    check: tuple[str, ...] = ()  # the full read-only check, argv before the image
+    repair: tuple[str, ...] = ()  # the repair, argv before the image
+    replay: tuple[str, ...] = ()  # the checker's own log replay, before ``check``
+    # Exit statuses of ``repair`` that mean it repaired (not "could not").
+    repaired: tuple[int, ...] = (0,)
+    # In the check's output: not damage, a log only a mount replays (the guest judges).
+    dirty_log: str | None = None
+    # The check writes (a log replay of its own): it runs on a sparse copy of the state.
+    on_copy: bool = False
+    # What the checker must be told to read an image file, not a block device (the host's
+    # checks are of files, the guest's of devices).
+    file_flag: str = ""
+
+    def on_file(self, argv: tuple[str, ...]) -> list[str]:
+        """``check`` or ``repair``, made to read an image file."""
+        return [*argv, self.file_flag] if self.file_flag else list(argv)
+
+
+def _ext(name: str, min_mib: int, journaled: bool) -> Filesystem:
+    return Filesystem(
+        name,
+        "e2fsck",
+        min_mib * MiB,
+        (f"mkfs.{name}", "-F", "-q"),
+        journaled,
+        "EXT4_FS",  # ext4.ko serves ext2 and ext3 too (EXT4_USE_FOR_EXT2)
+        "e2fsprogs",
+        ("e2fsck", "-V"),
+        ("e2fsck", "-f", "-n"),
+        ("e2fsck", "-f", "-y"),
+        repaired=(0, 1, 2),
+    )
+
+
+FILESYSTEMS: dict[str, Filesystem] = {
+    "ext2": _ext("ext2", 8, False),
+    "ext3": _ext("ext3", 16, True),
+    "ext4": _ext("ext4", 16, True),
+    "xfs": Filesystem(
+        "xfs",
+        "xfs_repair -n",
+        300 * MiB,  # xfsprogs >= 5.19
+        ("mkfs.xfs", "-f", "-q"),
+        True,
+        "XFS_FS",
+        "xfsprogs",
+        ("xfs_repair", "-V"),
+        ("xfs_repair", "-n"),
+        ("xfs_repair",),
+        dirty_log="metadata changes in a log",
+        file_flag="-f",
+    ),
+    "btrfs": Filesystem(
+        "btrfs",
+        "btrfs check",
+        128 * MiB,  # btrfs-progs asks for 109-128 MiB depending on the version
+        ("mkfs.btrfs", "-f", "-q"),
+        True,
+        "BTRFS_FS",
+        "btrfs-progs",
+        ("btrfs", "--version"),
+        ("btrfs", "check", "--readonly"),
+        ("btrfs", "check", "--repair", "--force"),
+    ),
+    # JFS logs metadata only; fsck.jfs replays the log, then -n checks without writing
+    # (exit 0: clean). -f checks and repairs everything; 1 says it corrected errors.
+    "jfs": Filesystem(
+        "jfs",
+        "fsck.jfs",
+        16 * MiB,
+        ("mkfs.jfs", "-q"),
+        True,
+        "JFS_FS",
+        "jfsutils",
+        ("fsck.jfs", "-V"),
+        ("fsck.jfs", "-n"),
+        ("fsck.jfs", "-f"),
+        ("fsck.jfs", "--replay_journal_only"),
+        repaired=(0, 1),
+        on_copy=True,
+    ),
+    # reiserfsck replays the journal before any check (on the copy here); --check exits
+    # 0 clean, 4 fixable with --fix-fixable, 6 only by --rebuild-tree.
+    "reiserfs": Filesystem(
+        "reiserfs",
+        "reiserfsck",
+        40 * MiB,
+        ("mkfs.reiserfs", "-q", "-f", "-f"),
+        True,
+        "REISERFS_FS",
+        "reiserfsprogs",
+        ("reiserfsck", "-V"),
+        ("reiserfsck", "--check", "-q", "-y"),
+        ("reiserfsck", "--fix-fixable", "-q", "-y"),
+        repaired=(0, 1),
+        on_copy=True,
+    ),
+    # F2FS: checkpoints, and roll-forward of fsync'd nodes at mount; fsck.f2fs
+    # --dry-run changes nothing, -a fixes what it finds.
+    "f2fs": Filesystem(
+        "f2fs",
+        "fsck.f2fs",
+        64 * MiB,
+        ("mkfs.f2fs", "-f", "-q"),
+        True,
+        "F2FS_FS",
+        "f2fs-tools",
+        ("fsck.f2fs", "-V"),
+        ("fsck.f2fs", "--dry-run"),
+        ("fsck.f2fs", "-a"),
+    ),
+}
+
+
+def get(name: str) -> Filesystem:
+    """:raise KeyError: not a filesystem the lab knows (the scenario's model says which)."""
+    return FILESYSTEMS[name]

@@ -1,0 +1,63 @@
+"""The filesystems' table (harness/filesystems.py) against the real tools: each one's mkfs
+makes an image its own host check calls consistent, a check never changes the state it
+judges (fsck.jfs and reiserfsck replay their logs, on a copy), and a destroyed
+superblock is a finding, never consistent nor a harness error. Images are made and
+checked in userspace; nothing is mounted."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness import filesystems, proc
+from harness.check import host
+from harness.config.crash import FsSpec, FsType
+from harness.outcome import Outcome, is_finding
+
+NEW = ("jfs", "reiserfs", "f2fs")
+
+
+def _made(fs: str, tmp_path: Path) -> Path:
+    known = filesystems.get(fs)
+    if shutil.which(known.mkfs[0]) is None:
+        pytest.skip(f"{known.mkfs[0]} is not installed (package {known.package})")
+    image = tmp_path / f"{fs}.img"
+    with open(image, "wb") as f:
+        f.truncate(known.min_disk)
+    proc.run(FsSpec(type=FsType(fs), disk_size=known.min_disk).mkfs_argv(str(image)))
+    return image
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("fs", NEW)
+def test_a_fresh_filesystem_is_consistent_and_left_as_found(fs: str, tmp_path: Path) -> None:
+    image = _made(fs, tmp_path)
+    before = _digest(image)
+    r = host.host_check(fs, image, tmp_path / "scratch", timeout=120)
+    assert r.outcome is Outcome.CONSISTENT, r.output
+    assert r.checker == filesystems.get(fs).checker
+    assert _digest(image) == before
+    assert list((tmp_path / "scratch").iterdir()) == []  # its copy is gone too
+
+
+@pytest.mark.parametrize("fs", NEW)
+def test_a_destroyed_superblock_is_a_finding(fs: str, tmp_path: Path) -> None:
+    image = _made(fs, tmp_path)
+    with open(image, "r+b") as f:  # every superblock copy these three keep near the start
+        f.write(bytes(128 << 10))
+    r = host.host_check(fs, image, tmp_path / "scratch", timeout=120)
+    assert is_finding(r.outcome), (r.outcome, r.output)
+
+
+def test_every_filesystem_type_has_an_entry_and_a_checker_version() -> None:
+    for t in FsType:
+        known = filesystems.get(t)
+        assert known.min_disk > 0 and known.check and known.repair
+        if shutil.which(known.version[0]):
+            assert host.checker_version(t) not in ("", "missing"), t

@@ -42,6 +42,7 @@ PACKAGES: dict[str, str] = {
     "modinfo": "kmod",
     "patch": "patch",
     "make": "make",
+    "git": "git",
     "strip": "binutils",
     "zstd": "zstd",
 }

@@ -8,7 +8,7 @@ import ast
 from harness import paths
 
 # The shared vocabulary first, then the steps in the order a run goes through them.
-SHARED = ("errors", "outcome", "paths", "tools", "proc")
+SHARED = ("errors", "outcome", "paths", "tools", "proc", "filesystems")
 STEPS = ("config", "image", "kernel", "vm", "record", "guest", "replay", "check", "store")
 # Reports read the store; an experiment kind (one folder: settings, steps, summary body)
 # uses them; triage takes a kind's stored states (and will re-check candidates with its

@@ -199,7 +199,7 @@ def judge(facts: dict[str, Any]) -> CheckResult:
         else:
             outcome = Outcome.MOUNT_FAILED
         return CheckResult(
-            "guest", "mount", outcome, mount["rc"], mount["seconds"], "\n".join(out)[-1500:], phases
+            "guest", "mount", outcome, mount["rc"], mount["seconds"], _output(out, facts), phases
         )
     outcomes: list[Outcome] = []
     note = ""
@@ -241,8 +241,15 @@ def judge(facts: dict[str, Any]) -> CheckResult:
         reduce(outcomes),
         fsck["rc"] if fsck is not None else None,
         sum(phases.values()),
-        "\n".join(o for o in out if o)[-1500:],
+        _output(out, facts),
         phases,
         note=note,
         classes=classes,
     )
+
+
+def _output(parts: list[str], facts: dict[str, Any]) -> str:
+    """The check's output, its tail kept, with the mount's kernel messages last and
+    whole (what ``results table journal`` reads)."""
+    kernel = "".join(f"\nkernel: {line}" for line in facts.get("kmsg", []))[-700:]
+    return "\n".join(o for o in parts if o)[-(1500 - len(kernel)) :] + kernel

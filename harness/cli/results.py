@@ -22,9 +22,10 @@ from rich.table import Table
 from harness.cli import ui
 from harness.errors import EXIT_FINDING, HarnessError, InputError
 from harness.paths import default_db
+from harness.report import campaign_diff, query, render
 from harness.report import diff as rdiff
 from harness.report import faults as _faults  # noqa: F401  (registers `results table faults`)
-from harness.report import query, render
+from harness.report import journal as _journal  # noqa: F401  (registers `results table journal`)
 from harness.report.markup import esc
 from harness.store.db import Store
 
@@ -129,13 +130,16 @@ def register(sub: Any) -> None:
     diff = rsub.add_parser(
         "diff",
         parents=[common],
-        help="two runs state by state: outcome changes, recovery-time deltas",
+        help="two runs state by state, or two campaigns run by run: outcome changes, "
+        "recovery-time ratios",
         description="Match the crash states of RUN_A and RUN_B by id (e.g. one scenario under"
-        " two guest kernels). Exit 0; with --baseline, exit 1 if RUN_B regresses against it.",
+        " two guest kernels). Given two campaign ids, pair their runs by element (scenario,"
+        " --set items but the kernel, seed) and diff each pair; list runs only one has."
+        " Exit 0; with --baseline, exit 1 if RUN_B (every run of CAMPAIGN_B) regresses.",
     )
-    diff.add_argument("run_a", metavar="RUN_A")
-    diff.add_argument("run_b", metavar="RUN_B")
-    diff.add_argument("--baseline", type=Path, metavar="FILE", help="also check RUN_B")
+    diff.add_argument("run_a", metavar="RUN_A|CAMPAIGN_A")
+    diff.add_argument("run_b", metavar="RUN_B|CAMPAIGN_B")
+    diff.add_argument("--baseline", type=Path, metavar="FILE", help="also check RUN_B's runs")
     diff.set_defaults(func=cmd_diff)
 
     check = rsub.add_parser(
@@ -353,17 +357,30 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_diff(args: argparse.Namespace) -> int:
     baseline = rdiff.load_baseline(args.baseline) if args.baseline else None
     with _open(args) as store:
-        d = rdiff.diff_runs(store, args.run_a, args.run_b)
-        report = rdiff.check_run(store, d.b.id, baseline) if baseline else None
+        ids = campaign_diff.campaign_ids(store, args.run_a, args.run_b)
+        d: rdiff.RunDiff | campaign_diff.CampaignDiff
+        if ids is None:
+            d = rdiff.diff_runs(store, args.run_a, args.run_b)
+            runs_b = [d.b.id]
+        else:
+            d = campaign_diff.diff_campaigns(store, *ids)
+            runs_b = [p.diff.b.id for p in d.pairs] + [str(u.run_id) for u in d.only_b if u.run_id]
+        reports = [rdiff.check_run(store, r, baseline) for r in runs_b] if baseline else []
     console = _console()
     if args.json:
-        out = d.to_json() | ({"check": report.to_json()} if report else {})
+        out = d.to_json()
+        if reports:
+            checks = [r.to_json() for r in reports]
+            out["check"] = checks[0] if ids is None else checks
         console.out(json.dumps(out, indent=2))
     else:
-        render.print_diff(console, d)
-        if report:
+        if isinstance(d, rdiff.RunDiff):
+            render.print_diff(console, d)
+        else:
+            render.print_campaign_diff(console, d)
+        for report in reports:
             render.print_check(console, report)
-    return EXIT_FINDING if report and report.regressions else 0
+    return EXIT_FINDING if any(r.regressions for r in reports) else 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -30,6 +30,10 @@ def run(argv: list[str], timeout: float) -> dict[str, Any]:
     return record
 
 
+# Kernel messages of a mount worth keeping: journal recovery and its refusals.
+KMSG_WORDS = ("JBD2", "jbd2", "EXT4-fs", "XFS", "BTRFS", "recovery")
+
+
 def fsck_argv(fs: str, dev: str, repair: bool) -> list[str]:
     """The filesystem's read-only check (or its repair) of ``dev``, from the table the
     host installs beside this program (harness/filesystems.py)."""
@@ -61,7 +65,11 @@ def check(argv: list[str]) -> dict[str, Any]:
     dev = os.path.realpath(a.dev)
     facts: dict[str, Any] = {"dev": dev}
     opts = ["-o", a.mount_opts] if a.mount_opts else []
+    runner.run(["dmesg", "--clear"], a.timeout)  # this mount's messages only
     facts["mount"] = m = run(["mount", "-t", a.fs, *opts, dev, a.mountpoint], a.timeout)
+    said = runner.run(["dmesg"], a.timeout).stdout.splitlines()
+    # What the journal's recovery did (replayed, refused a transaction): its own words.
+    facts["kmsg"] = [line for line in said if any(w in line for w in KMSG_WORDS)][-12:]
     if m["rc"] == 0:
         if a.oracle:
             try:

@@ -77,7 +77,10 @@ class Image:
 def recipe_hash(recipe_dir: Path) -> str:
     """sha256 over every file of the recipe directory (names and contents), short form."""
     h = hashlib.sha256()
-    for f in sorted(p for p in recipe_dir.rglob("*") if p.is_file()):
+    # The kernel config fragment (kernel-fragment.config) sits here with the image's other
+    # build inputs, but goes into kernels built from source, never into the image.
+    files = (p for p in recipe_dir.rglob("*") if p.is_file() and not p.match("kernel-*.config"))
+    for f in sorted(files):
         h.update(f.relative_to(recipe_dir).as_posix().encode() + b"\0")
         h.update(f.read_bytes() + b"\0")
     return h.hexdigest()[:16]

@@ -41,7 +41,7 @@ def add(spec: str, img: Image, on_step: Step = lambda what, s: None) -> Kernel:
     if kind == "deb":
         return _deb(arg, on_step)
     if kind == "tree":
-        return _tree(Path(arg).expanduser(), on_step)
+        return from_tree(Path(arg).expanduser(), on_step)
     if kind == "mutant":
         return mutant.add(arg, img, on_step)
     if kind == "patch":
@@ -129,7 +129,18 @@ def _require_one_package(package: str) -> None:
         )
 
 
-def _tree(path: Path, on_step: Step) -> Kernel:
+def from_tree(
+    path: Path,
+    on_step: Step,
+    source: dict[str, Any] | None = None,
+    *,
+    modules: Path | None = None,
+) -> Kernel:
+    """A built tree (or a build's ``O=`` folder) into the cache; its modules under
+    ``modules/lib/modules/<release>`` (``make modules_install INSTALL_MOD_PATH=``;
+    default: ``path``). ``source`` says where it came from (default: the tree and the
+    hash of its config)."""
+    modules = modules or path
     where = f"kernel source tree:{path}"
     bz, config = path / "arch" / "x86" / "boot" / "bzImage", path / ".config"
     relfile = path / "include" / "config" / "kernel.release"
@@ -141,14 +152,15 @@ def _tree(path: Path, on_step: Step) -> Kernel:
         if not f.is_file():
             raise InputError(f"{where}: {what}: {f}", hint="build it: make -j$(nproc)")
     rel = relfile.read_text().strip()
-    if not (path / "lib" / "modules" / rel).is_dir():
+    if not (modules / "lib" / "modules" / rel).is_dir():
         raise InputError(
-            f"{where}: no modules for {rel} under {path / 'lib' / 'modules'}",
-            hint=f"make modules_install INSTALL_MOD_PATH={path}",
+            f"{where}: no modules for {rel} under {modules / 'lib' / 'modules'}",
+            hint=f"make modules_install INSTALL_MOD_PATH={modules}",
         )
-    digest = hashlib.sha256(config.read_bytes()).hexdigest()
-    source = {"kind": "tree", "path": str(path), "config_sha256": digest}
-    return _finish(fresh(rel), rel, path, bz, config, source, on_step)
+    if source is None:
+        digest = hashlib.sha256(config.read_bytes()).hexdigest()
+        source = {"kind": "tree", "path": str(path), "config_sha256": digest}
+    return _finish(fresh(rel), rel, modules, bz, config, source, on_step)
 
 
 def _finish(

@@ -2,9 +2,10 @@
 
 One entry holds ``vmlinuz``, its ``initrd.img`` (which carries the kernel's modules: see
 ``initrd.py``) and ``manifest.json``: the release, where it came from (a Debian package
-and its version, a user's tree and the hash of its config, or a mutant patch and its
-hash), the ``CONFIG_*`` options the lab needs and which out-of-tree modules it has. The
-image's own kernel is always there too, as the default, with nothing cached.
+and its version, a user's tree and the hash of its config, a tree the lab built and the
+hashes of its source and merged config, or a mutant patch and its hash), the ``CONFIG_*``
+options the lab needs and which out-of-tree modules it has. The image's own kernel is
+always there too, as the default, with nothing cached.
 
 A run on a kernel boots the cached root image with that kernel (``boot_image``): the root
 image is never rebuilt for a kernel.
@@ -213,6 +214,12 @@ def describe(source: dict[str, Any]) -> str:
         return f"deb {source['package']} {source['version']}"
     if kind == "tree":
         return f"tree {source['path']} config-sha256 {source['config_sha256'][:16]}"
+    if kind == "build":
+        what = source.get("git_head") or f"sha256 {source['source_sha256'][:16]}"
+        return (
+            f"build of {source['path']} ({source['version']}, {what}) on {source['base']} "
+            f"config-sha256 {source['config_sha256'][:16]}"
+        )
     if kind == "mutant":
         return f"mutant {source['patch']} of {source['module']} sha256 {source['sha256'][:16]}"
     return f"the image's ({source.get('image', '?')})"

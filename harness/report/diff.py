@@ -60,6 +60,11 @@ class PhaseDelta:
     def delta(self) -> float:
         return self.mean_after - self.mean_before
 
+    @property
+    def ratio(self) -> float | None:
+        """B's mean over A's: what compares across kernels and hosts of other speeds."""
+        return self.mean_after / self.mean_before if self.mean_before else None
+
 
 @dataclass(frozen=True)
 class RunDiff:
@@ -84,7 +89,7 @@ class RunDiff:
             "b": self.b.id,
             "matched": self.matched,
             "changes": [c.to_json() for c in self.changes],
-            "phases": [{**p.__dict__, "delta": p.delta} for p in self.phases],
+            "phases": [{**p.__dict__, "delta": p.delta, "ratio": p.ratio} for p in self.phases],
             "notes": list(self.notes),
             "outcomes": {o: list(n) for o, n in self.outcomes.items()},
         }

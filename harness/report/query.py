@@ -191,7 +191,12 @@ def param_fields(store: Store) -> dict[str, str]:
     no other path ends in it.
     """
     paths = store.param_paths()
-    out = {p: f"json_extract(r.params, '$.{p}')" for p in paths}
+    # Each label quoted: SQLite's JSON paths take "mount_options" where a bare label with
+    # an underscore is not matched the same way in every version.
+    out = {
+        p: "json_extract(r.params, '$." + ".".join(f'"{x}"' for x in p.split(".")) + "')"
+        for p in paths
+    }
     leaves: dict[str, list[str]] = {}
     for p in paths:
         leaves.setdefault(p.rpartition(".")[2], []).append(p)

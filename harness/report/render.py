@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.outcome import Outcome, is_finding, is_harness
+from harness.report import campaign_diff, query
 from harness.report import diff as rdiff
-from harness.report import query
 from harness.report.markup import esc
 from harness.store.db import RunDetail, RunRow
 
@@ -292,19 +292,58 @@ def print_diff(console: Console, d: rdiff.RunDiff) -> None:
         t = Table(
             title="recovery time, states in both runs", title_justify="left", box=box.SIMPLE_HEAD
         )
-        for col in ("phase", "n", "mean s before", "mean s after", "delta s", "delta %"):
+        for col in ("phase", "n", "mean s before", "mean s after", "delta s", "ratio"):
             t.add_column(col, justify="left" if col == "phase" else "right")
         for p in d.phases:
-            pct = f"{100 * p.delta / p.mean_before:+.0f}%" if p.mean_before else "-"
             t.add_row(
                 esc(p.phase),
                 str(p.n),
                 f"{p.mean_before:.3f}",
                 f"{p.mean_after:.3f}",
                 f"{p.delta:+.3f}",
-                pct,
+                "-" if p.ratio is None else f"{p.ratio:.2f}x",
             )
         console.print(t)
+
+
+def outcome_changes(d: rdiff.RunDiff) -> str:
+    """The outcome counts that changed, ``data_loss 0 -> 2``; "same" when none did."""
+    changed = [f"{o} {a} -> {b}" for o, (a, b) in d.outcomes.items() if a != b]
+    return ", ".join(changed) or "same"
+
+
+def print_campaign_diff(console: Console, d: campaign_diff.CampaignDiff) -> None:
+    """A line per paired cell, then each pair as ``print_diff`` shows two runs, then what
+    only one campaign has."""
+    console.print(
+        f"campaign [bold]{esc(d.a)}[/] ({esc(d.name_a)}) -> [bold]{esc(d.b)}[/] "
+        f"({esc(d.name_b)}): {len(d.pairs)} paired runs"
+    )
+    t = Table(box=box.SIMPLE_HEAD)
+    for col in ("cell", "kernel", "runs", "outcome counts", "states changed"):
+        t.add_column(col)
+    for p in d.pairs:
+        r = p.diff
+        kernels = r.a.guest_kernel or "-"
+        if r.b.guest_kernel != r.a.guest_kernel:
+            kernels += f" -> {r.b.guest_kernel or '-'}"
+        t.add_row(
+            esc(p.cell),
+            esc(kernels),
+            esc(f"{r.a.id} -> {r.b.id}"),
+            esc(outcome_changes(r)),
+            f"{len(r.changes)} ({len(r.worse)} worse)",
+        )
+    console.print(t)
+    for p in d.pairs:
+        console.print(f"\n[bold]{esc(p.cell)}[/]")
+        print_diff(console, p.diff)
+    for name, only in ((d.name_a or d.a, d.only_a), (d.name_b or d.b, d.only_b)):
+        for u in only:
+            run = f"run {u.run_id}" if u.run_id else "no run"
+            console.print(
+                f"[yellow]only in {esc(name)}:[/] {esc(u.element)} ({esc(u.status)}, {esc(run)})"
+            )
 
 
 def _secs(v: float | None) -> str:

@@ -18,10 +18,9 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from harness.cli import ui
 from harness.errors import EXIT_OK, InputError
 from harness.paths import default_db
-from harness.report import query
+from harness.report import markup, query
 from harness.report.markup import esc
 from harness.store.db import ScanKind, Store
 
@@ -168,7 +167,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     if args.scenario:
         rows = [r for r in rows if r["scenario"] == args.scenario]
     cells = aggregate(rows, by)
-    console = ui.console()
+    console = markup.console()
     if args.json:
         console.out(
             json.dumps({"db": str(db), "scan": args.scan, "by": by, "cells": cells}, indent=2)

@@ -11,6 +11,7 @@ together or not at all.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -20,6 +21,16 @@ _ELEMENT_COLUMNS = frozenset(
     {"status", "run_id", "seconds", "started_at", "finished_at", "pid", "last_error"}
 )
 _ELEMENT_COUNTERS = frozenset({"failures", "interruptions"})
+
+
+class CampaignRun(NamedTuple):
+    """A campaign element as ``results diff`` reads it."""
+
+    scenario: str
+    status: str  # pending, running, done, failed, quarantined
+    overrides: tuple[str, ...]  # its --set items, "kernel=..." among them
+    seed: int | None
+    run_id: str | None
 
 
 class ElementUpdate(NamedTuple):
@@ -134,6 +145,35 @@ class StoreCampaigns:
                 (cid,),
             )
         )
+
+    def resolve_campaign_id(self, prefix: str) -> list[str]:
+        """Ids of the campaigns whose id is ``prefix`` (that one only) or starts with it."""
+        exact = self._conn.execute("SELECT id FROM campaigns WHERE id = ?", (prefix,)).fetchone()
+        if exact or not prefix:
+            return [str(exact[0])] if exact else []
+        return [
+            str(r[0])
+            for r in self._conn.execute(
+                "SELECT id FROM campaigns WHERE substr(id, 1, ?) = ? ORDER BY started_at DESC",
+                (len(prefix), prefix),
+            )
+        ]
+
+    def campaign_name(self, cid: str) -> str:
+        row = self._conn.execute("SELECT name FROM campaigns WHERE id = ?", (cid,)).fetchone()
+        return "" if row is None else str(row[0])
+
+    def campaign_runs(self, cid: str) -> list[CampaignRun]:
+        """Every element of a campaign and its run, in order: what ``results diff`` pairs
+        across two campaigns."""
+        return [
+            CampaignRun(str(sc), str(st), tuple(json.loads(ov)), seed, run)
+            for sc, st, ov, seed, run in self._conn.execute(
+                "SELECT scenario, status, overrides, seed, run_id FROM campaign_elements"
+                " WHERE campaign_id = ? ORDER BY position",
+                (cid,),
+            )
+        ]
 
     def update_element(self, update: ElementUpdate) -> None:
         """Run an ``element_update()`` on its own."""

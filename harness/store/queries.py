@@ -30,13 +30,14 @@ class StoreQueries:
     # -- grouped tables (report/query.py)
 
     def param_paths(self) -> list[str]:
-        """Every leaf path of the stored scenario parameters (``workload.ops``), the
-        paths with list indices or quotes left out (they would need quoting in SQL)."""
+        """Every leaf path of the stored scenario parameters (``workload.ops``), list
+        elements left out. SQLite 3.40 quotes the labels that are not plain identifiers
+        (``$.fs."mount_options"``): those quotes are taken off the names."""
         rows = self._conn.execute(
             "SELECT DISTINCT substr(j.fullkey, 3) FROM (SELECT DISTINCT params FROM runs) r,"
             " json_tree(r.params) j WHERE j.type != 'object' AND j.fullkey NOT LIKE '%[%'"
         )
-        return [str(p) for (p,) in rows if p and '"' not in p]
+        return sorted({str(p).replace('"', "") for (p,) in rows if p})
 
     def run_fields(self, exprs: Sequence[str]) -> dict[str, tuple[Any, ...]]:
         """Run id -> the values of ``exprs`` (SQL over ``runs r``) for every run."""

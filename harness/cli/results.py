@@ -268,13 +268,18 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from harness.triage.report import triaged
+
     with _open(args) as store:
         detail = store.run_detail(args.run)
+    reports = triaged(detail.run.id)
     console = _console()
     if args.json:
-        console.out(json.dumps(detail.to_json(), indent=2))
+        console.out(json.dumps({**detail.to_json(), "triage": list(map(str, reports))}, indent=2))
         return 0
     render.print_detail(console, detail)
+    for path in reports:
+        console.print(f"triage of {path.parent.name}: {path}", markup=False, soft_wrap=True)
     return 0
 
 

@@ -1,4 +1,6 @@
-"""``scenario explain STATE-ID``: what each write of a crash state is on the filesystem."""
+"""``scenario explain STATE-ID``: what each write of a crash state is on the filesystem;
+``scenario triage STATE-ID``: the smallest crash state that fails the same way, its writes
+explained, and a report folder."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Any
 
 from harness import paths
 from harness.cli import ui
+from harness.errors import InputError
 from harness.triage import explain
 
 console = ui.console()
@@ -29,6 +32,27 @@ def register(sub: Any) -> None:
     p.add_argument("--db", type=Path, default=None)
     p.set_defaults(func=cmd_explain)
 
+    t = sub.add_parser(
+        "triage",
+        help="minimise a finding: the fewest differing writes that fail the same way "
+        "(ddmin), explained, and a report folder under the run's directory",
+    )
+    t.add_argument("state_id", metavar="STATE-ID")
+    t.add_argument(
+        "--no-workload",
+        action="store_true",
+        help="minimise the crash state only (the only mode yet: the workload is not minimised)",
+    )
+    t.add_argument(
+        "--max-candidates",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop ddmin after N candidates (default 200); the report says when it stopped it",
+    )
+    t.add_argument("--db", type=Path, default=None)
+    t.set_defaults(func=cmd_triage)
+
 
 def cmd_explain(args: argparse.Namespace) -> int:
     span = explain.parse_entries(args.entries) if args.entries else None
@@ -36,5 +60,43 @@ def cmd_explain(args: argparse.Namespace) -> int:
     console.print(f"crash state {x.state.describe()} of run {x.run_id}", markup=False)
     console.print(f"{x.which}:", markup=False)
     for line in x.explanation.lines() or ["(no writes)"]:
+        console.print(line, markup=False, soft_wrap=True)
+    return 0
+
+
+def cmd_triage(args: argparse.Namespace) -> int:
+    from harness.record import logwrites
+    from harness.triage import minimal, report
+
+    most = minimal.DEFAULT_MAX_CANDIDATES if args.max_candidates is None else args.max_candidates
+    if most < 1:
+        raise InputError(f"--max-candidates {most}: give at least 1")
+    r = minimal.triage(
+        args.state_id,
+        args.db or paths.default_db(),
+        max_candidates=most,
+        progress=lambda text: console.print(f"[dim]{text}[/dim]", markup=True),
+    )
+    with logwrites.open_log(r.target.log_path) as lg:
+        out = report.write(r, lg)
+    s, d = r.search, r.delta
+    say = [
+        f"crash state {r.target.state.id} of run {r.target.run.id}: {r.original.text()}",
+        f"base: {d.base_text}: {r.base.text()}",
+        f"differing writes: {len(d.items)} -> {len(s.items)} ({d.kind}; {d.describe(s.items)})",
+        f"minimal state: {r.state.describe()}",
+        f"minimal symptom: {r.found.text()}",
+        f"wall time {r.seconds:.0f} s; candidates {r.candidates} ({r.tally.host} host, "
+        f"{r.tally.guest} guest in {r.tally.guest_boots} boots, {r.tally.same_image} of a "
+        "known image)"
+        + (f"; stopped by --max-candidates {most}" if s.capped else "")
+        + (f"; {r.tally.harness} the lab could not judge" if r.tally.harness else ""),
+        "the minimal state's differing writes:",
+        *(r.explanation.lines() or ["(none: the base already fails the same way)"]),
+        *(line.replace("`", "") for line in report.late_lines(r)),
+        f"report: {out / 'README.md'}",
+        *([] if args.no_workload else ["(the workload is not minimised yet: the state only)"]),
+    ]
+    for line in say:
         console.print(line, markup=False, soft_wrap=True)
     return 0

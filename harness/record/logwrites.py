@@ -228,6 +228,16 @@ class Log:
             raise ValueError(f"log {self.path} is closed")
         return self._view[e.data_offset : e.data_offset + e.data_len]
 
+    def raw(self, e: Entry) -> memoryview:
+        """Entry ``e`` as the log holds it: its header sector, then its data.
+
+        :raise ValueError: the log is closed.
+        """
+        if self._mm is None:
+            raise ValueError(f"log {self.path} is closed")
+        start = int(self.entries_pos[e.index])
+        return self._view[start : start + self.sectorsize + e.data_len]
+
     @cached_property
     def used(self) -> int:
         """Bytes of the file the log occupies: the super block and every entry. The log
@@ -459,3 +469,18 @@ def insert_marks(path: Path, marks: Sequence[tuple[int, str]]) -> None:
                     if length:
                         out.write(mm[pos : pos + length])
     tmp.replace(path)
+
+
+def write_slice(lg: Log, indices: Sequence[int], out: Path) -> None:
+    """A log of ``lg``'s entries ``indices`` alone, in that order, in the kernel's format
+    (what fstests' replay-log reads): the writes of a triaged crash state, say."""
+    with open(out, "wb") as f:
+        f.write(
+            _SUPER.pack(MAGIC, VERSION, len(indices), lg.sectorsize).ljust(lg.sectorsize, b"\0")
+        )
+        for i in indices:
+            view = lg.raw(lg.entries[i])
+            try:
+                f.write(view)
+            finally:
+                view.release()

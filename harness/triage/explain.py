@@ -76,18 +76,28 @@ def explain_state(state_id: str, db: Path, span: tuple[int, int] | None = None) 
     with Store.open(db, create=False) as st:
         fs_type = st.run(run_id).fs or ""
     size = device_size(run_id)
-    with (
-        logwrites.open_log(state_log(run_id, state)) as lg,
-        tempfile.TemporaryDirectory(prefix="crashlab-explain-") as tmp,
-    ):
+    with logwrites.open_log(state_log(run_id, state)) as lg:
         indices, which = chosen(state, len(lg.entries), span)
-        entries = [lg.entries[i] for i in indices]
-        applied, owners = _images(lg, state, size, Path(tmp), fs_type)
-        x = blocks.explain(fs_type, applied, entries, owners)
+        x = explain_writes(lg, state, size, fs_type, indices)
     return Explained(run_id, state, which, x)
 
 
-def _whole(lg: logwrites.Log, prefix: int) -> crashstates.CrashState:
+def explain_writes(
+    lg: logwrites.Log,
+    state: crashstates.CrashState,
+    size: int,
+    fs_type: str,
+    indices: list[int],
+) -> blocks.Explanation:
+    """Entries ``indices`` of ``lg`` named as state ``state`` (of a ``size``-byte device)
+    and the log's end see them; the images are built in a scratch directory."""
+    with tempfile.TemporaryDirectory(prefix="crashlab-explain-") as tmp:
+        entries = [lg.entries[i] for i in indices]
+        applied, owners = _images(lg, state, size, Path(tmp), fs_type)
+        return blocks.explain(fs_type, applied, entries, owners)
+
+
+def whole(lg: logwrites.Log, prefix: int) -> crashstates.CrashState:
     """The state applying every entry before ``prefix``, none dropped."""
     sid = crashstates.state_id(lg.hash, prefix, (), None, ())
     return crashstates.CrashState(sid, lg.hash, prefix)
@@ -99,9 +109,9 @@ def _images(
     """The image whose layout and journal name the writes (the state's cut with nothing
     dropped, so a dropped journal block is still there to read), and the images asked
     for owners: the state after journal recovery, then the log's end."""
-    applied = replay.materialize(lg, _whole(lg, state.prefix), tmp / "applied.img", size)
+    applied = replay.materialize(lg, whole(lg, state.prefix), tmp / "applied.img", size)
     own = replay.materialize(lg, state, tmp / "state.img", size)
-    end = replay.materialize(lg, _whole(lg, len(lg.entries)), tmp / "end.img", size)
+    end = replay.materialize(lg, whole(lg, len(lg.entries)), tmp / "end.img", size)
     return applied, [(_recovered(own, fs_type), ""), (_recovered(end, fs_type), "at the log's end")]
 
 

@@ -216,3 +216,20 @@ def inodes(image: Path, numbers: Iterable[int]) -> dict[int, Inode]:
             found[n].links = int(m.group(1))
         found[n].extents, found[n].tree = _extents(stat)
     return found
+
+
+def file_blocks(image: Path, names: Iterable[str]) -> dict[str, set[int]]:
+    """The data blocks of each file named (a path from the root), from ``stat``; a name
+    the image does not have is absent."""
+    todo = sorted(set(names))
+    if not todo:
+        return {}
+    out = debugfs(image, [f"stat /{n.lstrip('/')}" for n in todo])
+    found: dict[str, set[int]] = {}
+    for n in todo:
+        text = out.get(f"stat /{n.lstrip('/')}", "")
+        if "Inode:" not in text:
+            continue
+        extents, _ = _extents(text)
+        found[n] = {p + k for _, p, count in extents for k in range(count)}
+    return found

@@ -1,0 +1,126 @@
+"""What triaging one stored crash state needs to know of its run: the log, the filesystem
+and checks as the run made them, the oracle, the kernel, and the state's own verdict.
+
+Only crash-replay and check-log runs keep one log per run (``<run>/log.raw``); their
+settings are read back from the parameters stored with the run, validated by the same
+models that validated the scenario.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.config.crash import CheckSpec, FsSpec
+from harness.errors import InputError
+from harness.experiments import lifecycle
+from harness.experiments.checklog.source import load_oracle
+from harness.experiments.crash.experiment import state_log, stored_state
+from harness.outcome import FINDINGS, Outcome
+from harness.record import logwrites
+from harness.replay import crashstates
+from harness.store.db import Store
+from harness.store.model import CheckRow, RunRow
+
+KINDS = ("crash", "check-log")
+
+
+class NotAFinding(InputError):
+    """The state's verdict is not a finding: there is nothing to take apart."""
+
+
+@dataclass(frozen=True)
+class Target:
+    run: RunRow
+    state: crashstates.CrashState
+    verdict: Outcome
+    checks: tuple[CheckRow, ...]
+    fs: FsSpec
+    check: CheckSpec
+    corrupt: str  # the positive control's damage, applied to every candidate too
+    oracle: dict[str, Any]
+    size: int  # the recorded device's bytes
+    start: int  # the entry crash states begin after (the mkfs mark)
+    rdir: Path
+
+    @property
+    def log_path(self) -> Path:
+        return self.rdir / "log.raw"
+
+    @property
+    def kernel(self) -> str | None:
+        k = self.run.params.get("kernel")
+        return None if k is None else str(k)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.run.params)
+
+
+def load(state_id: str, db: Path) -> Target:
+    """The stored state ``state_id`` (or an id prefix) and its run.
+
+    :raise InputError: no such state, a run of another kind, or its log is gone.
+    :raise NotAFinding: the state's verdict is not a finding (it says which).
+    """
+    run_id, state = stored_state(state_id, db)
+    with Store.open(db, create=False) as st:
+        run = st.run(run_id)
+        row = next((s for s in st.run_detail(run_id).states if s.id == state.id), None)
+    if run.kind not in KINDS:
+        raise InputError(f"run {run_id} is a {run.kind} run: triage takes {', '.join(KINDS)} runs")
+    params = dict(run.params)
+    fs = FsSpec.model_validate(params["fs"])
+    verdict = Outcome(row.outcome) if row is not None and row.outcome else None
+    if verdict is None:
+        raise NotAFinding(f"crash state {state.id} of run {run_id} has no verdict yet")
+    if verdict not in FINDINGS or (verdict is Outcome.REPAIRED and not fs.journaled):
+        why = " (expected of a filesystem without a journal)" if verdict in FINDINGS else ""
+        raise NotAFinding(
+            f"crash state {state.id} of run {run_id} is not a finding: its verdict is "
+            f"{verdict}{why}",
+            hint=f"scenario results show {run_id} lists the run's findings",
+        )
+    rdir = lifecycle.run_dir(run_id)
+    if not (rdir / "log.raw").exists() or not (rdir / "recording.json").exists():
+        raise InputError(
+            f"run {run_id}: its log is gone from {rdir}",
+            hint="the run's work directory was removed",
+        )
+    if state_log(run_id, state) != rdir / "log.raw":
+        raise InputError(
+            f"crash state {state.id} was cut from a recovery's log (a crash during recovery):"
+            " triage takes the states of the run's own log only, so far",
+            hint=f"scenario reproduce {state.id} and scenario explain {state.id} take it",
+        )
+    meta = json.loads((rdir / "recording.json").read_text())
+    with logwrites.open_log(rdir / "log.raw") as lg:
+        start = meta.get("start")
+        if start is None:
+            start = lg.find_mark(crashstates.MKFS_MARK)
+        if start is None:
+            raise InputError(f"run {run_id}: its log has no {crashstates.MKFS_MARK!r} mark")
+    return Target(
+        run=run,
+        state=state,
+        verdict=verdict,
+        checks=tuple(row.checks) if row is not None else (),
+        fs=fs,
+        check=CheckSpec.model_validate(params.get("check", {})),
+        corrupt=str(params.get("crash", {}).get("corrupt", "none")),
+        oracle=_oracle(run, rdir),
+        size=int(meta["device_size"]),
+        start=int(start),
+        rdir=rdir,
+    )
+
+
+def _oracle(run: RunRow, rdir: Path) -> dict[str, Any]:
+    """The run's oracle: recorded beside its log, or the file a check-log run was given."""
+    if (rdir / "oracle.json").exists():
+        data = json.loads((rdir / "oracle.json").read_text())
+        return data if isinstance(data, dict) else {}
+    given = run.params.get("oracle")
+    return load_oracle(Path(given)) if given else {}

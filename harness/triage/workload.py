@@ -1,0 +1,107 @@
+"""A run's workload as a shell script a filesystem developer can read and run.
+
+The op generator's workload (``harness/guest/opgen.py``) is rendered op by op from the
+oracle's op list, with fstests' ``xfs_io`` for the calls the shell has no command for.
+The oracle keeps each op's offsets and lengths but not its bytes (the generator draws
+them from its seed), so the script writes ``xfs_io``'s fill pattern: the same calls,
+other bytes. The exact workload is the generator itself; the script says how to run it.
+A fio job is written as it is; other workloads are named, not rendered.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from harness.guest.oracle import PERSIST_OPS
+
+_XFS_IO_FLAGS = {"dwrite": "-d ", "osync_write": "-s ", "odsync_write": "-D "}
+_FALLOC = {
+    "keep_size": "falloc -k",
+    "punch_hole": "fpunch",
+    "zero_range": "fzero",
+    "zero_range_keep_size": "fzero -k",
+}
+
+
+def script(params: Mapping[str, Any], oracle: Mapping[str, Any], seed: int | None) -> str | None:
+    """The workload of a run with ``params`` as a shell script; None when it has none."""
+    w = params.get("workload") or {}
+    kind = w.get("type", "ops")
+    if kind == "fio":
+        head = "#!/bin/sh\n# the run's fio job, as given\n"
+        return f"{head}cat > job.fio <<'EOF'\n{w['job']}EOF\nfio job.fio\n"
+    if kind != "ops" or not oracle.get("ops"):
+        return None
+    noop = bool(w.get("noop_sync"))
+    # The oracle says how it was generated; a check-log run has no workload settings.
+    seed = oracle.get("seed", seed)
+    ops, files = oracle.get("ops_requested", w.get("ops")), oracle.get("files", w.get("files"))
+    exact = (
+        f'python3 harness/guest/opgen.py run --root "$M" --seed {seed} --ops {ops} '
+        f"--files {files} --max-size {oracle.get('max_size', w.get('max_size'))} --fsync-names "
+        f"{'yes' if w.get('fsync_names', True) else 'no'}"
+        + (" --noop-sync" if noop else "")
+        + (" --extended" if w.get("extended") else "")
+        + " --mark-cmd none --oracle /tmp/oracle.json"
+    )
+    lines = [
+        "#!/bin/sh",
+        "# The run's workload, op by op, rendered from its oracle (harness/triage/workload.py).",
+        "# Rendered, not recorded: offsets, lengths and calls are the run's; the bytes are",
+        "# xfs_io's fill pattern (the generator drew its own from the seed). The exact workload:",
+        f"#   {exact}",
+        "# Each '# mark' line is where the run logged a crashlab:sync:N mark in dm-log-writes.",
+        "set -e",
+        "M=${1:?usage: workload.sh MOUNTPOINT}",
+        "",
+    ]
+    n = 0
+    for op in oracle["ops"]:
+        line = render(op)
+        if op["op"] in PERSIST_OPS:
+            n += 1
+            if noop and not op["op"].endswith("_write"):
+                line = f"# {line}    # not called: the control's fsync does nothing"
+            lines += [line, f"# mark crashlab:sync:{n}"]
+        else:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def render(op: Mapping[str, Any]) -> str:
+    """One op of the oracle's list as a shell command (paths under ``$M``)."""
+    k = op["op"]
+    p = _path(op.get("path", ""))
+    off, length, size = op.get("offset", 0), op.get("length", 0), op.get("size", 0)
+    simple = {
+        "create": f"touch {p}",
+        "truncate": f"truncate -s {size} {p}",
+        "rename": f"mv -T {p} {_path(op.get('dst', ''))}",
+        "link": f"ln {p} {_path(op.get('dst', ''))}",
+        "unlink": f"rm {p}",
+        "mkdir": f"mkdir {p}",
+        "rmdir": f"rmdir {p}",
+        "sync": "sync",
+        "fsync": f"xfs_io -c fsync {p}",
+        "fdatasync": f"xfs_io -c fdatasync {p}",
+        "fsync_dir": f"xfs_io -c fsync {p}",
+        "syncfs": f"xfs_io -c syncfs {p}",
+        "sync_file_range": f'xfs_io -c "sync_range -w {off} {size or length}" {p}',
+        "rewrite": f'xfs_io -t -c "pwrite -q 0 {length}" {p}',
+        "mwrite": f'xfs_io -c "mmap -w {off} {length}" -c "mwrite {off} {length}" -c msync {p}',
+        "setxattr": f"setfattr -n {shlex.quote(op.get('name', ''))} -v 0x00 {p}",
+        "removexattr": f"setfattr -x {shlex.quote(op.get('name', ''))} {p}",
+    }
+    if k in simple:
+        return simple[k]
+    if k in ("write", "append", "overwrite", *_XFS_IO_FLAGS):
+        return f'xfs_io {_XFS_IO_FLAGS.get(k, "")}-c "pwrite -q {off} {length}" {p}'
+    if k == "falloc":
+        return f'xfs_io -c "{_FALLOC.get(op.get("mode", ""), "falloc")} {off} {size}" {p}'
+    return f"# {k} {op}: no shell form"
+
+
+def _path(rel: str) -> str:
+    return '"$M"' + (shlex.quote("/" + rel) if rel else "")

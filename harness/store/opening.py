@@ -36,6 +36,10 @@ def _check_readable(path: Path) -> None:
 def _adopt(path: Path, conn: sqlite3.Connection) -> None:
     """Check that the file is ours (or empty), migrate it, then switch on WAL."""
     try:
+        # One read transaction: another process creating the store commits its tables and
+        # its id together, and a reader between two statements would see tables without
+        # the id (a store refused as not ours, seen under load).
+        conn.execute("BEGIN")
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         tables = {
@@ -44,6 +48,7 @@ def _adopt(path: Path, conn: sqlite3.Connection) -> None:
                 "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
             )
         }
+        conn.execute("COMMIT")
         if app_id != APPLICATION_ID and (app_id != 0 or tables or version != 0):
             shown = ", ".join(sorted(tables)[:6]) or "none"
             raise _refuse(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 from harness.outcome import Outcome
 from harness.store.db import (
@@ -93,3 +95,29 @@ def run_results_cli(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     status: int = args.func(args)
     return status
+
+
+def host_only_check_log(
+    log: Path, tmp_path: Path, monkeypatch: Any, extra: Sequence[str] = ()
+) -> tuple[Path, Any]:
+    """``scenario check-log LOG --host-only`` of a recorded ext4 fixture (32 MiB device)
+    without a guest image: the store's path and the run's report. Skips without
+    e2fsprogs's tools."""
+    import pytest
+
+    from harness import tools
+    from harness.cli import checklog
+    from harness.cli.main import build_parser
+    from harness.experiments import lifecycle
+    from harness.store.db import RunEnv
+
+    for tool in ("debugfs", "dumpe2fs", "e2fsck"):
+        if not tools.available(tool):
+            pytest.skip(f"{tool} not installed (e2fsprogs)")
+    monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
+    monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
+    monkeypatch.setattr(lifecycle, "run_env", lambda img: RunEnv(image_hash=img.hash))
+    argv = ["check-log", str(log), "--fs", "ext4", "--device-size", "32M", *extra]
+    sc = checklog.build(build_parser().parse_args([*argv, "--host-only"]))
+    db = tmp_path / "lab.sqlite"
+    return db, lifecycle.execute(sc, db=db)

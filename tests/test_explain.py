@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from harness import tools
-from harness.cli import checklog
-from harness.cli.main import build_parser, main
+from harness.cli.main import main
 from harness.errors import InputError
-from harness.experiments import lifecycle
 from harness.record.logwrites import FUA, METADATA, Entry
-from harness.store.db import RunEnv, Store
+from harness.store.db import Store
 from harness.triage import blocks, explain
+from tests.synth import host_only_check_log
 
 ORACLE = Path(__file__).parent / "data" / "logs" / "ext4-ops-small.oracle.json"
 DATA_STATE = 161  # the FUA after sync:6: file data, then journal transaction 6 and its commit
@@ -30,16 +27,7 @@ def stored(
     ext4_small: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[Path, dict[int, str]]:
     """A store holding the fixture's FUA states; its path and the state ids by prefix."""
-    for tool in ("debugfs", "dumpe2fs", "e2fsck"):
-        if not tools.available(tool):
-            pytest.skip(f"{tool} not installed (e2fsprogs)")
-    monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
-    monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
-    monkeypatch.setattr(lifecycle, "run_env", lambda img: RunEnv(image_hash=img.hash))
-    argv = ["check-log", str(ext4_small[0]), "--fs", "ext4", "--device-size", "32M"]
-    sc = checklog.build(build_parser().parse_args([*argv, "--host-only"]))
-    db = tmp_path / "lab.sqlite"
-    r = lifecycle.execute(sc, db=db)
+    db, r = host_only_check_log(ext4_small[0], tmp_path, monkeypatch)
     with Store.open(db, create=False) as st:
         states = st.run_detail(r.run_id).states
     return db, {s.prefix: s.id for s in states}

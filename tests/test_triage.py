@@ -25,6 +25,7 @@ from harness.replay import replayer as replay
 from harness.replay.crashstates import CrashState
 from harness.store.db import RunEnv, Store
 from harness.triage import absent, judge, minimal
+from tests.synth import host_only_check_log
 
 ORACLE = Path(__file__).parent / "data" / "logs" / "ext4-ops-small.oracle.json"
 
@@ -35,21 +36,12 @@ def run(
 ) -> tuple[Path, str, dict[str, str]]:
     """A host-only check-log run of the fixture's reorder and torn states: the store, the
     run id, and each state's verdict by id."""
-    for tool in ("debugfs", "dumpe2fs", "e2fsck"):
-        if not tools.available(tool):
-            pytest.skip(f"{tool} not installed (e2fsprogs)")
-    monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
-    monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
-    monkeypatch.setattr(lifecycle, "run_env", lambda img: RunEnv(image_hash=img.hash))
-    argv = ["check-log", str(ext4_small[0]), "--fs", "ext4", "--device-size", "32M"]
     # The fixture's oracle is of format 1, which the guest's verifier no longer reads;
     # this run checks on the host only, and the report reads what both formats share.
     oracle = tmp_path / "oracle.json"
     oracle.write_text(ORACLE.read_text().replace("crashlab-oracle/1", "crashlab-oracle/2"))
-    argv += ["--states", "reorder,torn", "--max-states", "200", "--oracle", str(oracle)]
-    sc = checklog.build(build_parser().parse_args([*argv, "--host-only"]))
-    db = tmp_path / "lab.sqlite"
-    r = lifecycle.execute(sc, db=db)
+    extra = ["--states", "reorder,torn", "--max-states", "200", "--oracle", str(oracle)]
+    db, r = host_only_check_log(ext4_small[0], tmp_path, monkeypatch, extra)
     with Store.open(db, create=False) as st:
         verdicts = {s.id: str(s.outcome) for s in st.run_detail(r.run_id).states}
     return db, r.run_id, verdicts

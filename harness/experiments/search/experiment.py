@@ -28,7 +28,6 @@ from harness.guest import ace
 from harness.outcome import Outcome, is_finding, reduce
 from harness.record import logwrites
 from harness.replay import crashstates
-from harness.store import db as store
 from harness.store.model import ItemOutcome
 
 log = logging.getLogger("crashlab.search")
@@ -85,20 +84,7 @@ class Search(lifecycle.Experiment):
 
     def _source(self, wid: str, rec: record.Recorded) -> checking.Source:
         lg = self._stack.enter_context(logwrites.open_log(rec.log))
-        stats = lg.stats()
-        self.run.store.add_log(
-            store.LogInfo(
-                hash=lg.hash,
-                path=str(rec.log),
-                entries=stats.entries,
-                flushes=stats.flushes,
-                fuas=stats.fuas,
-                marks=stats.marks,
-                discards=stats.discards,
-                bytes=stats.bytes_written,
-            ),
-            run_id=self.run.run_id,
-        )
+        crash.add_log(self.run.store, self.run.run_id, lg)
         specs = [{"kind": str(s.kind), **s.params()} for s in self.sc.crash.states]
         base = lg.find_mark(BASE_MARK)
         if base is None:

@@ -120,9 +120,10 @@ def plan(pattern: str, seed: int, files: int, size: int) -> tuple[list[Op], list
 def _fragment(seed: int, targets: list[dict[str, Any]]) -> list[Op]:
     """Create the targets and fill them in ``ROUNDS`` interleaved, fsync'd appends."""
     ops = [Op("create", t["path"]) for t in targets]
+    for t in targets:
+        t["new"] = t["old"]  # defragmenting changes no byte
     for r in range(ROUNDS):
         for t in targets:
-            t["new"] = t["old"]  # defragmenting changes no byte
             whole = content(seed, t["path"], "old", t["old"])
             a, b = len(whole) * r // ROUNDS, len(whole) * (r + 1) // ROUNDS
             ops += [Op("append", t["path"], offset=a, data=whole[a:b]), Op("fsync", t["path"])]

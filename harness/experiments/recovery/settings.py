@@ -23,14 +23,12 @@ from pydantic import Field, field_validator, model_validator
 from harness import filesystems, paths, proc
 from harness.config import settings
 from harness.config.base import ScenarioBase
-from harness.config.crash import FsType
+from harness.config.crash import MIN_DISK, FsType
 from harness.config.settings import Settings, Size, problem, size_text
 from harness.errors import InputError
 
 MiB = 1 << 20
 EXT = ("ext2", "ext3", "ext4")
-# Below these mkfs refuses (harness/filesystems.py).
-MIN_SIZE = {t: filesystems.get(t).min_disk for t in FsType}
 # mke2fs's default bytes per inode for filesystems of 512 MiB and more (mke2fs.conf).
 INODE_RATIO = 16384
 # Room a population may take of the smallest size: the rest is metadata, journal and
@@ -152,11 +150,11 @@ class RecoveryScenario(ScenarioBase):
     def _fits(self) -> RecoveryScenario:
         small = self.sizes[0]
         for i, cell in enumerate(self.filesystems):
-            if small < MIN_SIZE[cell.fs]:
+            if small < MIN_DISK[cell.fs]:
                 raise problem(
                     f"{size_text(small)} is below what mkfs.{cell.fs} accepts",
                     key="sizes",
-                    hint=f"at least {size_text(MIN_SIZE[cell.fs])}",
+                    hint=f"at least {size_text(MIN_DISK[cell.fs])}",
                 )
             if self.population.fill and cell.fs in ("ext2", "ext3"):
                 raise problem(

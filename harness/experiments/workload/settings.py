@@ -15,21 +15,15 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from harness import filesystems
 from harness.config import settings
 from harness.config.base import ScenarioBase
 from harness.config.settings import Settings, Size, problem, size_text
 
 MiB = 1 << 20
 DATA_MODE_FS = ("ext3", "ext4")
-# mkfs refuses smaller disks (xfsprogs >= 5.19: 300 MiB; btrfs-progs: ~128 MiB).
-MIN_DISK = {
-    "ext2": 8 * MiB,
-    "ext3": 16 * MiB,
-    "ext4": 16 * MiB,
-    "xfs": 300 * MiB,
-    "btrfs": 128 * MiB,
-    "zfs": 64 * MiB,
-}
+# mkfs refuses smaller disks (harness/filesystems.py; ZFS: vdevs of 64 MiB or more).
+MIN_DISK = {**{t: fs.min_disk for t, fs in filesystems.FILESYSTEMS.items()}, "zfs": 64 * MiB}
 
 # Dataset properties `zfs create -o` / `zpool create -O` accept (OpenZFS 2.1/2.2,
 # zfsprops(7)): an unknown one is an error here, before a guest boots.

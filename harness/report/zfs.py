@@ -109,18 +109,18 @@ def _table_kind(scan: ScanKind) -> query.TableKind:
         f" UNION ALL SELECT run_id, id, 'MB/s', bytes_per_second / 1e6 {where}"
         " AND bytes_per_second IS NOT NULL",
         fields={
-            k: f"(SELECT z.{col} FROM zfs_scans z WHERE z.id = o.id)"
+            k: f"(SELECT {col} FROM zfs_scans z WHERE z.id = o.id)"
             for k, col in (
-                ("layout", "layout"),
-                ("fill", "fill_target"),
-                ("disks", "disks"),
-                ("disk_size", "disk_size"),
-                ("repetition", "repetition"),
-                ("pool_state", "pool_state"),
-                ("outcome", "outcome"),
+                ("layout", "z.layout"),
+                ("fill", "z.fill_target"),
+                ("disks", "z.disks"),
+                ("disk_size", "z.disk_size"),
+                ("repetition", "z.repetition"),
+                ("pool_state", "z.pool_state"),
+                ("outcome", "z.outcome"),
                 # seed 003's other factors, from the stored cell
                 *(
-                    (k, f"json_extract(cell, '$.{k}')")
+                    (k, f"json_extract(z.cell, '$.{k}')")
                     for k in ("recordsize", "ashift", "cache", "log", "load", "sequential")
                 ),
             )
@@ -134,12 +134,17 @@ def _table_kind(scan: ScanKind) -> query.TableKind:
     )
 
 
+def register_tables() -> None:
+    """``results table resilver|scrub``."""
+    for scan in ScanKind:
+        query.register_table(_table_kind(scan))
+
+
 def register(rsub: Any, common: argparse.ArgumentParser) -> None:
     """``results table resilver|scrub`` (the lead's grouped tables: n, mean, p50, p95,
     max) and ``results zfs resilver|scrub`` (n, mean ± stdev, min, max of seconds and MB/s,
     the form the issue asks for)."""
-    for scan in ScanKind:
-        query.register_table(_table_kind(scan))
+    register_tables()
     p = rsub.add_parser(
         "zfs",
         parents=[common],

@@ -72,6 +72,20 @@ _ORDER = (
 )
 _SEVERITY = {o: i for i, o in enumerate(_ORDER)}
 
+# Each outcome's colour in the charts (the PNGs of `results plot`, the dashboard of
+# `results serve`), in severity order.
+COLOURS: dict[str, str] = {
+    Outcome.SKIPPED: "#bbbbbb",
+    Outcome.CONSISTENT: "#2ca02c",
+    Outcome.HARNESS_ERROR: "#ffbf00",
+    Outcome.TIMEOUT: "#ff7f0e",
+    Outcome.PANIC: "#8c564b",
+    Outcome.REPAIRED: "#1f77b4",
+    Outcome.UNREPAIRABLE: "#9467bd",
+    Outcome.MOUNT_FAILED: "#e377c2",
+    Outcome.DATA_LOSS: "#d62728",
+}
+
 FINDINGS = frozenset(
     {Outcome.REPAIRED, Outcome.UNREPAIRABLE, Outcome.MOUNT_FAILED, Outcome.DATA_LOSS}
 )

@@ -121,3 +121,102 @@ def host_only_check_log(
     sc = checklog.build(build_parser().parse_args([*argv, "--host-only"]))
     db = tmp_path / "lab.sqlite"
     return db, lifecycle.execute(sc, db=db)
+
+
+def add_every_kind(store: Store) -> dict[str, str]:
+    """One run of every kind but crash replay, shaped as the kinds write them (keys from
+    harness/experiments/ and the report modules that read them), and two executions of
+    the nightly campaign over crash runs; returns kind -> run id."""
+    from harness.config.campaign import Element
+    from harness.store.campaigns import element_update
+    from harness.store.db import ScanKind
+
+    C, L = Outcome.CONSISTENT, Outcome.DATA_LOSS
+    tcg = RunEnv(accelerator=Accelerator.TCG, guest_kernel="6.1.0-18-amd64")
+    ids: dict[str, str] = {}
+
+    def begin(name: str, kind: str, scenario: str, params: dict[str, Any], fs: str) -> str:
+        ids[name] = store.begin_run(scenario, kind, params, 1, fs=fs, env=tcg)
+        return ids[name]
+
+    zfs = begin("zfs", RunKind.ZFS, "resilver-sweep", {"layout": "mirror"}, "zfs")
+    for layout, factor in (("mirror", 1.0), ("raidz1", 2.0)):
+        for fill in (0.25, 0.5, 0.75):
+            for kind in ScanKind:
+                store.add_zfs_scan(
+                    zfs, repetition=0, kind=kind, layout=layout, fill=fill,
+                    seconds=10 * fill * factor, extra={"fill_target": fill},
+                )  # fmt: skip
+
+    app = begin("patterns", RunKind.CRASH, "replace-rename", {"fs": {"type": "ext4"}}, "ext4")
+    classes = {"noauto_da_alloc": ["new", "old", "empty", "empty"], "auto_da_alloc": ["new"] * 4}
+    for opts, seen in classes.items():
+        for i, cls in enumerate(seen):
+            cell = {"pattern": "rename", "mount_options": opts, "workload": "w", "target": "f"}
+            metrics = {"class": cls, "size": 4096 * i}
+            store.record_observation(app, f"{opts}/fua-{i}:f", cell, metrics, None)
+
+    search = begin("search", RunKind.CRASH, "ace-seq1", {"fs": {"type": "ext4"}}, "ext4")
+    log = LogInfo("log-search", "/nonexistent/log.raw", 100, 5, 10, 4, 0, 1 << 20)
+    store.add_log(log, run_id=search)
+    for w, (ops, outcomes) in enumerate(
+        (("creat(A) fsync(A)", [C, L]), ("creat(A) fsync(A); link(A, B) sync()", [C, C]))
+    ):
+        wid = f"seq1-{w:06d}"
+        store.record_observation(
+            search, f"workload:{wid}", {"op_class": "creat", "persistence": "fsync", "seq": 1},
+            {"status": "recorded", "record_seconds": 2.0 + w}, None,
+        )  # fmt: skip
+        for i, o in enumerate(outcomes):
+            state = CrashState(f"{wid}/m{i}", log.hash, "mark", prefix=i, last_mark=f"m{i}")
+            check = CheckResult(Stage.HOST, "fsck", o, 0.1, exit_status=0)
+            store.record_state_result(search, state, [check], {Phase.FSCK: 0.1})
+            if o == L:
+                cell = {"fs": "ext4", "outcome": "data_loss", "rule": "file-missing"}
+                cell |= {"role": "target", "op_class": "creat"}
+                store.record_observation(
+                    search, f"bug:{state.id}", cell, {"workload": wid, "ops": ops}, None
+                )
+
+    faults = begin(
+        "faults", RunKind.FAULTS, "fsync-eio",
+        {"experiment": "fsync-eio", "fault": {"mode": "eio"}}, "ext4",
+    )  # fmt: skip
+    for i, o in enumerate((C, L, C)):
+        cell = {"type": "ext4", "name": "ext4 ordered", "mount_options": "", "at": i}
+        store.record_observation(faults, f"eio-{i}", cell, {"seconds": 0.5, "agree": True}, o)
+
+    recovery = begin("recovery", RunKind.RECOVERY, "recovery-vs-size", {}, "ext4")
+    for cell, fs, per_gib in (("ext4 defaults", "ext4", 0.2), ("xfs defaults", "xfs", 0.05)):
+        for size in (1, 4, 16):
+            store.record_observation(
+                recovery, f"{cell} @{size}",
+                {"cell": cell, "fs": fs, "size": size, "features": "defaults"},
+                {"phases": {"fsck": per_gib * size, "mount": 0.1}, "population": {"files": 100}},
+                C,
+            )  # fmt: skip
+
+    io = begin("io", RunKind.WORKLOAD, "journal-cost", {}, "ext4")
+    for mode, mbps in (("ordered", 40.0), ("journal", 25.0)):
+        derived = {"write_mbps": mbps, "read_mbps": 2 * mbps, "write_amplification": 1.5}
+        cell = {"type": "ext4", "data_mode": mode, "name": f"ext4 {mode}", "repetition": 0}
+        store.record_observation(io, f"ext4 {mode} #0", cell, {"derived": derived}, C)
+
+    for name in ids.values():
+        store.finish_run(name, RunStatus.DONE)
+    # two nights of the nightly campaign, the second with a finding more
+    for night, outcomes in enumerate(([C, C], [C, L])):
+        cid = f"night{night}"
+        els = [Element(i, "ext4-ordered-fsync", (), seed) for i, seed in enumerate((1, 2))]
+        store.begin_campaign(
+            cid, "nightly", "campaigns/nightly.toml", "h", "{}", f"2026-01-0{night + 1}T02:00:00",
+            "host", 1,
+        )  # fmt: skip
+        store.add_campaign_elements(
+            cid, [(e.key, e.position, e.scenario, "[]", e.seed) for e in els]
+        )
+        for e in els:
+            run = add_run(store, e.scenario, "ext4", "ordered", outcomes, seed=e.seed or 1)
+            store.update_element(element_update(cid, e.key, status="done", run_id=run))
+        store.finish_campaign(cid, f"2026-01-0{night + 1}T04:00:00")
+    return ids

@@ -78,6 +78,12 @@ def test_clusters_group_one_symptom_and_lead_with_the_smallest_workload(tmp_path
         )
         st.record_observation(run, "workload:seq1-000004", {"op_class": "creat"}, {}, None)
         found = search.clusters(st, run[:6])
+        # the canned query of `results serve`: the same clusters, in the same order
+        clustered = st.execute(search.CLUSTERS_SQL, {"run": run[:6]})  # type: ignore[arg-type]
+    got = [(*r[: len(search.KEY)], r[-6], r[-5], r[-3], r[-2]) for r in clustered]
+    assert got == [
+        (*c.symptom.values(), len(c.workloads), len(c.states), *c.smallest) for c in found
+    ]
     assert [len(c.workloads) for c in found] == [2, 1]  # commonest first
     assert found[0].smallest == ("seq1-000004", "creat(A/bar) fsync_dir(A)")
     assert sorted(found[0].states) == sorted(r[0] for r in rows)

@@ -1,8 +1,10 @@
 """``scenario results serve``: datasette on 127.0.0.1 over a read-only snapshot.
 
-The server tests start the real command on a free port against a small store written
-through the Store API, fetch pages with urllib and stop it with SIGTERM. The Chromium
-test renders one page when ``chromium`` is installed (it is not a project dependency).
+The server tests start the real command on a free port against a store with rows of
+every kind, written through the Store API, fetch pages with urllib and stop it with
+SIGTERM. The browser tests load the dashboard and a query page in headless Chromium
+(Debian's ``chromium``, which scripts/install-host-deps installs): without it they fail,
+never skip, so CI always looks at the page.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,8 +26,8 @@ from typing import Any
 import pytest
 
 from harness.errors import InputError
-from harness.outcome import Outcome
-from harness.report import serve, serve_meta
+from harness.outcome import COLOURS, Outcome
+from harness.report import dashboard, query, serve, serve_meta
 from harness.store.db import (
     Accelerator,
     CheckResult,
@@ -36,20 +37,25 @@ from harness.store.db import (
     RunEnv,
     RunKind,
     RunStatus,
-    ScanKind,
     Stage,
     Store,
 )
-
-pytest.importorskip("datasette", reason="datasette is an optional dependency ([serve])")
+from tests.synth import add_every_kind
 
 REPO = Path(__file__).resolve().parent.parent
 LOG = LogInfo("feed", "/tmp/w.log", 10, 1, 3, 1, 0, 4096)
 OUTCOMES = [Outcome.CONSISTENT] * 5 + [Outcome.DATA_LOSS, Outcome.REPAIRED]
+# the kernel's lines the guest check keeps (harness/report/journal.py reads them)
+JOURNAL = (
+    "kernel: EXT4-fs (vdb): recovery complete",
+    "kernel: JBD2: Invalid checksum recovering block 42 in log",
+    "kernel: EXT4-fs (vdb): mounted filesystem",
+)
 
 
 def fill(store: Store) -> tuple[str, str]:
-    """A crash run with findings and recovery times, and a ZFS run with resilvers."""
+    """A crash run with findings, recovery times and the guest's journal messages, and a
+    run of every other kind (tests/synth.py); returns the crash and the ZFS run."""
     run = store.begin_run(
         "ext4-ordered-fsync",
         RunKind.CRASH,
@@ -61,22 +67,14 @@ def fill(store: Store) -> tuple[str, str]:
     store.add_log(LOG, run_id=run)
     for i, o in enumerate(OUTCOMES):
         state = CrashState(f"fua-{i:04d}", LOG.hash, "fua", prefix=i, last_mark=f"op-{i}")
-        checks = [CheckResult(Stage.HOST, "e2fsck", o, 0.4, 0 if o == "consistent" else 1)]
+        checks = [
+            CheckResult(Stage.HOST, "e2fsck", o, 0.4, 0 if o == "consistent" else 1),
+            CheckResult(Stage.GUEST, "mount", o, 0.3, 0, JOURNAL[i % len(JOURNAL)]),
+        ]
         times = {Phase.JOURNAL_REPLAY: 0.1 * i, Phase.FSCK: 0.5 + 0.1 * i, Phase.MOUNT: 0.2}
         store.record_state_result(run, state, checks, times)
     store.finish_run(run, RunStatus.DONE)
-    zfs = store.begin_run("resilver-sweep", RunKind.ZFS, {"layout": "mirror"}, None, fs="zfs")
-    for layout, factor in (("mirror", 1.0), ("raidz1", 2.0)):
-        for fill_ in (0.25, 0.75):
-            store.add_zfs_scan(
-                zfs,
-                repetition=0,
-                kind=ScanKind.RESILVER,
-                layout=layout,
-                fill=fill_,
-                seconds=10 * fill_ * factor,
-            )
-    store.finish_run(zfs, RunStatus.DONE)
+    zfs = add_every_kind(store)["zfs"]
     return run, zfs
 
 
@@ -130,14 +128,15 @@ def start(db: Path, port: int = 0) -> Served:
     )
     assert proc.stdout is not None
     lines: list[str] = []
-    # the third line names the server; datasette answered before the first is printed
-    for _ in range(3):
+    # the last line names the server; datasette answered before the first is printed
+    for _ in range(4):
         line = proc.stdout.readline()
         if not line:
             proc.wait(timeout=30)
             raise AssertionError("serve exited: " + "".join(lines) + (proc.stderr or "").read())
         lines.append(line)
-    base = lines[2].split()[0]
+    base = lines[3].split()[0]
+    assert lines[1].split()[0] == base + serve_meta.DASHBOARD.lstrip("/")
     assert base.startswith("http://127.0.0.1:")
     return Served(proc, base, lines)
 
@@ -161,15 +160,25 @@ def served(db: Path) -> Iterator[Served]:
             stop(s)
 
 
-def test_pages_tables_queries_and_json(db: Path, served: Served) -> None:
+def crash_run(db: Path) -> str:
+    """``fill``'s crash run (the campaigns' runs have two states each)."""
     with Store.open(db) as store:
-        run_id = next(r.id for r in store.runs() if r.kind == "crash")
+        rows = store.execute(
+            "SELECT run_id FROM verdicts GROUP BY run_id HAVING count(*) = ?", (len(OUTCOMES),)
+        )
+    (run,) = rows
+    return str(run[0])
+
+
+def test_pages_tables_queries_and_json(db: Path, served: Served) -> None:
+    run_id = crash_run(db)
     index = served.get("")
     assert "crashlab results" in index and "Read-only snapshot" in index
+    assert f'href="{serve_meta.DASHBOARD}"' in index
     page = served.get("lab")
     for title, *_ in serve_meta.CANNED_QUERIES.values():
         assert title in page
-    assert 'href="/lab/v_runs"' in page
+    assert 'href="/lab/v_runs"' in page and "/lab/table_patterns" in page
     # a view, with its column descriptions and the run in it
     runs = served.get("lab/v_runs")
     assert "column-descriptions" in runs and "wall time of the whole run, seconds" in runs
@@ -177,29 +186,74 @@ def test_pages_tables_queries_and_json(db: Path, served: Served) -> None:
     # the stylesheet the metadata names is served
     assert "grid-template-columns" in served.get("crashlab/serve.css")
     # a canned query as HTML and as JSON, with the values the store holds
-    html = served.get("lab/recovery_by_fs_mode")
-    assert "Recovery time by filesystem and data mode" in html and "journal_replay" in html
-    rows = served.json("lab/recovery_by_fs_mode.json?_shape=array")
-    fsck = next(r for r in rows if r["phase"] == "fsck")
-    assert (fsck["fs"], fsck["data_mode"], fsck["n"]) == ("ext4", "ordered", len(OUTCOMES))
-    assert fsck["mean_s"] == pytest.approx(0.8) and fsck["max_s"] == pytest.approx(1.1)
-    findings = served.json("lab/findings.json?run=&_shape=array")
+    html = served.get("lab/table_recovery")
+    assert "recovery: seconds by fs, data_mode and phase" in html and "journal_replay" in html
+    findings = served.json(f"lab/findings.json?run={run_id[:6]}&_shape=array")
     assert sorted(r["outcome"] for r in findings) == ["data_loss", "repaired"]
-    assert served.json(f"lab/findings.json?run={run_id[:6]}&_shape=array") == findings
     assert served.json("lab/findings.json?run=nosuchrun&_shape=array") == []
+    assert len(served.json("lab/findings.json?run=&_shape=array")) > len(findings)
     per_run = served.json("lab/findings_per_run.json?_shape=array")
     crash = next(r for r in per_run if r["run_id"] == run_id)
     assert (crash["states"], crash["findings"]) == (len(OUTCOMES), 2)
-    resilver = served.json("lab/resilver_by_layout_fill.json?_shape=array")
-    assert [(r["layout"], r["fill"], r["mean_s"]) for r in resilver] == [
+    resilver = served.json("lab/table_resilver.json?_shape=array")
+    assert [(r["layout"], r["fill"], r["mean"]) for r in resilver if r["metric"] == "seconds"] == [
         ("mirror", 0.25, 2.5),
+        ("mirror", 0.5, 5.0),
         ("mirror", 0.75, 7.5),
         ("raidz1", 0.25, 5.0),
+        ("raidz1", 0.5, 10.0),
         ("raidz1", 0.75, 15.0),
     ]
+    nights = served.json("lab/findings_per_campaign.json?_shape=array")
+    assert [(n["campaign"], n["elements"], n["findings"]) for n in nights] == [
+        ("nightly", 2, 0),
+        ("nightly", 2, 2),
+    ]
+    (bugs,) = served.json("lab/bug_clusters.json?run=&_shape=array")
+    assert (bugs["rule"], bugs["workloads"], bugs["states"]) == ("file-missing", 1, 1)
+    assert bugs["smallest_ops"] == "creat(A) fsync(A)"
+
+
+def test_zfs_tables_group_by_the_stored_cell(db: Path) -> None:
+    """``results table resilver --by recordsize`` (a field of the scan's cell) runs: the
+    kind's cell fields once named a column of no table in their subquery."""
+    with Store.open(db) as store:
+        dashboard.register_kinds()
+        t = query.grouped(store, "resilver", ["layout", "recordsize"])
+    assert [g.key for g in t.groups] == [("mirror", None), ("raidz1", None)]
+
+
+def test_kind_queries_match_results_table(db: Path) -> None:
+    """Each kind's canned queries give what ``results table KIND`` computes in Python:
+    the same groups, n, mean, min, max and outcome counts."""
+    with Store.open(db) as store:
+        kinds = dashboard.register_kinds()
+        assert {"faults", "io", "journal", "patterns", "recovery", "workloads"} <= set(kinds)
+        assert {"resilver", "scrub"} <= set(kinds)
+        for name in kinds:
+            sql = query.kind_sql(store, name)
+            table = query.grouped(store, name, list(sql.by))
+            assert table.groups, f"fill() left kind {name} empty"
+            want = {
+                (*g.key, split): (s.n, s.mean, s.min, s.max)
+                for g in table.groups
+                for split, s in g.stats.items()
+            }
+            got = {}
+            for r in store.execute(sql.stats):
+                key = r[:-4] if table.kind.split else (*r[:-4], table.kind.value)
+                got[tuple(key)] = r[-4:]
+            assert set(got) == set(want), name
+            for key, (n, mean, lo, hi) in want.items():
+                assert got[key] == (n, *(pytest.approx(v, abs=1e-3) for v in (mean, lo, hi)))
+            if sql.counts is not None:
+                counts = {(*g.key, o): c for g in table.groups for o, c in g.counts.items()}
+                assert {tuple(r[:-1]): r[-1] for r in store.execute(sql.counts)} == counts, name
 
 
 def test_read_only_snapshot_removed_on_stop(db: Path, served: Served) -> None:
+    with Store.open(db) as store:
+        runs = len(store.runs())
     (info,) = served.json("-/databases.json")
     assert info["is_mutable"] is False
     snapshot = Path(info["path"])
@@ -211,7 +265,7 @@ def test_read_only_snapshot_removed_on_stop(db: Path, served: Served) -> None:
     assert stop(served) == 0
     assert not snapshot.exists() and not snapshot.parent.exists()
     with Store.open(db) as store:
-        assert len(store.runs()) == 2
+        assert len(store.runs()) == runs
 
 
 def test_snapshot_includes_the_wal(tmp_path: Path) -> None:
@@ -240,14 +294,18 @@ def test_every_described_column_exists_and_every_query_runs(db: Path) -> None:
             have = {str(r[1]) for r in store.execute(f"PRAGMA table_info({table})")}
             assert have, f"no table or view {table}"
             assert set(columns) <= have, f"{table}: {set(columns) - have}"
-        for name, (_, _, sql) in serve_meta.CANNED_QUERIES.items():
+        meta = serve_meta.metadata("lab", db, "now", store)
+    queries = {n: q["sql"] for n, q in meta["databases"]["lab"]["queries"].items()}
+    charts = meta["plugins"]["datasette-dashboards"][dashboard.SLUG]["charts"]
+    queries |= {f"chart {n}": c["query"] for n, c in charts.items() if "query" in c}
+    assert len(charts) == len(dashboard.LAYOUT) * 2 - 1  # "about" spans a row
+    conn = sqlite3.connect(db)
+    try:
+        for name, sql in queries.items():
             args = {"run": ""} if ":run" in sql else {}
-            conn = sqlite3.connect(db)
-            try:
-                rows = conn.execute(sql, args).fetchall()
-            finally:
-                conn.close()
-            assert rows or name == "campaign_elements", name
+            assert conn.execute(sql, args).fetchall(), f"{name}: no rows from fill()"
+    finally:
+        conn.close()
 
 
 def test_bad_input_exits_2_without_traceback(db: Path, tmp_path: Path) -> None:
@@ -279,29 +337,115 @@ def test_check_port() -> None:
         serve.check_port(-1)
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
-def test_renders_in_headless_chromium(served: Served, tmp_path: Path) -> None:
-    png = tmp_path / "serve.png"
-    with tempfile.TemporaryDirectory() as profile:
-        subprocess.run(
-            [
-                "chromium",
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                f"--user-data-dir={profile}",
-                f"--screenshot={png}",
-                "--window-size=1280,900",
-                served.base + "lab/v_runs",
-            ],
-            capture_output=True,
-            timeout=120,
-            check=True,
-            env={**os.environ, "HOME": profile},
+# --- in a real browser ------------------------------------------------------------------
+
+
+def chromium(profile: Path, *args: str) -> str:
+    """Headless Chromium on ``args``; its stdout. Every host but 127.0.0.1 fails to
+    resolve, so a page that needed the internet (a CDN's script) would draw nothing."""
+    exe = shutil.which("chromium")
+    if exe is None:
+        pytest.fail(
+            "chromium is not installed: the dashboard is checked in a real browser."
+            " scripts/install-host-deps installs Debian's package;"
+            " by hand: apt-get install chromium"
         )
-    data = png.read_bytes()
-    assert data.startswith(b"\x89PNG") and len(data) > 10_000
+    argv = [
+        exe,
+        "--headless",
+        "--no-sandbox",  # as root, Chromium's sandbox refuses to start
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+        f"--user-data-dir={profile}",
+        # virtual time runs the page's scripts (the fetches, Vega's drawing) before the dump
+        "--virtual-time-budget=20000",
+        *args,
+    ]
+    r = subprocess.run(
+        argv, capture_output=True, text=True, timeout=180, env={**os.environ, "HOME": str(profile)}
+    )
+    assert r.returncode == 0, f"$ {' '.join(argv)}\n{r.stderr[-3000:]}"
+    return r.stdout
+
+
+def chart_parts(dom: str) -> dict[str, str]:
+    """Each chart's markup in a dumped dashboard: from its ``chart-SLUG`` box to the next
+    card (the cards follow one another in the grid)."""
+    out = {}
+    for part in dom.split('<div id="chart-')[1:]:
+        slug, _, rest = part.partition('"')
+        out[slug] = rest.split('id="card-')[0]
+    return out
+
+
+def colour_pixels(png: Path, hex_colour: str) -> int:
+    import matplotlib.image
+
+    rgb = matplotlib.image.imread(png)[..., :3]
+    want = [int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    return int((abs(rgb - want).max(axis=-1) < 0.02).sum())
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Served]]:
+    d = tmp_path_factory.mktemp("serve")
+    db = d / "lab.sqlite"
+    with Store.open(db) as store:
+        fill(store)
+    s = start(db)
+    try:
+        yield db, s
+    finally:
+        stop(s)
+
+
+def test_dashboard_draws_every_chart_in_chromium(lab: tuple[Path, Served], tmp_path: Path) -> None:
+    db, served = lab
+    url = served.base + serve_meta.DASHBOARD.lstrip("/")
+    shots = tmp_path_factory_dir(tmp_path)
+    dom = chromium(tmp_path / "profile", "--dump-dom", url)
+    parts = chart_parts(dom)
+    with Store.open(db) as store:
+        meta = serve_meta.metadata("lab", db, "now", store)
+        charts = meta["plugins"]["datasette-dashboards"][dashboard.SLUG]["charts"]
+        rows = {n: store.execute(c["query"]) for n, c in charts.items() if "query" in c}
+    assert set(parts) == set(charts)
+    assert "Read-only snapshot of" in parts["about"]
+    for slug, data in rows.items():
+        # drawn: an SVG with a mark (bar, point) per row of the chart's query, not a script
+        marks = parts[slug].count('role="graphics-symbol"')
+        assert "<svg" in parts[slug] and marks >= len(data) > 0, (slug, marks, len(data))
+    png = shots / "dashboard.png"
+    chromium(tmp_path / "profile", f"--screenshot={png}", "--window-size=1400,2000", url)
+    # the verdict chart's colours: consistent (green) and data_loss (red) bars are drawn
+    assert colour_pixels(png, COLOURS[Outcome.CONSISTENT]) > 500
+    assert colour_pixels(png, COLOURS[Outcome.DATA_LOSS]) > 50
+
+
+def test_query_page_shows_its_table_in_chromium(lab: tuple[Path, Served], tmp_path: Path) -> None:
+    db, served = lab
+    shots = tmp_path_factory_dir(tmp_path)
+    url = served.base + "lab/table_patterns_outcomes"
+    dom = chromium(tmp_path / "profile", "--dump-dom", url)
+    with Store.open(db) as store:
+        sql = query.kind_sql(store, "patterns").counts
+        assert sql is not None
+        want = store.execute(sql)
+    table = dom.split('class="rows-and-columns"')[1].split("</table>")[0]
+    assert table.count("<tr") == len(want) + 1  # the header, then a row per group and class
+    assert "noauto_da_alloc" in table and ">empty<" in table
+    png = shots / "table_patterns_outcomes.png"
+    chromium(tmp_path / "profile", f"--screenshot={png}", "--window-size=1280,900", url)
+    assert png.read_bytes().startswith(b"\x89PNG") and png.stat().st_size > 10_000
+
+
+def tmp_path_factory_dir(tmp_path: Path) -> Path:
+    """Where the screenshots go: $CRASHLAB_SCREENSHOTS when set (to keep and look at),
+    else the test's temporary directory."""
+    where = Path(os.environ.get("CRASHLAB_SCREENSHOTS") or tmp_path / "shots")
+    where.mkdir(parents=True, exist_ok=True)
+    return where

@@ -180,9 +180,10 @@ def register(sub: Any) -> None:
         "serve",
         help="browse the store with datasette on 127.0.0.1 (read-only snapshot)",
         description="Serve a read-only snapshot of the store with datasette, bound to"
-        " 127.0.0.1 only, with canned queries (recovery by fs and data mode, findings per"
-        " run, resilver by layout and fill, ...) and column descriptions. The snapshot is"
-        " taken at start: restart to see newer results.",
+        " 127.0.0.1 only: a dashboard of the lab's charts (/-/dashboards/lab), a canned"
+        " query per `results table` kind and for crash verdicts, search clusters and"
+        " campaigns, and column descriptions. The snapshot is taken at start: restart to"
+        " see newer results.",
     )
     serve.add_argument(
         "--db", type=Path, default=None, metavar="PATH", help="results database (see `runs`)"
@@ -448,6 +449,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from harness.report import serve
+    from harness.report.serve_meta import DASHBOARD
 
     db = args.db or default_db()
     # SIGTERM (a service manager, a test) stops it like Ctrl-C: datasette is stopped and
@@ -457,6 +459,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         with serve.start_server(db, args.port) as srv:
             # print, flushed: a script reads the URL from a pipe
             print(f"serving a read-only snapshot of {db}", flush=True)
+            print(f"  {srv.url}{DASHBOARD.lstrip('/')}  (the charts)", flush=True)
             print(f"  {srv.url}{srv.db_name}  (canned queries listed there)", flush=True)
             print(f"  {srv.url}  Ctrl-C to stop", flush=True)
             status = srv.process.wait()

@@ -23,22 +23,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from harness.errors import InputError
-from harness.outcome import Outcome
+from harness.outcome import COLOURS, Outcome
 from harness.report import query
 from harness.store.db import Store
 from harness.store.logevents import log_events
-
-_OUTCOME_COLOURS = {
-    "skipped": "#bbbbbb",
-    "consistent": "#2ca02c",
-    "harness_error": "#ffbf00",
-    "timeout": "#ff7f0e",
-    "panic": "#8c564b",
-    "repaired": "#1f77b4",
-    "unrepairable": "#9467bd",
-    "mount_failed": "#e377c2",
-    "data_loss": "#d62728",
-}
 
 
 class NoData(Exception):
@@ -118,7 +106,7 @@ def plot_crashmap(store: Store, run: str, out: Path) -> Path:
             xs,
             [y] * len(xs),
             s=36,
-            color=_OUTCOME_COLOURS.get(o, "#7f7f7f"),
+            color=COLOURS.get(o, "#7f7f7f"),
             edgecolor="black",
             linewidth=0.4,
             label=f"{o} ({len(xs)})",

@@ -41,6 +41,7 @@ from typing import Any
 from harness.errors import InputError
 from harness.outcome import Outcome
 from harness.store.db import Phase, PhaseStats, Store, phase_stats
+from harness.store.queries import counts_statement, stats_statement
 
 # Properties of a run every table kind can be grouped by: name -> SQL over `runs r`.
 RUN_FIELDS: dict[str, str] = {
@@ -234,6 +235,31 @@ def resolve_fields(store: Store, k: TableKind, by: Sequence[str]) -> list[tuple[
             )
         out.append((name, valid[name]))
     return out
+
+
+@dataclass(frozen=True)
+class KindSQL:
+    """A kind's grouping as SQL text (``results serve``'s canned queries and charts)."""
+
+    by: tuple[str, ...]
+    stats: str  # a row per group and split: n, mean, min, max
+    counts: str | None  # a row per group and outcome: n
+
+
+def kind_sql(store: Store, name: str, by: Sequence[str] | None = None) -> KindSQL:
+    """``results table NAME --by ...`` as SQL: ``by`` (default: the kind's default
+    fields), less the fields ``store`` has no value for (a parameter no run has).
+
+    :raise InputError: unknown kind.
+    """
+    k = kind(name)
+    valid = valid_fields(store, k)
+    wanted = [*(k.default_by if by is None else by), *k.always_by]
+    fields = [(f, valid[f]) for f in dict.fromkeys(wanted) if f in valid and f != k.split]
+    counts = counts_statement(k.counts_source, fields) if k.counts_source else None
+    return KindSQL(
+        tuple(n for n, _ in fields), stats_statement(k.source, fields, k.split, k.value), counts
+    )
 
 
 def parse_by(text: str) -> list[str]:

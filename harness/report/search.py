@@ -55,6 +55,25 @@ def clusters(st: Store, run_id: str) -> list[Cluster]:
     return sorted(out.values(), key=lambda c: (-len(c.workloads), -len(c.states)))
 
 
+# The clusters as one statement, over every search run or those whose id starts with
+# ``:run`` (``results serve``'s canned query): the same symptom key, and the smallest
+# workload by the order of ``Cluster.smallest`` (op count, length, id) -- SQLite takes
+# the bare columns of a group from the row its one min() picked.
+_OPS, _WID = "json_extract(metrics, '$.ops')", "json_extract(metrics, '$.workload')"
+CLUSTERS_SQL = (
+    "SELECT "
+    + "".join(f"COALESCE(json_extract(cell, '$.{k}'), '-') AS {k}, " for k in KEY)
+    + f"count(DISTINCT {_WID}) AS workloads, count(*) AS states,"
+    " count(DISTINCT run_id) AS runs,"
+    f" {_WID} AS smallest_workload, {_OPS} AS smallest_ops,"
+    f" min(printf('%06d %06d %s', length({_OPS}) - length(replace({_OPS}, ';', '')),"
+    f" length({_OPS}), {_WID})) AS smallest_key"
+    " FROM observations WHERE item LIKE 'bug:%' AND (:run = '' OR run_id LIKE :run || '%')"
+    f" GROUP BY {', '.join(str(i + 1) for i in range(len(KEY)))}"
+    " ORDER BY workloads DESC, states DESC"
+)
+
+
 def print_clusters(console: Console, found: list[Cluster], limit: int | None = None) -> None:
     if not found:
         console.print("no findings: no cluster", markup=False)

@@ -32,6 +32,7 @@ from pathlib import Path
 from harness import proc
 from harness.errors import HarnessError, InputError
 from harness.report.serve_meta import STATIC_MOUNT, STYLESHEET, metadata
+from harness.store.db import Store
 from harness.store.snapshot import snapshot
 
 log = logging.getLogger("crashlab.serve")
@@ -69,11 +70,13 @@ class Server:
 
 
 def require_datasette() -> None:
-    if importlib.util.find_spec("datasette") is None:
-        raise HarnessError(
-            "datasette is not installed",
-            hint="install the optional dependency: .venv/bin/pip install -e '.[serve]'",
-        )
+    """:raise HarnessError: datasette or its dashboards plugin (the charts) is missing."""
+    for module in ("datasette", "datasette_dashboards"):
+        if importlib.util.find_spec(module) is None:
+            raise HarnessError(
+                f"{module.replace('_', '-')} is not installed",
+                hint="install the optional dependency: .venv/bin/pip install -e '.[serve]'",
+            )
 
 
 @contextmanager
@@ -93,7 +96,10 @@ def start_server(db: Path, port: int = DEFAULT_PORT) -> Iterator[Server]:
         snapshot(db, snap)
         taken = datetime.now(UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
         meta = d / "metadata.json"
-        meta.write_text(json.dumps(metadata(db_name, db, taken), indent=2))
+        # The store, not the snapshot: Store.open would switch the snapshot to WAL, which
+        # immutable mode does not read whole. The queries only need its parameter names.
+        with Store.open(db, create=False) as st:
+            meta.write_text(json.dumps(metadata(db_name, db, taken, st), indent=2))
         static = d / "static"
         static.mkdir()
         (static / "serve.css").write_text(STYLESHEET)

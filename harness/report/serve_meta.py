@@ -7,24 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.report.dashboard import FINDINGS_PER_CAMPAIGN, SLUG, dashboard, kind_queries
+from harness.report.search import CLUSTERS_SQL
+from harness.store.db import Store
+
 _FINDINGS = "('repaired', 'unrepairable', 'mount_failed', 'data_loss')"
 
 # name -> (title, description, SQL). Named parameters (``:run``) become form fields;
-# an empty one means "all".
+# an empty one means "all". Each ``results table`` kind adds its own (``table_KIND``,
+# harness/report/dashboard.py).
 CANNED_QUERIES: dict[str, tuple[str, str, str]] = {
-    "recovery_by_fs_mode": (
-        "Recovery time by filesystem and data mode",
-        "Seconds per recovery phase (journal replay, fsck, mount, ...) over every checked"
-        " crash state, per filesystem and data mode. Percentiles: `scenario results table"
-        " recovery --by fs,data_mode`.",
-        """SELECT fs, data_mode, phase, count(*) AS n,
-       round(avg(seconds), 3) AS mean_s,
-       round(min(seconds), 3) AS min_s,
-       round(max(seconds), 3) AS max_s
-  FROM v_recovery
- GROUP BY fs, data_mode, phase
- ORDER BY fs, data_mode, phase""",
-    ),
     "outcomes_by_fs_mode": (
         "Outcomes by filesystem and data mode",
         "How many checked crash states ended in each outcome.",
@@ -63,29 +55,18 @@ CANNED_QUERIES: dict[str, tuple[str, str, str]] = {
  GROUP BY run_id
  ORDER BY max_fsck_s DESC""",
     ),
-    "resilver_by_layout_fill": (
-        "Resilver time by pool layout and fill",
-        "ZFS resilver seconds per layout and fill fraction (the seed 003 chart as a"
-        " table). For scrubs, see scan_times.",
-        """SELECT layout, fill, count(*) AS n,
-       round(avg(seconds), 3) AS mean_s,
-       round(min(seconds), 3) AS min_s,
-       round(max(seconds), 3) AS max_s
-  FROM zfs_scans
- WHERE kind = 'resilver'
- GROUP BY layout, fill
- ORDER BY layout, fill""",
+    "findings_per_campaign": (
+        "Findings per campaign run (a nightly run is one)",
+        "Every execution of a campaign, oldest first: its elements, how many are done or"
+        " failed, and the findings and harness failures of their runs.",
+        FINDINGS_PER_CAMPAIGN,
     ),
-    "scan_times": (
-        "ZFS scrub and resilver times by layout and fill",
-        "Both scan kinds, with the bytes per second they achieved.",
-        """SELECT kind, layout, fill, count(*) AS n,
-       round(avg(seconds), 3) AS mean_s,
-       round(max(seconds), 3) AS max_s,
-       round(avg(bytes_per_second) / 1048576, 1) AS mean_mib_per_s
-  FROM zfs_scans
- GROUP BY kind, layout, fill
- ORDER BY kind, layout, fill""",
+    "bug_clusters": (
+        "Search findings by symptom",
+        "`scenario results bugs RUN` over every search run (leave *run* empty) or one"
+        " (a run id or its first characters): a row per symptom, its workloads and states,"
+        " the smallest workload first to read and reproduce.",
+        CLUSTERS_SQL,
     ),
     "campaign_elements": (
         "Campaign elements",
@@ -256,6 +237,7 @@ dl.column-descriptions {
 dl.column-descriptions dt, dl.column-descriptions dd { margin: 0; padding: 0; line-height: 1.3em; }
 """
 STATIC_MOUNT = "crashlab"
+DASHBOARD = f"/-/dashboards/{SLUG}"
 
 # What a researcher opens first, linked from the database page (datasette lists the
 # tables, which are mostly bookkeeping, above the views).
@@ -270,8 +252,9 @@ _FACETS = {"v_runs": ["scenario", "status"], "v_states": ["fs", "data_mode", "ou
 _SORT_DESC = {"v_runs": "started_at"}
 
 
-def metadata(db_name: str, source: Path, taken: str) -> dict[str, Any]:
-    """Datasette metadata for a snapshot of ``source`` served as ``db_name``."""
+def metadata(db_name: str, source: Path, taken: str, snap: Store) -> dict[str, Any]:
+    """Datasette metadata for ``snap``, a snapshot of ``source`` served as ``db_name``
+    (the kinds' queries group by the fields it has)."""
     tables: dict[str, Any] = {}
     for name, (description, columns) in TABLES.items():
         t: dict[str, Any] = {"description": description, "columns": columns}
@@ -282,22 +265,34 @@ def metadata(db_name: str, source: Path, taken: str) -> dict[str, Any]:
         tables[name] = t
     where = f"Read-only snapshot of <code>{_html(str(source))}</code> taken {_html(taken)}."
     start = ", ".join(f'<a href="/{db_name}/{v}">{v}</a> ({what})' for v, what in _START.items())
+    queries = CANNED_QUERIES | kind_queries(snap)
+    outcomes = CANNED_QUERIES["outcomes_by_fs_mode"][2]
     return {
         "title": "crashlab results",
-        "description_html": f'{where} Open <a href="/{db_name}">{db_name}</a> for the queries.',
+        "description_html": f'{where} Open <a href="{DASHBOARD}">the dashboard</a> for the'
+        f' charts, <a href="/{db_name}">{db_name}</a> for the queries.',
         "extra_css_urls": [f"/{STATIC_MOUNT}/serve.css"],
         "databases": {
             db_name: {
-                "description_html": f"{where}<br>Start with the views: {start};"
-                " or a canned query below. The schema is documented in docs/results.md.",
+                "description_html": f'{where}<br>The charts: <a href="{DASHBOARD}">'
+                f"{DASHBOARD}</a>. Start with the views: {start}; or a canned query below"
+                " (<code>table_KIND</code>: <code>scenario results table KIND</code>)."
+                " The schema is documented in docs/results.md.",
                 "tables": tables,
                 "queries": {
                     name: {"title": title, "description": desc, "sql": sql}
-                    for name, (title, desc, sql) in CANNED_QUERIES.items()
+                    for name, (title, desc, sql) in queries.items()
                 },
             }
         },
+        "plugins": {
+            "datasette-dashboards": dashboard(snap, db_name, outcomes, _markdown(source, taken))
+        },
     }
+
+
+def _markdown(source: Path, taken: str) -> str:
+    return f"Read-only snapshot of `{source}` taken {taken}."
 
 
 def _html(text: str) -> str:

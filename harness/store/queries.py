@@ -193,5 +193,44 @@ class StoreQueries:
 _SCAN_AXES = {"layout", "fill", "repetition"}
 
 
+# -- the same groupings as SQL text, for datasette (report/serve_meta.py): there the
+# fields are (name, SQL over ``o``, the kind's rows, and ``r``, their run) pairs.
+
+
+def stats_statement(
+    source: str, fields: Sequence[tuple[str, str]], split: str | None, value: str
+) -> str:
+    """n, mean, min and max of ``value`` per group of ``fields`` (and ``split``) of
+    ``source``. SQLite has no percentiles: ``results table`` adds p50 and p95."""
+    keys = [*fields, *([(split, f"o.{split}")] if split else [])]
+    v = f"o.{value}"
+    stats = ", ".join(f"round({f}({v}), 3) AS {f.replace('avg', 'mean')}" for f in _STATS)
+    return (
+        f"SELECT {_named(keys)}count({v}) AS n, {stats}"
+        f" FROM ({source}) o JOIN runs r ON r.id = o.run_id WHERE {v} IS NOT NULL"
+        + _grouped(len(keys))
+    )
+
+
+def counts_statement(source: str, fields: Sequence[tuple[str, str]]) -> str:
+    """Rows of ``source`` per group of ``fields`` and outcome."""
+    keys = [*fields, ("outcome", "o.outcome")]
+    return (
+        f"SELECT {_named(keys)}count(*) AS n FROM ({source}) o JOIN runs r ON r.id = o.run_id"
+        + _grouped(len(keys))
+    )
+
+
+_STATS = ("avg", "min", "max")
+
+
+def _named(keys: Sequence[tuple[str, str]]) -> str:
+    return "".join(f'{sql} AS "{name}", ' for name, sql in keys)
+
+
+def _grouped(n: int) -> str:
+    return f" GROUP BY {_group_cols(n)} ORDER BY {_group_cols(n)}" if n else ""
+
+
 def _group_cols(n: int) -> str:
     return ", ".join(str(i + 1) for i in range(n))

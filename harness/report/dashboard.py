@@ -1,0 +1,235 @@
+"""The results page as a dashboard: a canned query per ``results table`` kind, and the
+lab's charts drawn in the page from the store (``scenario results serve``, /-/dashboards/lab).
+
+The SQL is never written twice: a kind's canned queries and its chart come from the
+kind's own registered source and fields (``query.kind_sql``), the bug clusters from
+``search.CLUSTERS_SQL``, the crash-verdict chart from its canned query.
+
+The charts are Vega-Lite specifications for the ``datasette-dashboards`` plugin, which
+ships Vega, Vega-Lite and vega-embed in its wheel: the page draws without the internet.
+They render as SVG (``usermeta.embedOptions``), so a test finds the marks in the DOM.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from harness.outcome import COLOURS
+from harness.report import query
+from harness.report.patterns import CLASSES
+from harness.store.db import Store
+
+SLUG = "lab"
+
+# One row per campaign execution (a nightly run is one): its elements, and the findings
+# and harness failures of their runs, oldest first.
+FINDINGS_PER_CAMPAIGN = """SELECT c.name AS campaign, c.id AS campaign_id, c.started_at, c.status,
+       count(*) AS elements,
+       sum(e.status = 'done') AS done,
+       sum(e.status IN ('failed', 'quarantined')) AS failed,
+       COALESCE(sum(v.findings), 0) AS findings,
+       COALESCE(sum(v.harness_failures), 0) AS harness_failures
+  FROM campaigns c
+  JOIN campaign_elements e ON e.campaign_id = c.id
+  LEFT JOIN v_runs v ON v.run_id = e.run_id
+ GROUP BY c.id
+ ORDER BY c.started_at"""
+
+
+def register_kinds() -> list[str]:
+    """Every ``results table`` kind, registered; their names."""
+    # Importing a report module registers its kinds; io and the ZFS scans do on call.
+    from harness.report import faults, io, journal, patterns, search, zfs  # noqa: F401
+
+    io.register()
+    zfs.register_tables()
+    return sorted(query.TABLE_KINDS)
+
+
+def kind_queries(store: Store) -> dict[str, tuple[str, str, str]]:
+    """Canned queries (name -> title, description, SQL): ``table_KIND`` (n, mean, min,
+    max per group) and ``table_KIND_outcomes`` (items per group and outcome) for every
+    kind, grouped by its default fields."""
+    out: dict[str, tuple[str, str, str]] = {}
+    for name in register_kinds():
+        k = query.kind(name)
+        sql = query.kind_sql(store, name)
+        by = ", ".join(sql.by) or "nothing"
+        see = f"`scenario results table {name} --by {','.join(sql.by)}`"
+        split = f" and {k.split}" if k.split else ""
+        out[f"table_{name}"] = (
+            f"{name}: {k.value} by {by}{split}",
+            f"{k.help[:1].upper()}{k.help[1:]}. n, mean, min, max of {k.value}"
+            f" ({k.unit or 'per metric'}); p50 and p95: {see}.",
+            sql.stats,
+        )
+        if sql.counts:
+            out[f"table_{name}_outcomes"] = (
+                f"{name}: outcomes by {by}",
+                f"How many items of each group ended in each outcome ({see}).",
+                sql.counts,
+            )
+    return out
+
+
+def _vl(mark: dict[str, Any], encoding: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """A Vega-Lite chart drawn as SVG."""
+    return {
+        "mark": {"tooltip": True, **mark},
+        "encoding": encoding,
+        "usermeta": {"embedOptions": {"renderer": "svg", "actions": False}},
+        **more,
+    }
+
+
+def _where(sql: str, condition: str) -> str:
+    return f"SELECT * FROM ({sql}) WHERE {condition}"
+
+
+def _label(*fields: str) -> dict[str, Any]:
+    # a group's fields as one axis label (a null field left out)
+    parts = " + ' ' + ".join(f"(datum['{f}'] == null ? '' : datum['{f}'])" for f in fields)
+    return {"calculate": parts, "as": "group"}
+
+
+def _q(field: str, title: str, **more: Any) -> dict[str, Any]:
+    return {"field": field, "type": "quantitative", "title": title, **more}
+
+
+def _n(field: str, title: str, **more: Any) -> dict[str, Any]:
+    return {"field": field, "type": "nominal", "title": title, **more}
+
+
+def charts(store: Store, db_name: str, outcomes_sql: str) -> dict[str, dict[str, Any]]:
+    """slug -> (title, SQL, Vega-Lite spec) of the dashboard's charts."""
+    register_kinds()
+    recovery = query.kind_sql(store, "recovery", ["cell", "size"]).stats
+    resilver = query.kind_sql(store, "resilver", ["layout", "fill"]).stats
+    patterns = query.kind_sql(store, "patterns", ["fs", "mount_options", "pattern"]).counts
+    io = query.kind_sql(store, "io", ["cell"]).stats
+    assert patterns is not None  # the patterns kind counts classes
+    outcome_order = [str(o) for o in COLOURS]
+    bars = {"type": "bar"}
+    line = {"type": "line", "point": True}
+    out = {
+        "outcomes": (
+            "Crash states per outcome, by filesystem and data mode",
+            outcomes_sql,
+            _vl(
+                bars,
+                {
+                    "x": _n("group", "filesystem, data mode"),
+                    "y": _q("states", "crash states", aggregate="sum"),
+                    "color": _n(
+                        "outcome",
+                        "outcome",
+                        scale={"domain": outcome_order, "range": list(COLOURS.values())},
+                    ),
+                    "order": {"field": "rank"},
+                },
+                transform=[
+                    _label("fs", "data_mode"),
+                    {
+                        "calculate": f"indexof({json.dumps(outcome_order)}, datum.outcome)",
+                        "as": "rank",
+                    },
+                ],
+            ),
+        ),
+        "findings_per_nightly": (
+            "Findings per campaign run (nightly), oldest first",
+            FINDINGS_PER_CAMPAIGN,
+            _vl(
+                bars,
+                {
+                    "x": _n("started_at", "campaign started (UTC)", type="ordinal"),
+                    "y": _q("findings", "findings (unexpected, over the elements' runs)"),
+                    "color": _n("campaign", "campaign"),
+                },
+            ),
+        ),
+        "recovery_vs_size": (
+            "Recovery time against filesystem size: mean per cell and phase",
+            _where(recovery, "size IS NOT NULL"),
+            _vl(
+                line,
+                {
+                    "x": _q("size", "filesystem size (GiB)", scale={"type": "log", "base": 2}),
+                    "y": _q("mean", "seconds (mean)"),
+                    "color": _n("cell", "cell"),
+                    "strokeDash": _n("phase", "phase"),
+                },
+            ),
+        ),
+        "resilver_vs_fill": (
+            "ZFS resilver time against pool fill, per layout",
+            _where(resilver, "metric = 'seconds' AND fill IS NOT NULL"),
+            _vl(
+                line,
+                {
+                    "x": _q("fill", "pool fill (fraction)"),
+                    "y": _q("mean", "resilver seconds (mean)"),
+                    "color": _n("layout", "layout"),
+                },
+            ),
+        ),
+        "pattern_classes": (
+            "What crash states left of each target file, per cell",
+            patterns,
+            _vl(
+                bars,
+                {
+                    "x": _n("group", "filesystem, mount options, pattern"),
+                    "y": _q("n", "(crash state, file) pairs", aggregate="sum"),
+                    "color": _n("outcome", "class", scale={"domain": list(CLASSES)}),
+                },
+                transform=[_label("fs", "mount_options", "pattern")],
+            ),
+        ),
+        "io_per_cell": (
+            "Workload throughput per cell (MB/s; compare within one accelerator)",
+            _where(io, "metric IN ('write_mbps', 'read_mbps')"),
+            _vl(
+                bars,
+                {
+                    "x": _n("group", "cell, accelerator"),
+                    "xOffset": _n("metric", "metric"),
+                    "y": _q("mean", "MB/s (mean)"),
+                    "color": _n("metric", "metric"),
+                },
+                transform=[_label("cell", "accelerator")],
+            ),
+        ),
+    }
+    return {
+        slug: {"title": title, "db": db_name, "query": sql, "library": "vega-lite", "display": spec}
+        for slug, (title, sql, spec) in out.items()
+    }
+
+
+LAYOUT = [
+    ["about", "about"],
+    ["outcomes", "findings_per_nightly"],
+    ["recovery_vs_size", "resilver_vs_fill"],
+    ["pattern_classes", "io_per_cell"],
+]
+
+
+def dashboard(store: Store, db_name: str, outcomes_sql: str, where: str) -> dict[str, Any]:
+    """The ``datasette-dashboards`` plugin's configuration: one dashboard, ``lab``."""
+    about = (
+        f"{where} Each chart's title opens it alone; its numbers are canned queries of"
+        f" [{db_name}](/{db_name}) (`table_KIND`: one per `scenario results table KIND`)."
+    )
+    return {
+        SLUG: {
+            "title": "crashlab: the lab at a glance",
+            "description": "Charts drawn from the store's snapshot.",
+            "layout": LAYOUT,
+            "charts": {
+                "about": {"library": "markdown", "display": about},
+                **charts(store, db_name, outcomes_sql),
+            },
+        }
+    }

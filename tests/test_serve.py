@@ -187,7 +187,7 @@ def test_pages_tables_queries_and_json(db: Path, served: Served) -> None:
     assert "grid-template-columns" in served.get("crashlab/serve.css")
     # a canned query as HTML and as JSON, with the values the store holds
     html = served.get("lab/table_recovery")
-    assert "recovery: seconds by fs, data_mode and phase" in html and "journal_replay" in html
+    assert "recovery: seconds per phase by fs, data_mode" in html and "journal_replay" in html
     findings = served.json(f"lab/findings.json?run={run_id[:6]}&_shape=array")
     assert sorted(r["outcome"] for r in findings) == ["data_loss", "repaired"]
     assert served.json("lab/findings.json?run=nosuchrun&_shape=array") == []
@@ -406,7 +406,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Served
 def test_dashboard_draws_every_chart_in_chromium(lab: tuple[Path, Served], tmp_path: Path) -> None:
     db, served = lab
     url = served.base + serve_meta.DASHBOARD.lstrip("/")
-    shots = tmp_path_factory_dir(tmp_path)
+    shots = screenshot_dir(tmp_path)
     dom = chromium(tmp_path / "profile", "--dump-dom", url)
     parts = chart_parts(dom)
     with Store.open(db) as store:
@@ -426,9 +426,24 @@ def test_dashboard_draws_every_chart_in_chromium(lab: tuple[Path, Served], tmp_p
     assert colour_pixels(png, COLOURS[Outcome.DATA_LOSS]) > 50
 
 
-def test_query_page_shows_its_table_in_chromium(lab: tuple[Path, Served], tmp_path: Path) -> None:
+def test_query_pages_show_their_tables_in_chromium(
+    lab: tuple[Path, Served], tmp_path: Path
+) -> None:
     db, served = lab
-    shots = tmp_path_factory_dir(tmp_path)
+    shots = screenshot_dir(tmp_path)
+    # the database page lists every canned query, the kinds' too
+    dom = chromium(tmp_path / "profile", "--dump-dom", served.base + "lab")
+    with Store.open(db) as store:
+        queries = serve_meta.metadata("lab", db, "now", store)["databases"]["lab"]["queries"]
+    assert {"table_io", "table_faults_outcomes", "bug_clusters"} <= set(queries)
+    for name in queries:
+        assert f'href="/lab/{name}"' in dom, name
+    png = shots / "lab.png"
+    chromium(
+        tmp_path / "profile", f"--screenshot={png}", "--window-size=1280,2400", served.base + "lab"
+    )
+    assert png.read_bytes().startswith(b"\x89PNG") and png.stat().st_size > 10_000
+    # a kind's query page: its rows in the table
     url = served.base + "lab/table_patterns_outcomes"
     dom = chromium(tmp_path / "profile", "--dump-dom", url)
     with Store.open(db) as store:
@@ -443,7 +458,7 @@ def test_query_page_shows_its_table_in_chromium(lab: tuple[Path, Served], tmp_pa
     assert png.read_bytes().startswith(b"\x89PNG") and png.stat().st_size > 10_000
 
 
-def tmp_path_factory_dir(tmp_path: Path) -> Path:
+def screenshot_dir(tmp_path: Path) -> Path:
     """Where the screenshots go: $CRASHLAB_SCREENSHOTS when set (to keep and look at),
     else the test's temporary directory."""
     where = Path(os.environ.get("CRASHLAB_SCREENSHOTS") or tmp_path / "shots")

@@ -57,9 +57,11 @@ def kind_queries(store: Store) -> dict[str, tuple[str, str, str]]:
         sql = query.kind_sql(store, name)
         by = ", ".join(sql.by) or "nothing"
         see = f"`scenario results table {name} --by {','.join(sql.by)}`"
-        split = f" and {k.split}" if k.split else ""
+        # recovery: seconds per phase; io, the ZFS scans: one value per metric
+        what = f"{k.value} per {k.split}" if k.unit else f"each {k.split}"
+        what = what if k.split else k.value
         out[f"table_{name}"] = (
-            f"{name}: {k.value} by {by}{split}",
+            f"{name}: {what} by {by}",
             f"{k.help[:1].upper()}{k.help[1:]}. n, mean, min, max of {k.value}"
             f" ({k.unit or 'per metric'}); p50 and p95: {see}.",
             sql.stats,

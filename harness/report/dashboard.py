@@ -104,7 +104,7 @@ def _n(field: str, title: str, **more: Any) -> dict[str, Any]:
 
 
 def charts(store: Store, db_name: str, outcomes_sql: str) -> dict[str, dict[str, Any]]:
-    """slug -> (title, SQL, Vega-Lite spec) of the dashboard's charts."""
+    """slug -> the plugin's chart: title, database, SQL and Vega-Lite spec (``display``)."""
     register_kinds()
     recovery = query.kind_sql(store, "recovery", ["cell", "size"]).stats
     resilver = query.kind_sql(store, "resilver", ["layout", "fill"]).stats

@@ -81,7 +81,9 @@ def test_indices_name_exact_workloads_and_filters_still_apply() -> None:
         i for i in picked if all(c.op_class == "append" for c, _ in ace.decode(2, i))
     ]
     few = ace.selection(2, 5, 3, indices=picked)
-    assert len(few) == 5 and set(few) <= set(picked) and few == ace.selection(2, 5, 3, indices=picked)
+    assert (
+        len(few) == 5 and set(few) <= set(picked) and few == ace.selection(2, 5, 3, indices=picked)
+    )
 
 
 def test_an_index_outside_the_space_or_invalid_names_the_key() -> None:

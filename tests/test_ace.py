@@ -71,3 +71,28 @@ def test_every_seq1_workload_holds_its_oracle_at_every_mark(
                 assert v["ok"], (label, entry["mark"], exact, v)
         final = oracle.requirements(o, body["final_mark"], True)
         assert final is not None and final["files"], label  # the final sync requires files
+
+
+def test_indices_name_exact_workloads_and_filters_still_apply() -> None:
+    """``workload.indices``: a family picked by hand (e.g. a file fsync'd, then renamed)."""
+    picked = ace.selection(2, 0, 1, classes=["append", "rename"], limit=400)
+    assert ace.selection(2, 0, 1, indices=picked[::-1]) == picked
+    assert ace.selection(2, 0, 1, classes=["append"], indices=picked) == [
+        i for i in picked if all(c.op_class == "append" for c, _ in ace.decode(2, i))
+    ]
+    few = ace.selection(2, 5, 3, indices=picked)
+    assert (
+        len(few) == 5 and set(few) <= set(picked) and few == ace.selection(2, 5, 3, indices=picked)
+    )
+
+
+def test_an_index_outside_the_space_or_invalid_names_the_key() -> None:
+    from harness.config import scenario
+    from harness.errors import InputError
+
+    invalid = next(i for i in range(ace.space(2)) if not ace.valid(ace.decode(2, i)))
+    for bad in (ace.space(2), invalid):
+        with pytest.raises(InputError) as e:
+            scenario.load("ace-seq1", ("workload.seq=2", f"workload.indices=[{bad}]"))
+        text = str(e.value) + str(getattr(e.value, "hint", ""))
+        assert "indices" in text and str(bad) in text

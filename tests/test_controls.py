@@ -1,4 +1,4 @@
-"""The lab's known-answer controls, with real guests (~10 min under TCG): every positive
+"""The lab's known-answer controls, with real guests (~6 min under TCG): every positive
 control must find data loss, every negative one must stay clean, and the campaign exits 0
 only then. If this fails after a change, the lab is broken, whatever else passes."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import paths
+from harness import filesystems, paths
 from harness.image import build as image
 
 pytestmark = pytest.mark.vm
@@ -30,7 +30,7 @@ def test_controls_give_their_known_answers(guest_image: image.Image, tmp_path: P
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     con = sqlite3.connect(db)
     runs = con.execute("SELECT id, scenario, summary FROM runs WHERE status = 'done'").fetchall()
-    assert len(runs) == 10
+    assert len(runs) == 13
     for run_id, scenario, summary in runs:
         s = json.loads(summary)
         counts = s["outcome_counts"]
@@ -52,3 +52,15 @@ def test_controls_give_their_known_answers(guest_image: image.Image, tmp_path: P
             )
             [(states,)] = con.execute("SELECT count(*) FROM verdicts WHERE run_id = ?", (run_id,))
             assert guest == states > 0, (scenario, guest, states)
+        if scenario in ("jfs-fsync", "reiserfs-fsync", "f2fs-fsync"):
+            # Both stages judged every state: the filesystem's own host checker, then a
+            # guest mount with the oracle.
+            fs = scenario.removesuffix("-fsync")
+            rows = con.execute(
+                "SELECT stage, checker, count(*) FROM checks WHERE run_id = ? GROUP BY 1, 2",
+                (run_id,),
+            ).fetchall()
+            [(states,)] = con.execute("SELECT count(*) FROM verdicts WHERE run_id = ?", (run_id,))
+            stages = {(stage, n) for stage, _, n in rows}
+            assert stages == {("guest", states), ("host", states)}, (scenario, rows)
+            assert {c for st, c, _ in rows if st == "host"} == {filesystems.get(fs).checker}

@@ -21,6 +21,7 @@ from harness.replay.crashstates import (
     every,
     generate,
     reorder,
+    start_after,
     torn,
 )
 
@@ -213,3 +214,25 @@ def test_log_without_mkfs_mark(tmp_path: Path) -> None:
     path = LogBuilder().write(0, b"x" * 512).flush().build(tmp_path / "l")
     with open_log(path) as log, pytest.raises(InputError, match="no 'crashlab:mkfs' mark"):
         generate(log, [{"kind": "flush"}])
+
+
+def test_states_start_after_a_named_mark_or_a_patterns_setup(tmp_path: Path) -> None:
+    """``crash.after_mark``: the FUA before ``crashlab:sync:1`` is left out; 'setup' finds
+    the sync mark before a pattern's first update (its targets' smallest ``start_n``)."""
+    b = LogBuilder()
+    b.write(0, b"m" * 1024).flush().mark(MKFS_MARK)
+    b.write(16, b"a" * 512, FUA).mark("crashlab:sync:1")
+    b.write(24, b"b" * 512, FUA).write(32, b"c" * 512, FUA).mark("crashlab:sync:2")
+    with open_log(b.build(tmp_path / "l")) as log:
+        assert start_after(log, MKFS_MARK) is None
+        assert [s.prefix for s in generate(log, [{"kind": "fua"}])] == [4, 6, 7]
+        at = start_after(log, "crashlab:sync:1")
+        assert at == 4
+        assert [s.prefix for s in generate(log, [{"kind": "fua"}], start=at)] == [6, 7]
+        targets = [{"start_n": 2}, {"start_n": 1}]
+        assert start_after(log, "setup", targets) == at
+        with pytest.raises(InputError, match="not an application pattern"):
+            start_after(log, "setup")
+        with pytest.raises(InputError, match="no mark 'crashlab:sync:9'") as e:
+            start_after(log, "crashlab:sync:9")
+        assert "crashlab:sync:2" in str(e.value.hint)

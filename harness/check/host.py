@@ -1,7 +1,7 @@
 """Judging one crash image with the filesystem's own userspace checker, on the host.
 
 ``host_check(fs, image, scratch)`` is a pure function of a crash image: it leaves the image
-exactly as it found it (ext journal replay is undone with e2undo; xfs_repair -n and
+exactly as it found it (ext journal replay is undone from e2fsck's undo file; xfs_repair -n and
 btrfs check --readonly write nothing; a repair attempt runs on a sparse copy), so checks
 can run anywhere — a second core, or later a Dask worker — given the state and its image.
 Nothing here mounts anything: the host kernel never sees a crash image.
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import filesystems, proc
+from harness.check import e2undo
 from harness.errors import CommandTimeout, HarnessError
 from harness.outcome import Outcome
 
@@ -261,7 +262,9 @@ def _undo_file(scratch: Path) -> Path:
 
 
 def _undo(undo: Path, image: Path) -> None:
-    if _undo_keys(undo):
+    # In this process when the file is one e2undo.restore fully understands (always, so
+    # far); e2undo itself otherwise, whose refusal is a harness error.
+    if _undo_keys(undo) and e2undo.restore(undo, image) is None:
         proc.run(["e2undo", undo, image])
     undo.unlink(missing_ok=True)
 

@@ -254,6 +254,13 @@ class CrashSpec(Settings):
         validate_default=True,
     )
     max_states: int = Field(DEFAULT_MAX_STATES, ge=1, description="spread evenly over the log")
+    after_mark: str = Field(
+        "crashlab:mkfs",
+        min_length=1,
+        description="states start after this mark of the log (its text, e.g. "
+        "crashlab:sync:3), or 'setup': after an application pattern's files were written "
+        "and synced, so every state falls in the updates",
+    )
     corrupt: Literal["none", "zero-durable-block"] = Field(
         "none", description="a positive control: damage each replayed state before the check"
     )

@@ -236,17 +236,28 @@ def _step(c: Core, files: dict[str, int], dirs: set[str]) -> bool:
 
 
 def selection(
-    seq: int, sample: int, seed: int, limit: int = 0, classes: Sequence[str] = ()
+    seq: int,
+    sample: int,
+    seed: int,
+    limit: int = 0,
+    classes: Sequence[str] = (),
+    indices: Sequence[int] = (),
 ) -> list[int]:
     """The valid indices a run takes: all of them in order, or ``sample`` of them drawn
     by ``seed`` (sorted); only those whose core ops are all of ``classes`` when given
-    (the sample is drawn among those); ``limit`` keeps the first few (a CI slice)."""
+    (the sample is drawn among those); ``limit`` keeps the first few (a CI slice).
+    ``indices`` replaces the whole space by these workloads (the filters still apply)."""
     keep = set(classes)
 
     def wanted(i: int) -> bool:
         picked = decode(seq, i)
         return valid(picked) and (not keep or all(c.op_class in keep for c, _ in picked))
 
+    if indices:
+        chosen = sorted({i for i in indices if wanted(i)})
+        if sample:
+            chosen = sorted(random.Random(seed).sample(chosen, min(sample, len(chosen))))
+        return chosen[:limit] if limit else chosen
     if sample:
         rng = random.Random(seed)
         total = space(seq)

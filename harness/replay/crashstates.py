@@ -398,6 +398,38 @@ _GENERATORS: dict[str, Generator] = {
 KINDS = tuple(_GENERATORS)
 
 
+SETUP = "setup"
+
+
+def start_after(log: Log, after_mark: str, targets: Sequence[Mapping[str, Any]] = ()) -> int | None:
+    """The entry ``crash.after_mark`` names: None for the lab's ``crashlab:mkfs`` (the
+    generators' default); for ``setup``, the mark before the first update of a pattern
+    workload's ``targets`` (their ``start_n``, harness/guest/apppat.py).
+
+    :raise InputError: ``setup`` without pattern targets, or a mark the log does not have
+        (listing the first ones it has).
+    """
+    if after_mark == MKFS_MARK:
+        return None
+    text = after_mark
+    if after_mark == SETUP:
+        if not targets:
+            raise InputError(
+                "crash.after_mark = 'setup': the workload is not an application pattern, "
+                "so it has no setup",
+                hint="give a mark of the log (crashlab:sync:N), or leave crash.after_mark out",
+            )
+        text = f"{SYNC_MARK_PREFIX}{min(int(t['start_n']) for t in targets)}"
+    found = log.find_mark(text)
+    if found is None:
+        have = ", ".join(f"{m!r}" for m in list(log.marks.values())[:12])
+        raise InputError(
+            f"crash.after_mark = {after_mark!r}: the log has no mark {text!r}",
+            hint=f"its marks begin {have or 'nowhere: it has none'}",
+        )
+    return found
+
+
 def generate(
     log: Log, specs: Sequence[Mapping[str, object]], seed: int = 0, *, start: int | None = None
 ) -> list[CrashState]:

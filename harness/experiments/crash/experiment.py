@@ -100,6 +100,9 @@ class CrashReplay(lifecycle.Experiment):
         self.log = self._stack.enter_context(logwrites.open_log(rdir / "log.raw"))
         lg = self.log
         stats = add_log(run.store, run.run_id, lg)
+        if self.start_after is None:  # a check-log run chose its own start
+            targets = self.oracle.get("targets") or ()
+            self.start_after = crashstates.start_after(lg, sc.crash.after_mark, targets)
         self.states = crashstates.spread(self.generate(lg), sc.crash.max_states)
         self.recording = {
             "log_entries": stats.entries,

@@ -49,7 +49,9 @@ class Search(lifecycle.Experiment):
 
     def prepare(self) -> None:
         w = self.sc.workload
-        picked = ace.selection(w.seq, w.sample, self.run.seed, w.limit, w.op_classes)
+        picked = ace.selection(
+            w.seq, w.sample, self.run.seed, w.limit, w.op_classes, w.indices
+        )
         wanted = [ace.describe(w.seq, i) for i in picked]
         self.workloads = {d["id"]: d for d in wanted}
         self._record_missing(wanted)

@@ -38,6 +38,11 @@ class AceSpec(Settings):
     op_classes: tuple[str, ...] = Field(
         (), description="only workloads whose core ops are all of these classes"
     )
+    indices: tuple[int, ...] = Field(
+        (),
+        description="exactly these workloads of the space (as `results bugs` names them), "
+        "e.g. one cluster's, or a hand-picked family; the filters above then apply to them",
+    )
     noop_sync: bool = Field(
         False, description="a positive control: never really sync; expect findings"
     )
@@ -51,6 +56,20 @@ class AceSpec(Settings):
                 f"unknown op class {bad[0]!r}", "valid ones: " + ", ".join(known), key="op_classes"
             )
         size = ace.space(self.seq)
+        for i in self.indices:
+            if not 0 <= i < size or not ace.valid(ace.decode(self.seq, i)):
+                raise problem(
+                    f"workload {i} is not a valid seq-{self.seq} workload",
+                    f"indices lie in 0..{size - 1} and name workloads whose ops can run "
+                    f"(`python -m harness.guest.ace list --seq {self.seq}` lists them)",
+                    key="indices",
+                )
+        if self.indices and self.sample > len(self.indices):
+            raise problem(
+                f"a sample of {self.sample} is larger than the {len(self.indices)} indices given",
+                f"sample at most {len(self.indices)}, or 0 for every one of them",
+                key="sample",
+            )
         if self.sample > size:
             raise problem(
                 f"a sample of {self.sample} is larger than seq-{self.seq}'s space of {size}",

@@ -17,6 +17,7 @@ PACKAGES: dict[str, str] = {
     "dumpe2fs": "e2fsprogs",
     "mkfs.xfs": "xfsprogs",
     "xfs_repair": "xfsprogs",
+    "xfs_db": "xfsprogs",
     "mkfs.btrfs": "btrfs-progs",
     "btrfs": "btrfs-progs",
     "mkfs.jfs": "jfsutils",

@@ -94,10 +94,10 @@ def test_scenario_explain_prints_it_and_refuses_bad_input(
 
 def test_other_filesystems_say_so_per_write(tmp_path: Path) -> None:
     e = Entry(7, 2048, 8, FUA | METADATA, 4096, 4096, None)
-    x = blocks.explain("xfs", tmp_path / "absent.img", [e], [])
+    x = blocks.explain("f2fs", tmp_path / "absent.img", [e], [], lambda e: b"")
     assert x.lines() == [
         "entry 7: sectors 2048+8 [FUA|META]",
-        "  sectors 2048-2055: not explained for xfs yet",
+        "  sectors 2048-2055: not explained for f2fs yet",
     ]
 
 

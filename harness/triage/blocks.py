@@ -4,7 +4,9 @@ Given a state's image and log entries, each block an entry writes is named: supe
 group descriptors, a bitmap, an inode table (which inodes, by name), a journal block
 (which transaction, and for a copy, what the copied block is), a directory or file
 block (which one, at what offset), an extent-tree block. Read with the filesystem's
-userspace tools on image files only (``ext.py``); the host kernel never sees an image.
+userspace tools on image files only (``ext.py``, ``xfs.py``, ``btrfs.py``); the host
+kernel never sees an image. XFS and btrfs metadata blocks carry a magic number or a
+header, read from the bytes the write itself holds (``content``).
 
 Ownership (which file a block belongs to) is asked of ``owners``, images in order: the
 state's image after userspace journal recovery first, then the log's final image. A
@@ -15,32 +17,20 @@ from, since a block freed and reused later would be named by its last owner.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.record.logwrites import FLUSH, FUA, METADATA, Entry
-from harness.triage import ext
+from harness.triage import btrfs, ext, xfs
+from harness.triage.what import Explained, What
 
 EXT = ("ext2", "ext3", "ext4")
 _FLAGS = ((FLUSH, "FLUSH"), (FUA, "FUA"), (METADATA, "META"))
+# Explainers reading the written bytes too: (image, writes, owner images, content).
+_OTHERS = {"xfs": xfs.explain, "btrfs": btrfs.explain}
 
-
-@dataclass(frozen=True)
-class What:
-    """What one block is: a kind, the thing it belongs to, and where in it."""
-
-    kind: str  # superblock, inode table, journal, directory, file data, free, ...
-    subject: str = ""  # group 3, transaction 6, /d5/f8 ...
-    offset: int | None = None  # bytes into the file or directory
-    detail: str = ""  # inodes of an inode-table block; what a journal copy is of
-    source: str = ""  # where ownership was found when not in the state itself
-
-
-@dataclass(frozen=True)
-class Explained:
-    entry: Entry
-    blocks: tuple[tuple[int, What], ...]  # (block number, what it is)
+__all__ = ["Explained", "Explanation", "What", "describe", "explain", "flags_text", "runs"]
 
 
 @dataclass(frozen=True)
@@ -67,12 +57,19 @@ def flags_text(e: Entry) -> str:
 
 
 def explain(
-    fs_type: str, image: Path, entries: Sequence[Entry], owners: Sequence[tuple[Path, str]]
+    fs_type: str,
+    image: Path,
+    entries: Sequence[Entry],
+    owners: Sequence[tuple[Path, str]],
+    content: Callable[[Entry], bytes],
 ) -> Explanation:
     """Each write of ``entries`` with what its blocks are in ``image``; ``owners``: the
     images asked which file owns a block, in order, each with what to call it ("" for
-    the state's own)."""
+    the state's own); ``content``: the bytes an entry writes (XFS and btrfs need them)."""
     writes = [e for e in entries if e.is_write]
+    if fs_type in _OTHERS:
+        bs, explained = _OTHERS[fs_type](image, writes, owners, content)
+        return Explanation(bs, tuple(explained))
     if fs_type not in EXT:
         unknown = What(f"not explained for {fs_type} yet")
         every = tuple(

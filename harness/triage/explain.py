@@ -94,7 +94,7 @@ def explain_writes(
     with tempfile.TemporaryDirectory(prefix="crashlab-explain-") as tmp:
         entries = [lg.entries[i] for i in indices]
         applied, owners = _images(lg, state, size, Path(tmp), fs_type)
-        return blocks.explain(fs_type, applied, entries, owners)
+        return blocks.explain(fs_type, applied, entries, owners, lambda e: bytes(lg.data(e)))
 
 
 def whole(lg: logwrites.Log, prefix: int) -> crashstates.CrashState:

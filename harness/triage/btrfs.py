@@ -1,0 +1,231 @@
+"""What a block of a btrfs image holds, read with ``btrfs inspect-internal`` on the image
+file.
+
+A physical byte is mapped to a logical address through the chunk tree (``dump-tree -t
+chunk``). In a metadata or system chunk it is part of a tree block, whose header (owner
+tree, level, generation) is read from the bytes the *write* put there: btrfs is
+copy-on-write, so a block freed and reused is named by what this write holds. The log
+tree is where fsync bugs live, so its blocks are named as such. In a data chunk, the
+file and offset come from the file extents of the fs tree and the log tree
+(``dump-tree -t fs``, ``-t tree_log``) of the owner images: a crash state's fsync'd data is
+referenced only by its unreplayed log tree, which the host never replays.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import proc
+from harness.errors import HarnessError
+from harness.record.logwrites import Entry
+from harness.triage.what import Explained, What
+
+SUPERS = (64 << 10, 64 << 20, 256 << 30)  # the superblock and its mirrors, physical bytes
+SUPER_SIZE = 4096
+FS_TREE_DIR = 256  # the fs tree's root directory
+_TREES = {
+    1: "root tree",
+    2: "extent tree",
+    3: "chunk tree",
+    4: "device tree",
+    5: "fs tree",
+    7: "csum tree",
+    8: "quota tree",
+    9: "uuid tree",
+    10: "free space tree",
+    11: "block group tree",
+    -6: "log tree",
+    -7: "log fixup tree",
+    -8: "relocation tree",
+    -9: "data relocation tree",
+}
+_CHUNK = re.compile(r"key \(FIRST_CHUNK_TREE CHUNK_ITEM (\d+)\)")
+_LENGTH = re.compile(r"^\s+length (\d+) owner \d+ stripe_len \d+ type (\S+)")
+_STRIPE = re.compile(r"^\s+stripe (\d+) devid \d+ offset (\d+)")
+_ITEM = re.compile(r"^\s+item \d+ key \((\d+) (\w+) (\d+)\)")
+_REF = re.compile(r"^\s+index \d+ namelen \d+ name: (.*)$")
+_DISK = re.compile(r"^\s+extent data disk byte (\d+) nr (\d+)")
+_OFFSET = re.compile(r"^\s+extent data offset (\d+) nr (\d+)")
+_LOG_ROOT = re.compile(r"key \(TREE_LOG ROOT_ITEM \d+\).*\n.* root_dirid \d+ bytenr (\d+)")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    logical: int
+    length: int
+    kind: str  # DATA|single, METADATA|DUP, SYSTEM|DUP ...
+    stripes: tuple[int, ...]  # physical offsets of its copies on the (one) device
+
+
+@dataclass
+class Files:
+    """An image's file extents ((disk start, length, inode, file offset) by logical
+    address) and names ((parent, name) by inode), from its fs tree and its log tree."""
+
+    extents: list[tuple[int, int, int, int, str]] = field(default_factory=list)
+    refs: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
+
+    def path(self, ino: int, depth: int = 0) -> str:
+        if ino == FS_TREE_DIR:
+            return "/"
+        if ino not in self.refs or depth > 64:
+            return f"inode {ino}"
+        return " = ".join(
+            f"{self.path(parent, depth + 1).rstrip('/')}/{name}" for parent, name in self.refs[ino]
+        )
+
+    def owner(self, logical: int) -> tuple[int, int, str] | None:
+        """(inode, byte offset in the file, tree) of the file extent holding ``logical``."""
+        for start, length, ino, offset, tree in self.extents:
+            if start <= logical < start + length:
+                return ino, offset + logical - start, tree
+        return None
+
+
+def inspect(image: Path, args: Sequence[str]) -> str:
+    return proc.run(["btrfs", "inspect-internal", *args, image], check=False).stdout
+
+
+def sector_size(image: Path) -> tuple[int, int]:
+    """(sectorsize, nodesize) from the superblock.
+
+    :raise HarnessError: ``dump-super`` finds no btrfs superblock in ``image``.
+    """
+    out = inspect(image, ["dump-super"])
+    sb = dict(ln.split(None, 1) for ln in out.splitlines() if len(ln.split(None, 1)) == 2)
+    try:
+        return int(sb["sectorsize"]), int(sb["nodesize"])
+    except (KeyError, ValueError):
+        raise HarnessError(f"btrfs dump-super found no superblock in {image}", detail=out) from None
+
+
+def chunks(image: Path) -> list[Chunk]:
+    """The chunk tree's chunks (empty if ``image``'s chunk tree cannot be read)."""
+    out: list[Chunk] = []
+    logical, length, kind, stripes = 0, 0, "", list[int]()
+    for line in inspect(image, ["dump-tree", "--noscan", "-t", "chunk"]).splitlines():
+        if m := _CHUNK.search(line):
+            if kind:
+                out.append(Chunk(logical, length, kind, tuple(stripes)))
+            logical, kind, stripes = int(m.group(1)), "", []
+        elif m := _LENGTH.match(line):
+            length, kind = int(m.group(1)), m.group(2)
+        elif m := _STRIPE.match(line):
+            stripes.append(int(m.group(2)))
+    if kind:
+        out.append(Chunk(logical, length, kind, tuple(stripes)))
+    return out
+
+
+def files(image: Path) -> Files:
+    """The file extents and names of ``image``'s fs tree, then of its log trees (what an
+    fsync logged since the last commit; their extents are the newer, so asked first)."""
+    found = Files()
+    _items(inspect(image, ["dump-tree", "--noscan", "-t", "fs"]), found, "")
+    # The log root tree lists each subvolume's log tree; dump-tree does not follow them.
+    roots = inspect(image, ["dump-tree", "--noscan", "-t", "tree_log"])
+    for bytenr in _LOG_ROOT.findall(roots):
+        log = inspect(image, ["dump-tree", "--noscan", "--follow", "-b", bytenr])
+        _items(log, found, "log tree")
+    return found
+
+
+def _items(text: str, found: Files, label: str) -> None:
+    """Add the INODE_REF names and EXTENT_DATA extents of a ``dump-tree`` listing."""
+    key: tuple[int, str, int] = (0, "", 0)
+    disk = 0
+    for line in text.splitlines():
+        if m := _ITEM.match(line):
+            key, disk = (int(m.group(1)), m.group(2), int(m.group(3))), 0
+        elif key[1] == "INODE_REF" and (m := _REF.match(line)):
+            refs = found.refs.setdefault(key[0], [])
+            if (key[2], m.group(1)) not in refs:
+                refs.append((key[2], m.group(1)))
+        elif key[1] == "EXTENT_DATA" and (m := _DISK.match(line)):
+            disk = int(m.group(1))  # 0: a hole
+        elif key[1] == "EXTENT_DATA" and disk and (m := _OFFSET.match(line)):
+            extent = (disk + int(m.group(1)), int(m.group(2)), key[0], key[2], label)
+            found.extents.insert(0 if label else len(found.extents), extent)
+            disk = 0
+
+
+def explain(
+    image: Path,
+    writes: Sequence[Entry],
+    images: Sequence[tuple[Path, str]],
+    content: Callable[[Entry], bytes],
+) -> tuple[int, list[Explained]]:
+    """Each of ``writes`` block by block (sectorsize blocks): the chunk map of ``image``
+    (else of an owner image), the written bytes, and data ownership asked of ``images``
+    in order. Returns the block size and the explanations."""
+    ss, nodesize = sector_size(image)
+    found = next((c for img in (image, *(i for i, _ in images)) if (c := chunks(img))), [])
+    owners = [(files(img), source) for img, source in images]
+    out = []
+    for e in writes:
+        data = content(e)
+        blocks = []
+        for b in range(e.offset // ss, (e.offset + e.length - 1) // ss + 1):
+            blocks.append((b, _block(b * ss, e, data, found, nodesize, owners)))
+        out.append(Explained(e, tuple(blocks)))
+    return ss, out
+
+
+def _block(
+    phys: int,
+    e: Entry,
+    data: bytes,
+    found: Sequence[Chunk],
+    nodesize: int,
+    owners: Sequence[tuple[Files, str]],
+) -> What:
+    for k, at in enumerate(SUPERS):
+        if at <= phys < at + SUPER_SIZE:
+            return _super(k, at, e, data)
+    for c in found:
+        for copy, start in enumerate(c.stripes):
+            if start <= phys < start + c.length:
+                logical = c.logical + phys - start
+                dup = f", copy {copy + 1} of {len(c.stripes)}" if len(c.stripes) > 1 else ""
+                if c.kind.startswith("DATA"):
+                    return _data(logical, owners)
+                node = logical - (logical - c.logical) % nodesize
+                return _tree_block(node, phys - (logical - node), e, data, dup)
+    return What("unallocated", detail="in no chunk of the chunk tree")
+
+
+def _super(k: int, at: int, e: Entry, data: bytes) -> What:
+    which = "primary" if k == 0 else f"mirror {k}"
+    head = data[at - e.offset : at - e.offset + 104] if e.offset <= at else b""
+    if len(head) < 104:
+        return What("superblock", detail=which)
+    generation, _, _, log_root = struct.unpack_from("<QQQQ", head, 72)
+    log = f"log tree at {log_root}" if log_root else "no log tree"
+    return What("superblock", detail=f"{which}, generation {generation}, {log}")
+
+
+def _tree_block(node: int, at: int, e: Entry, data: bytes, dup: str) -> What:
+    """A block of the tree block at logical ``node`` (its header at physical ``at``)."""
+    head = data[at - e.offset : at - e.offset + 101] if e.offset <= at else b""
+    if len(head) < 101 or struct.unpack_from("<Q", head, 48)[0] != node:
+        why = "its header is not in this write" if len(head) < 101 else "no header for it here"
+        return What("tree block", detail=f"part of tree block {node}: {why}{dup}")
+    generation, owner, items = struct.unpack_from("<QqI", head, 80)
+    level = head[100]
+    tree = _TREES.get(owner, f"subvolume {owner} tree" if owner >= 256 else f"tree {owner}")
+    shape = "leaf" if level == 0 else "node"
+    detail = f"{shape}, level {level}, generation {generation}, {items} items, logical {node}"
+    return What("tree block", tree, detail=detail + dup)
+
+
+def _data(logical: int, owners: Sequence[tuple[Files, str]]) -> What:
+    for f, source in owners:
+        if hit := f.owner(logical):
+            ino, offset, tree = hit
+            where = ", ".join(s for s in (f"in the {tree}" if tree else "", source) if s)
+            return What("file data", f.path(ino), offset, source=where)
+    return What("free", detail="no file extent refers to it in the state or at the log's end")

@@ -37,15 +37,19 @@ def db(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 REAL_LOGS = Path(__file__).parent / "data" / "logs"
 
 
-@pytest.fixture(scope="session")
-def ext4_small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    """The recorded ext4 ops log (tests/data/logs/README.md), decompressed once per
-    session, and what was measured of it (device size, hashes, counts)."""
-    name = "ext4-ops-small"
+def real_log(name: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """Recorded log ``name`` (tests/data/logs/README.md), decompressed, and what was
+    measured of it (device size, hashes, counts)."""
     out = tmp_path_factory.mktemp("reallog") / "log.raw"
     with gzip.open(REAL_LOGS / f"{name}.log.gz", "rb") as src, out.open("wb") as dst:
         shutil.copyfileobj(src, dst)
     return out, dict(json.loads((REAL_LOGS / f"{name}.json").read_text()))
+
+
+@pytest.fixture(scope="session")
+def ext4_small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The recorded ext4 ops log, decompressed once per session."""
+    return real_log("ext4-ops-small", tmp_path_factory)
 
 
 @pytest.fixture()

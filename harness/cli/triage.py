@@ -20,7 +20,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "explain",
         help="name each block a crash state's writes touch: journal transaction, inode "
-        "table, file and offset ... (ext2/3/4; host userspace tools on the image)",
+        "table, file and offset, XFS log record, btrfs tree block ... (ext2/3/4, XFS, btrfs; "
+        "host userspace tools on the image)",
     )
     p.add_argument("state_id", metavar="STATE-ID")
     p.add_argument(

@@ -18,6 +18,7 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from harness import proc
 from harness.errors import HarnessError
@@ -26,6 +27,8 @@ from harness.triage.what import Explained, What
 
 SUPERS = (64 << 10, 64 << 20, 256 << 30)  # the superblock and its mirrors, physical bytes
 SUPER_SIZE = 4096
+RESERVED = 1 << 20  # the device's first MiB: never in a chunk
+HEADER = 101  # bytes of a tree block header up to its level
 FS_TREE_DIR = 256  # the fs tree's root directory
 _TREES = {
     1: "root tree",
@@ -166,12 +169,13 @@ def explain(
     found = next((c for img in (image, *(i for i, _ in images)) if (c := chunks(img))), [])
     owners = [(files(img), source) for img, source in images]
     out = []
-    for e in writes:
-        data = content(e)
-        blocks = []
-        for b in range(e.offset // ss, (e.offset + e.length - 1) // ss + 1):
-            blocks.append((b, _block(b * ss, e, data, found, nodesize, owners)))
-        out.append(Explained(e, tuple(blocks)))
+    with image.open("rb") as f:
+        for e in writes:
+            data = content(e)
+            blocks = []
+            for b in range(e.offset // ss, (e.offset + e.length - 1) // ss + 1):
+                blocks.append((b, _block(b * ss, e, data, f, found, nodesize, owners)))
+            out.append(Explained(e, tuple(blocks)))
     return ss, out
 
 
@@ -179,6 +183,7 @@ def _block(
     phys: int,
     e: Entry,
     data: bytes,
+    image: BinaryIO,
     found: Sequence[Chunk],
     nodesize: int,
     owners: Sequence[tuple[Files, str]],
@@ -194,7 +199,16 @@ def _block(
                 if c.kind.startswith("DATA"):
                     return _data(logical, owners)
                 node = logical - (logical - c.logical) % nodesize
-                return _tree_block(node, phys - (logical - node), e, data, dup)
+                at = phys - (logical - node)
+                head = data[at - e.offset : at - e.offset + HEADER] if e.offset <= at else b""
+                if len(head) < HEADER:
+                    # A tree block written in pieces (mkfs writes 4 KiB at a time): its
+                    # header as the image holds it.
+                    image.seek(at)
+                    return _tree_block(node, image.read(HEADER), dup, " (header not in this write)")
+                return _tree_block(node, head, dup)
+    if phys < RESERVED:
+        return What("reserved", detail="the device's first MiB, in no chunk")
     return What("unallocated", detail="in no chunk of the chunk tree")
 
 
@@ -208,18 +222,16 @@ def _super(k: int, at: int, e: Entry, data: bytes) -> What:
     return What("superblock", detail=f"{which}, generation {generation}, {log}")
 
 
-def _tree_block(node: int, at: int, e: Entry, data: bytes, dup: str) -> What:
-    """A block of the tree block at logical ``node`` (its header at physical ``at``)."""
-    head = data[at - e.offset : at - e.offset + 101] if e.offset <= at else b""
-    if len(head) < 101 or struct.unpack_from("<Q", head, 48)[0] != node:
-        why = "its header is not in this write" if len(head) < 101 else "no header for it here"
-        return What("tree block", detail=f"part of tree block {node}: {why}{dup}")
+def _tree_block(node: int, head: bytes, dup: str, note: str = "") -> What:
+    """A block of the tree block at logical ``node`` whose header is ``head``."""
+    if len(head) < HEADER or struct.unpack_from("<Q", head, 48)[0] != node:
+        return What("tree block", detail=f"logical {node}: no tree block header there{dup}")
     generation, owner, items = struct.unpack_from("<QqI", head, 80)
     level = head[100]
     tree = _TREES.get(owner, f"subvolume {owner} tree" if owner >= 256 else f"tree {owner}")
     shape = "leaf" if level == 0 else "node"
     detail = f"{shape}, level {level}, generation {generation}, {items} items, logical {node}"
-    return What("tree block", tree, detail=detail + dup)
+    return What("tree block", tree, detail=detail + dup + note)
 
 
 def _data(logical: int, owners: Sequence[tuple[Files, str]]) -> What:

@@ -177,7 +177,7 @@ def owners(image: Path, geo: Geometry, blocks: Iterable[int]) -> Owners:
             found.uses[geo.linear(int(m.group(1)), int(m.group(2)))] = (m.group(3), ino)
         elif (parts := line.split(None, 1)) and len(parts) == 2 and parts[0].isdigit():
             # ncheck: "131 d1/f2"; a directory also as "262272 d1/.".
-            path = "/" + parts[1].removesuffix("/.").removesuffix(".")
+            path = "/" + parts[1].removesuffix("/.")
             found.names.setdefault(int(parts[0]), []).append(path.rstrip("/") or "/")
     inos = sorted({i for _, i in found.uses.values() if i is not None})
     commands = [c for i in inos for c in (f"echo @inode {i}", f"inode {i}", "bmap")]

@@ -167,49 +167,60 @@ def explain(
     in order. Returns the block size and the explanations."""
     ss, nodesize = sector_size(image)
     found = next((c for img in (image, *(i for i, _ in images)) if (c := chunks(img))), [])
-    owners = [(files(img), source) for img, source in images]
-    out = []
     with image.open("rb") as f:
+        at = _Place(found, nodesize, [(files(img), source) for img, source in images], f)
+        out = []
         for e in writes:
             data = content(e)
             blocks = []
             for b in range(e.offset // ss, (e.offset + e.length - 1) // ss + 1):
-                blocks.append((b, _block(b * ss, e, data, f, found, nodesize, owners)))
+                blocks.append((b, at.what(b * ss, e, data)))
             out.append(Explained(e, tuple(blocks)))
     return ss, out
 
 
-def _block(
-    phys: int,
-    e: Entry,
-    data: bytes,
-    image: BinaryIO,
-    found: Sequence[Chunk],
-    nodesize: int,
-    owners: Sequence[tuple[Files, str]],
-) -> What:
-    for k, at in enumerate(SUPERS):
-        if at <= phys < at + SUPER_SIZE:
-            return _super(k, at, e, data)
-    for c in found:
-        for copy, start in enumerate(c.stripes):
-            if start <= phys < start + c.length:
-                logical = c.logical + phys - start
-                dup = f", copy {copy + 1} of {len(c.stripes)}" if len(c.stripes) > 1 else ""
-                if c.kind.startswith("DATA"):
-                    return _data(logical, owners)
-                node = logical - (logical - c.logical) % nodesize
-                at = phys - (logical - node)
-                head = data[at - e.offset : at - e.offset + HEADER] if e.offset <= at else b""
-                if len(head) < HEADER:
-                    # A tree block written in pieces (mkfs writes 4 KiB at a time): its
-                    # header as the image holds it.
-                    image.seek(at)
-                    return _tree_block(node, image.read(HEADER), dup, " (header not in this write)")
-                return _tree_block(node, head, dup)
-    if phys < RESERVED:
-        return What("reserved", detail="the device's first MiB, in no chunk")
-    return What("unallocated", detail="in no chunk of the chunk tree")
+@dataclass
+class _Place:
+    """What lies at a physical byte: the chunks, the owners' files, and the tree-block
+    headers seen so far (a tree block written in pieces -- mkfs writes 4 KiB at a time --
+    has its header in the first piece only)."""
+
+    chunks: Sequence[Chunk]
+    nodesize: int
+    owners: Sequence[tuple[Files, str]]
+    image: BinaryIO
+    headers: dict[int, tuple[bytes, int]] = field(default_factory=dict)  # at: (header, entry)
+
+    def what(self, phys: int, e: Entry, data: bytes) -> What:
+        for k, at in enumerate(SUPERS):
+            if at <= phys < at + SUPER_SIZE:
+                return _super(k, at, e, data)
+        for c in self.chunks:
+            for copy, start in enumerate(c.stripes):
+                if start <= phys < start + c.length:
+                    logical = c.logical + phys - start
+                    dup = f", copy {copy + 1} of {len(c.stripes)}" if len(c.stripes) > 1 else ""
+                    if c.kind.startswith("DATA"):
+                        return _data(logical, self.owners)
+                    node = logical - (logical - c.logical) % self.nodesize
+                    head, note = self.header(phys - (logical - node), e, data)
+                    return _tree_block(node, head, dup, note)
+        if phys < RESERVED:
+            return What("reserved", detail="the device's first MiB, in no chunk")
+        return What("unallocated", detail="in no chunk of the chunk tree")
+
+    def header(self, at: int, e: Entry, data: bytes) -> tuple[bytes, str]:
+        """The header of the tree block at physical ``at``: from this write, else from
+        an earlier write explained, else as the image holds it (a later tree block may
+        have taken the place since: its generation says so)."""
+        if e.offset <= at and len(head := data[at - e.offset : at - e.offset + HEADER]) == HEADER:
+            self.headers[at] = (head, e.index)
+            return head, ""
+        if at in self.headers:
+            head, index = self.headers[at]
+            return head, f" (header in entry {index})"
+        self.image.seek(at)
+        return self.image.read(HEADER), " (header not in this write: the image's)"
 
 
 def _super(k: int, at: int, e: Entry, data: bytes) -> What:

@@ -1,0 +1,114 @@
+"""Blocks explained on XFS and btrfs (harness/triage/xfs.py, btrfs.py): the writes of
+logs recorded from real runs (tests/data/logs/README.md), named with xfs_db and btrfs
+inspect-internal on image files, as ``scenario explain`` and the triage report name them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import tools
+from harness.record.logwrites import Log, open_log
+from harness.triage import blocks, explain
+from tests.conftest import real_log
+
+Recorded = tuple[Log, dict[str, Any]]
+
+
+def _recorded(name: str, tool: str, factory: pytest.TempPathFactory) -> Iterator[Recorded]:
+    if not tools.available(tool):
+        pytest.skip(f"{tool} not installed ({tools.PACKAGES[tool]})")
+    path, meta = real_log(name, factory)
+    with open_log(path) as lg:
+        assert lg.hash == meta["log_sha256"]  # the fixture README describes this log
+        yield lg, meta
+
+
+@pytest.fixture(scope="module")
+def btrfs_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
+    yield from _recorded("btrfs-fsync-prefix", "btrfs", tmp_path_factory)
+
+
+def _explain(rec: Recorded, fs: str, prefix: int, first: int, last: int) -> blocks.Explanation:
+    """Entries ``first``..``last`` as the state applying every entry before ``prefix``
+    sees them."""
+    lg, meta = rec
+    state = explain.whole(lg, prefix)
+    indices = list(range(first, last + 1))
+    return explain.explain_writes(lg, state, meta["device_size"], fs, indices)
+
+
+def _whats(x: blocks.Explanation) -> dict[int, list[blocks.What]]:
+    return {w.entry.index: [what for _, what in w.blocks] for w in x.writes}
+
+
+def test_btrfs_fsync_writes_log_tree_leaves_then_a_superblock_pointing_at_them(
+    btrfs_log: Recorded,
+) -> None:
+    # After mark sync:5 (entry 1293) an fsync writes two log-tree leaves, each twice
+    # (metadata is DUP), then the superblock with the new log root (FUA).
+    x = _explain(btrfs_log, "btrfs", 1300, 1294, 1299)
+    whats = _whats(x)
+    assert sorted(whats) == [1294, 1295, 1296, 1297, 1299]  # 1298: a bare flush
+    leaves = [w for i in (1294, 1295, 1296, 1297) for w in whats[i]]
+    assert {(w.kind, w.subject) for w in leaves} == {("tree block", "log tree")}
+    assert all(w.detail.startswith("leaf, level 0, generation 7,") for w in leaves)
+    assert (
+        "  blocks 9544-9547: tree block of log tree: leaf, level 0, generation 7, 17 items, "
+        "logical 30703616, copy 1 of 2" in x.lines()
+    )
+    # The second copy of the same tree block, at its DUP stripe.
+    assert whats[1296][0].detail == whats[1294][0].detail.replace("copy 1", "copy 2")
+    # The superblock's log root is the one-item leaf just written: the log root tree.
+    (sb,) = whats[1299]
+    assert blocks.describe(sb) == "superblock: primary, generation 6, log tree at 30720000"
+    root = re.search(r"1 items, logical (\d+)", whats[1295][0].detail)
+    assert root is not None and sb.detail.endswith(f"log tree at {root.group(1)}")
+
+
+def test_btrfs_fsynced_data_is_owned_through_the_states_log_tree(btrfs_log: Recorded) -> None:
+    # Block 3328 is written before the commit that would put it in the fs tree; only the
+    # log tree of an fsync refers to it. The state after that fsync's log tree names it...
+    after = _whats(_explain(btrfs_log, "btrfs", 1278, 1270, 1271))
+    assert after[1270] == [blocks.What("file data", "/f2", 8192, source="in the log tree")]
+    assert after[1271][0].offset == 114688
+    # ... the state before it does not; the log's end does (by then /f2 is /f5, linked
+    # as /f6 and /f7).
+    (before,) = _whats(_explain(btrfs_log, "btrfs", 1271, 1270, 1270))[1270]
+    assert blocks.describe(before) == (
+        "file data of /f5 = /f6 = /f7 at byte 8192 [owner in the log tree, at the log's end]"
+    )
+
+
+def test_btrfs_mkfs_writes_chunk_and_root_tree_blocks_in_pieces(btrfs_log: Recorded) -> None:
+    x = _explain(btrfs_log, "btrfs", len(btrfs_log[0].entries), 1124, 1142)
+    lines = x.lines()
+    chunk = "tree block of chunk tree: leaf, level 0, generation 5, 6 items, logical 22020096"
+    root = "tree block of root tree: leaf, level 0, generation 4, 9 items, logical 30408704"
+    for want in (
+        f"  block 9472: {root}, copy 1 of 2",
+        f"  block 9473: {root}, copy 1 of 2 (header in entry 1124)",
+        f"  block 7424: {chunk}, copy 2 of 2",
+        f"  block 7427: {chunk}, copy 2 of 2 (header in entry 1135)",
+        f"  block 5376: {chunk}, copy 1 of 2",
+    ):
+        assert want in lines
+    early = _explain(btrfs_log, "btrfs", len(btrfs_log[0].entries), 10, 10)
+    assert early.lines()[1] == "  block 9: reserved: the device's first MiB, in no chunk"
+
+
+def test_a_device_without_a_filesystem_is_a_harness_error(tmp_path: Path) -> None:
+    from harness.errors import HarnessError
+    from harness.triage import btrfs, xfs
+
+    if not (tools.available("btrfs") and tools.available("xfs_db")):
+        pytest.skip("btrfs-progs or xfsprogs not installed")
+    empty = tmp_path / "zero.img"
+    empty.write_bytes(bytes(1 << 20))
+    for read in (btrfs.sector_size, xfs.geometry):
+        with pytest.raises(HarnessError, match=str(empty)):
+            read(empty)

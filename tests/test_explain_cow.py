@@ -33,6 +33,11 @@ def btrfs_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     yield from _recorded("btrfs-fsync-prefix", "btrfs", tmp_path_factory)
 
 
+@pytest.fixture(scope="module")
+def xfs_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
+    yield from _recorded("xfs-fsync-prefix", "xfs_db", tmp_path_factory)
+
+
 def _explain(rec: Recorded, fs: str, prefix: int, first: int, last: int) -> blocks.Explanation:
     """Entries ``first``..``last`` as the state applying every entry before ``prefix``
     sees them."""
@@ -99,6 +104,49 @@ def test_btrfs_mkfs_writes_chunk_and_root_tree_blocks_in_pieces(btrfs_log: Recor
         assert want in lines
     early = _explain(btrfs_log, "btrfs", len(btrfs_log[0].entries), 10, 10)
     assert early.lines()[1] == "  block 9: reserved: the device's first MiB, in no chunk"
+
+
+XFS_LOG_START = 327728  # sector of the internal log (superblock logstart, AG 2 block 6)
+
+
+def test_xfs_mkfs_writes_ag_headers_btree_roots_and_the_root_inode(xfs_log: Recorded) -> None:
+    # The state right after mkfs is clean, so blockget answers for it.
+    x = _explain(xfs_log, "xfs", 133, 0, 132)
+    lines = x.lines()
+    for want in (
+        "  blocks 16-23: inode cluster of AG 0: zeros",  # mkfs zeroes the first 128 KiB
+        "  blocks 40966-41221: log: zeros",
+        "  block 0: AGFL of AG 0",
+        "  block 0: AGF of AG 0",
+        "  block 2: free-space btree by size of AG 0: level 0",
+        "  block 0: AGI of AG 0",
+        "  block 3: inode btree of AG 0: level 0",
+        "  block 16: inode cluster of AG 0: inodes 128-135: <128> /, <129> realtime bitmap, "
+        "<130> realtime summary",
+        "  block 17: inode cluster of AG 0: inodes 136-143: none in use",
+        "  block 20480: superblock of AG 1",
+    ):
+        assert want in lines
+
+
+def test_xfs_fsyncs_write_log_records_at_their_lsn(xfs_log: Recorded) -> None:
+    x = _explain(xfs_log, "xfs", 163, 133, 162)
+    whats = _whats(x)
+    assert "  blocks 40966-41478: log of cycle 0: empty records" in x.lines()  # mount
+    fuas = [w.entry for w in x.writes if w.entry.is_fua]
+    assert [e.index for e in fuas] == [135, 141, 144, 148, 155, 162]
+    for e in fuas:
+        first = whats[e.index][0]
+        assert (first.kind, first.subject) == ("log", "cycle 1")
+        # Each record's header names the log sector it was written at.
+        assert first.detail.startswith(f"record at log sector {e.sector - XFS_LOG_START}, ")
+    assert blocks.describe(whats[135][0]) == (
+        "log of cycle 1: record at log sector 2, 1536 bytes of log items"
+    )
+    # File data before any checkpoint: the log holds its inode's extents, and xfs_db
+    # cannot replay a log; both images are dirty, and the explanation says so.
+    (data,) = whats[138]
+    assert data.kind == "unknown" and "blockget refused" in data.detail
 
 
 def test_a_device_without_a_filesystem_is_a_harness_error(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness import proc
@@ -77,6 +77,17 @@ _USES = {
     "inode": "inode cluster",
     "log": "log",
     "sb": "AG headers",
+    "agf": "AGF",
+    "agi": "AGI",
+    "agfl": "AGFL",
+    "btbno": "free-space btree by block",
+    "btcnt": "free-space btree by size",
+    "btino": "inode btree",
+    "btfino": "free-inode btree",
+    "btrmap": "reverse-map btree",
+    "btrefcnt": "refcount btree",
+    "btbmapa": "extent btree",
+    "btbmapd": "extent btree",
 }
 _USE = re.compile(r"^block \d+ \((\d+)/(\d+)\) type (\w+)(?: inode (\d+))?")
 _BMAP = re.compile(r"^\w+ offset (\d+) startblock \d+ \((\d+)/(\d+)\) count (\d+)")
@@ -229,7 +240,10 @@ def explain(
                 record = _log(geo, lo, piece, record)
                 blocks.append((b, record))
             else:
-                blocks.append((b, _block(geo, b, lo, piece, named)))
+                what = _block(geo, b, lo, piece, named)
+                # mkfs zeroes whole regions: say so rather than what the place will hold.
+                zeros = not any(piece) and what.kind not in _HEADERS
+                blocks.append((b, replace(what, detail="zeros") if zeros else what))
         out.append(Explained(e, tuple(blocks)))
     return bs, out
 
@@ -238,6 +252,8 @@ def _log(geo: Geometry, at: int, piece: bytes, record: What | None) -> What:
     """A block of the internal log: the record whose header it holds, or the one the
     write began; else the cycle stamped in its first word."""
     base = geo.log_start * geo.block_size
+    if not any(piece):
+        return What("log", detail="zeros")
     for s in range(0, len(piece) - 23, SECTOR):
         magic, cycle, _, length, lsn = struct.unpack_from(">IIIIQ", piece, s)
         if magic == _LOG_MAGIC and not length:

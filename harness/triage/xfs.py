@@ -109,6 +109,10 @@ class Geometry:
     def linear(self, agno: int, agbno: int) -> int:
         return agno * self.ag_blocks + agbno
 
+    def in_log(self, block: int) -> bool:
+        """``block`` is in the internal log (an external log is on another device)."""
+        return 0 < self.log_start <= block < self.log_start + self.log_blocks
+
     def inodes_in(self, block: int) -> range:
         """The inode numbers whose records lie in linear ``block``."""
         agno, agbno = divmod(block, self.ag_blocks)
@@ -226,7 +230,7 @@ def explain(
     bs = geo.block_size
     numbers = {e.index: range(e.offset // bs, (e.offset + e.length - 1) // bs + 1) for e in writes}
     asked = {b for r in numbers.values() for b in r}
-    asked -= set(range(geo.log_start, geo.log_start + geo.log_blocks))
+    asked = {b for b in asked if not geo.in_log(b)}
     named = [(owners(img, geo, asked), source) for img, source in images]
     out = []
     for e in writes:
@@ -236,7 +240,7 @@ def explain(
         for b in numbers[e.index]:
             lo = max(e.offset, b * bs)
             piece = data[lo - e.offset : min(e.offset + e.length, (b + 1) * bs) - e.offset]
-            if geo.log_start <= b < geo.log_start + geo.log_blocks:
+            if geo.in_log(b):
                 record = _log(geo, lo, piece, record)
                 blocks.append((b, record))
             else:

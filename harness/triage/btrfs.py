@@ -200,11 +200,13 @@ class _Place:
                 if start <= phys < start + c.length:
                     logical = c.logical + phys - start
                     dup = f", copy {copy + 1} of {len(c.stripes)}" if len(c.stripes) > 1 else ""
-                    if c.kind.startswith("DATA"):
-                        return _data(logical, self.owners)
-                    node = logical - (logical - c.logical) % self.nodesize
-                    head, note = self.header(phys - (logical - node), e, data)
-                    return _tree_block(node, head, dup, note)
+                    if "METADATA" in c.kind or "SYSTEM" in c.kind:
+                        node = logical - (logical - c.logical) % self.nodesize
+                        head, note = self.header(phys - (logical - node), e, data)
+                        # Mixed block groups (mkfs --mixed) hold both: a header says which.
+                        if "DATA" not in c.kind or _bytenr(head) == node:
+                            return _tree_block(node, head, dup, note)
+                    return _data(logical, self.owners)
         if phys < RESERVED:
             return What("reserved", detail="the device's first MiB, in no chunk")
         return What("unallocated", detail="in no chunk of the chunk tree")
@@ -235,7 +237,7 @@ def _super(k: int, at: int, e: Entry, data: bytes) -> What:
 
 def _tree_block(node: int, head: bytes, dup: str, note: str = "") -> What:
     """A block of the tree block at logical ``node`` whose header is ``head``."""
-    if len(head) < HEADER or struct.unpack_from("<Q", head, 48)[0] != node:
+    if _bytenr(head) != node:
         return What("tree block", detail=f"logical {node}: no tree block header there{dup}")
     generation, owner, items = struct.unpack_from("<QqI", head, 80)
     level = head[100]
@@ -243,6 +245,11 @@ def _tree_block(node: int, head: bytes, dup: str, note: str = "") -> What:
     shape = "leaf" if level == 0 else "node"
     detail = f"{shape}, level {level}, generation {generation}, {items} items, logical {node}"
     return What("tree block", tree, detail=detail + dup + note)
+
+
+def _bytenr(head: bytes) -> int | None:
+    """The logical address a tree block header says it is at."""
+    return struct.unpack_from("<Q", head, 48)[0] if len(head) >= HEADER else None
 
 
 def _data(logical: int, owners: Sequence[tuple[Files, str]]) -> What:

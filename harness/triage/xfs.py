@@ -229,8 +229,7 @@ def explain(
     geo = geometry(image)
     bs = geo.block_size
     numbers = {e.index: range(e.offset // bs, (e.offset + e.length - 1) // bs + 1) for e in writes}
-    asked = {b for r in numbers.values() for b in r}
-    asked = {b for b in asked if not geo.in_log(b)}
+    asked = {b for r in numbers.values() for b in r if not geo.in_log(b)}
     named = [(owners(img, geo, asked), source) for img, source in images]
     out = []
     for e in writes:
@@ -261,7 +260,7 @@ def _log(geo: Geometry, at: int, piece: bytes, record: What | None) -> What:
     for s in range(0, len(piece) - 23, SECTOR):
         magic, cycle, _, length, lsn = struct.unpack_from(">IIIIQ", piece, s)
         if magic == _LOG_MAGIC and not length:
-            # mkfs clears the log with empty records, one a sector: one line for them all.
+            # A cleared log is empty records, one a sector: one line for them all.
             return What("log", f"cycle {cycle}", detail="empty records")
         if magic == _LOG_MAGIC:
             where = f"record at log sector {lsn & 0xFFFFFFFF}"

@@ -4,6 +4,7 @@ inspect-internal on image files, as ``scenario explain`` and the triage report n
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from harness import tools
 from harness.record.logwrites import Log, open_log
+from harness.replay import replayer as replay
 from harness.triage import blocks, explain
 from tests.conftest import real_log
 
@@ -35,7 +37,7 @@ def btrfs_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
 
 @pytest.fixture(scope="module")
 def xfs_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
-    yield from _recorded("xfs-fsync-prefix", "xfs_db", tmp_path_factory)
+    yield from _recorded("xfs-ops-small", "xfs_db", tmp_path_factory)
 
 
 def _explain(rec: Recorded, fs: str, prefix: int, first: int, last: int) -> blocks.Explanation:
@@ -107,6 +109,7 @@ def test_btrfs_mkfs_writes_chunk_and_root_tree_blocks_in_pieces(btrfs_log: Recor
 
 
 XFS_LOG_START = 327728  # sector of the internal log (superblock logstart, AG 2 block 6)
+XFS_ORACLE = Path(__file__).parent / "data" / "logs" / "xfs-ops-small.oracle.json"
 
 
 def test_xfs_mkfs_writes_ag_headers_btree_roots_and_the_root_inode(xfs_log: Recorded) -> None:
@@ -130,23 +133,53 @@ def test_xfs_mkfs_writes_ag_headers_btree_roots_and_the_root_inode(xfs_log: Reco
 
 
 def test_xfs_fsyncs_write_log_records_at_their_lsn(xfs_log: Recorded) -> None:
-    x = _explain(xfs_log, "xfs", 163, 133, 162)
+    x = _explain(xfs_log, "xfs", 179, 133, 160)
     whats = _whats(x)
     assert "  blocks 40966-41478: log of cycle 0: empty records" in x.lines()  # mount
     fuas = [w.entry for w in x.writes if w.entry.is_fua]
-    assert [e.index for e in fuas] == [135, 141, 144, 148, 155, 162]
+    assert [e.index for e in fuas] == [136, 139, 142, 149, 155, 159]
     for e in fuas:
         first = whats[e.index][0]
         assert (first.kind, first.subject) == ("log", "cycle 1")
         # Each record's header names the log sector it was written at.
         assert first.detail.startswith(f"record at log sector {e.sector - XFS_LOG_START}, ")
-    assert blocks.describe(whats[135][0]) == (
-        "log of cycle 1: record at log sector 2, 1536 bytes of log items"
+    assert blocks.describe(whats[136][0]) == (
+        "log of cycle 1: record at log sector 2, 2048 bytes of log items"
     )
-    # File data before any checkpoint: the log holds its inode's extents, and xfs_db
-    # cannot replay a log; both images are dirty, and the explanation says so.
-    (data,) = whats[138]
-    assert data.kind == "unknown" and "blockget refused" in data.detail
+
+
+def test_xfs_unmount_writes_back_inodes_and_ag_metadata_by_name(xfs_log: Recorded) -> None:
+    x = _explain(xfs_log, "xfs", 179, 161, 167)
+    lines = x.lines()
+    for want in (
+        "  block 16: inode cluster of AG 0: inodes 128-135: <128> /, <129> realtime bitmap, "
+        "<130> realtime summary, <131> /f9, <132> /f8",
+        "  block 0: AGF of AG 0",
+        "  block 0: AGI of AG 0",
+        "  block 1: free-space btree by block of AG 0: level 0",
+        "  block 4: free-inode btree of AG 0: level 0",
+    ):
+        assert want in lines
+    # The files named are those the workload wrote (its oracle's).
+    wrote = {f"/{p}" for m in json.loads(XFS_ORACLE.read_text())["marks"] for p in m["files"]}
+    assert {"/f8", "/f9"} <= wrote
+
+
+def test_xfs_data_of_a_dirty_state_is_owned_at_the_logs_end(
+    xfs_log: Recorded, tmp_path: Path
+) -> None:
+    # After the FUA at 155 the log is dirty: blockget refuses the state, and the clean
+    # unmounted image at the log's end names the file and offset.
+    x = _explain(xfs_log, "xfs", 156, 150, 155)
+    assert "  blocks 14-15: file data of /f8 at byte 24576 [owner at the log's end]" in x.lines()
+    # Asked of the dirty state alone, the explanation says why no owner is known.
+    lg, meta = xfs_log
+    state = replay.materialize(lg, explain.whole(lg, 156), tmp_path / "s.img", meta["device_size"])
+    alone = blocks.explain(
+        "xfs", state, [lg.entries[152]], [(state, "")], lambda e: bytes(lg.data(e))
+    )
+    (what,) = {w for _, w in alone.writes[0].blocks}
+    assert what.kind == "unknown" and "blockget refused" in what.detail
 
 
 def test_a_device_without_a_filesystem_is_a_harness_error(tmp_path: Path) -> None:

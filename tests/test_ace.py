@@ -96,3 +96,18 @@ def test_an_index_outside_the_space_or_invalid_names_the_key() -> None:
             scenario.load("ace-seq1", ("workload.seq=2", f"workload.indices=[{bad}]"))
         text = str(e.value) + str(getattr(e.value, "hint", ""))
         assert "indices" in text and str(bad) in text
+
+
+def test_relog_keeps_workloads_acting_again_on_a_file_they_fsynced() -> None:
+    """The btrfs log-tree family: fsync(foo) then rename(foo) -- but not after a sync,
+    which commits the transaction, and not when the fsync'd file is another one."""
+    core = {(c.op_class, c.path, c.dst): c for c in ace.cores()}
+    append, rename = core[("append", "foo", "")], core[("rename", "foo", "bar")]
+    other = core[("append", "A/foo", "")]
+    assert ace.relogs([(append, ("fsync", "foo")), (rename, ("fsync", "bar"))])
+    assert ace.relogs([(append, ("fdatasync", "foo")), (rename, ("sync", ""))])
+    assert not ace.relogs([(append, ("sync", "")), (rename, ("fsync", "bar"))])
+    assert not ace.relogs([(other, ("fsync", "A/foo")), (rename, ("fsync", "bar"))])
+    picked = ace.selection(2, 0, 1, classes=["append", "link", "rename"], relog=True)
+    assert picked and all(ace.relogs(ace.decode(2, i)) for i in picked)
+    assert ace.selection(1, 0, 1, relog=True) == []

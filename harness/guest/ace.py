@@ -242,16 +242,22 @@ def selection(
     limit: int = 0,
     classes: Sequence[str] = (),
     indices: Sequence[int] = (),
+    relog: bool = False,
 ) -> list[int]:
     """The valid indices a run takes: all of them in order, or ``sample`` of them drawn
     by ``seed`` (sorted); only those whose core ops are all of ``classes`` when given
     (the sample is drawn among those); ``limit`` keeps the first few (a CI slice).
-    ``indices`` replaces the whole space by these workloads (the filters still apply)."""
+    ``indices`` replaces the whole space by these workloads (the filters still apply);
+    ``relog`` keeps only workloads that act again on a file they fsync'd (``relogs``)."""
     keep = set(classes)
 
     def wanted(i: int) -> bool:
         picked = decode(seq, i)
-        return valid(picked) and (not keep or all(c.op_class in keep for c, _ in picked))
+        return (
+            valid(picked)
+            and (not keep or all(c.op_class in keep for c, _ in picked))
+            and (not relog or relogs(picked))
+        )
 
     if indices:
         chosen = sorted({i for i in indices if wanted(i)})
@@ -276,6 +282,23 @@ def selection(
     else:
         picked = [i for i in range(space(seq)) if wanted(i)]
     return picked[:limit] if limit else picked
+
+
+def relogs(picked: Sequence[tuple[Core, tuple[str, str]]]) -> bool:
+    """Whether a core op acts on a file an earlier op's fsync or fdatasync persisted with
+    no sync between: its inode is already in the running transaction's log (btrfs's log
+    tree, ext4's fast commit), where the fsync bugs of the rename and link family live
+    (btrfs_log_new_name and its many fixes). A sync commits the transaction and empties
+    the log, so it ends the family."""
+    synced: set[str] = set()
+    for c, (pkind, ppath) in picked:
+        if c.path in synced:
+            return True
+        if pkind in ("fsync", "fdatasync"):
+            synced.add(ppath)
+        elif pkind == "sync":
+            synced.clear()
+    return False
 
 
 def base_ops() -> list[Any]:

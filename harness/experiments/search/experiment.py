@@ -50,7 +50,13 @@ class Search(lifecycle.Experiment):
     def prepare(self) -> None:
         w = self.sc.workload
         picked = ace.selection(
-            w.seq, w.sample, self.run.seed, w.limit, w.op_classes, w.indices
+            w.seq,
+            w.sample,
+            self.run.seed,
+            w.limit,
+            w.op_classes,
+            indices=w.indices,
+            relog=w.relog,
         )
         wanted = [ace.describe(w.seq, i) for i in picked]
         self.workloads = {d["id"]: d for d in wanted}

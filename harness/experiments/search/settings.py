@@ -38,6 +38,11 @@ class AceSpec(Settings):
     op_classes: tuple[str, ...] = Field(
         (), description="only workloads whose core ops are all of these classes"
     )
+    relog: bool = Field(
+        False,
+        description="only workloads acting again on a file they fsync'd, no sync between "
+        "(seq >= 2: the inode is in the running transaction's log, as btrfs's log tree bugs need)",
+    )
     indices: tuple[int, ...] = Field(
         (),
         description="exactly these workloads of the space (as `results bugs` names them), "
@@ -54,6 +59,12 @@ class AceSpec(Settings):
         if bad:
             raise problem(
                 f"unknown op class {bad[0]!r}", "valid ones: " + ", ".join(known), key="op_classes"
+            )
+        if self.relog and self.seq < 2:
+            raise problem(
+                "relog needs at least two core ops: a file fsync'd, then acted on again",
+                "set workload.seq = 2 or 3",
+                key="relog",
             )
         size = ace.space(self.seq)
         for i in self.indices:

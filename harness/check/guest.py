@@ -235,6 +235,10 @@ def judge(facts: dict[str, Any]) -> CheckResult:
             again = facts.get("fsck_after_repair", {})
             phases["repair"] = facts.get("repair", {}).get("seconds", 0.0)
             outcomes.append(Outcome.REPAIRED if again.get("rc") == 0 else Outcome.UNREPAIRABLE)
+    if verify is not None and "blocks" in verify:
+        # The fio oracle's block classes (rule 12), found or not: kept last, so the tail
+        # the store keeps always says what the state held.
+        out.append("fio blocks: " + json.dumps(verify["blocks"], separators=(",", ":")))
     return CheckResult(
         "guest",
         "mount+verify",

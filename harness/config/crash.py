@@ -16,6 +16,7 @@ from harness.config.base import ScenarioBase
 from harness.config.settings import Settings, Size, problem, size_text
 from harness.config.states import StateSpec
 from harness.errors import InputError
+from harness.record import fiojob
 
 if TYPE_CHECKING:
     pass
@@ -190,6 +191,13 @@ class FioWorkload(Settings):
 
     type: Literal["fio"]
     job: str
+    sections: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="judge the states by data: split the job into this many fsync'd,"
+        " marked sections (harness/record/fiojob.py); 0: fsck and mount only",
+    )
 
     @field_validator("job")
     @classmethod
@@ -197,6 +205,19 @@ class FioWorkload(Settings):
         if not any(line.strip().startswith("[") for line in job.splitlines()):
             raise problem("a fio job needs at least one [section]")
         return job
+
+    @model_validator(mode="after")
+    def _judgeable(self) -> FioWorkload:
+        if self.sections:
+            try:
+                fiojob.parse(self.job, self.sections)
+            except fiojob.JobError as e:
+                raise problem(
+                    str(e),
+                    "change the job, or set workload.sections = 0 (fsck and mount only)",
+                    key="workload.job",
+                ) from None
+        return self
 
 
 class AppWorkload(Settings):

@@ -21,7 +21,7 @@ from typing import Any
 from harness import filesystems
 from harness.config.crash import FsSpec
 from harness.errors import HarnessError, InputError
-from harness.record import fsstress, logwrites
+from harness.record import fiojob, fsstress, logwrites
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 DM_NAME = "crashlab-lw"
@@ -41,6 +41,7 @@ class WorkloadSpec:
     max_size: int = 256 * 1024
     fsync_names: bool = True
     fio_job: str = ""
+    fio_sections: int = 0  # "fio": judged by data in this many sections (0: not judged)
     # A positive control: the workload "syncs" without calling fsync (the marks and the
     # oracle as if it had), so the oracle must find the data missing.
     noop_sync: bool = False
@@ -118,6 +119,8 @@ def record(
     # The log device is sparse and larger than the log: keep only the log.
     with logwrites.open_log(logdev) as lg:
         used = lg.used
+        if oracle.get("fio"):
+            fiojob.check_marks(list(lg.marks.values()), oracle)
     os.truncate(logdev, used)
     return Recording(
         log_path=logdev,
@@ -293,19 +296,7 @@ def _record_in(
             # opgen ended with sync: the final mark's requirements hold from here on.
             marker.mark(step, str(oracle["final_mark"]))
     elif workload.type == "fio":
-        guest.write_file(f"{GUEST_DIR}/job.fio", workload.fio_job.encode())
-        output = step(
-            "workload",
-            [
-                "fio",
-                f"--directory={MOUNTPOINT}",
-                "--output-format=terse",
-                f"--randseed={seed}",
-                f"{GUEST_DIR}/job.fio",
-            ],
-        )
-        step("sync", ["sync"])
-        marker.mark(step, "crashlab:sync:1")
+        output, oracle = _run_fio(guest, step, workload, seed, marker)
     elif workload.type == "fsstress":
         output = _run_fsstress(guest, step, workload, seed, info)
     else:
@@ -314,6 +305,43 @@ def _record_in(
     marker.mark(step, UMOUNT_MARK)
     marker.teardown(step, guest)
     return oracle, output
+
+
+def _run_fio(
+    guest: Guest, step: Step, w: WorkloadSpec, seed: int, marker: Marker
+) -> tuple[str, dict[str, Any]]:
+    """The fio job; with ``fio_sections`` split into marked sections (``fiojob``), its
+    oracle, whose premise -- every block of every section is fio's own -- is checked on
+    the live filesystem after the final sync, so a job that breaks it fails the
+    recording instead of making false findings."""
+    job, oracle = w.fio_job, {}
+    if w.fio_sections:
+        parsed = fiojob.parse(w.fio_job, w.fio_sections)
+        mark_argv = ["dmsetup", "message", DM_NAME, "0", "mark"] if marker.per_sync else None
+        job = fiojob.render(parsed, mark_argv)
+        oracle = fiojob.oracle(parsed, marked=marker.per_sync, fsync_names=w.fsync_names)
+    guest.write_file(f"{GUEST_DIR}/job.fio", job.encode())
+    # Run from GUEST_DIR: fio leaves its verify state and post-run output in its working
+    # directory, which must not be the filesystem under test.
+    fio = ["env", "-C", GUEST_DIR, "fio", f"--directory={MOUNTPOINT}", "--output-format=terse"]
+    output = step("workload", [*fio, f"--randseed={seed}", f"{GUEST_DIR}/job.fio"])
+    step("sync", ["sync"])
+    final = oracle.get("final_mark", "crashlab:sync:1")
+    marker.mark(step, final)
+    if oracle:
+        path = f"{GUEST_DIR}/oracle.json"
+        guest.write_file(path, json.dumps(oracle).encode())
+        said = json.loads(step("fio-premise", [*FIOVERIFY, MOUNTPOINT, path, final]))
+        if not said["ok"]:
+            raise HarnessError(
+                "the fio job did not write every block of its sections once with a verify"
+                " header: its states cannot be judged by data",
+                detail=json.dumps(said)[:2000],
+            )
+    return output, oracle
+
+
+FIOVERIFY = ["python3", f"{GUEST_DIR}/fioverify.py"]
 
 
 def _run_fsstress(

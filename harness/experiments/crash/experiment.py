@@ -43,7 +43,9 @@ log = logging.getLogger("crashlab.run")
 def workload_spec(sc: Scenario) -> record.WorkloadSpec:
     w = sc.workload
     if isinstance(w, FioWorkload):
-        return record.WorkloadSpec(type="fio", fio_job=w.job)
+        return record.WorkloadSpec(
+            type="fio", fio_job=w.job, fio_sections=w.sections, fsync_names=sc.fs.journaled
+        )
     if isinstance(w, FsstressWorkload):
         return record.WorkloadSpec(type="fsstress", ops=w.ops, procs=w.procs, binary=w.binary)
     if isinstance(w, AppWorkload):
@@ -85,6 +87,8 @@ class CrashReplay(lifecycle.Experiment):
                 " data was not verified)"
             )
         w = self.sc.workload
+        if isinstance(w, FioWorkload) and w.sections:
+            return None
         if isinstance(w, FioWorkload | FsstressWorkload):
             return (
                 f"by fsck and mount only ({w.type} writes no oracle: fsync'd data was not verified)"

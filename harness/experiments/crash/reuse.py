@@ -24,6 +24,7 @@ from harness.check import host
 from harness.config.crash import CheckSpec, CrashSpec, FsSpec
 from harness.config.settings import canonical_json
 from harness.experiments import lifecycle
+from harness.guest import fioverify
 from harness.guest import oracle as guest_oracle
 from harness.replay import crashstates
 from harness.replay import replayer as replay
@@ -34,7 +35,7 @@ from harness.store.model import Judged
 _JUDGES = (
     "check/host.py",
     "check/guest.py",
-    *(f"guest/{m}.py" for m in ("checkstate", "oracle", "apppat", "sqlitepat")),
+    *(f"guest/{m}.py" for m in ("checkstate", "oracle", "fioverify", "apppat", "sqlitepat")),
 )
 _HARNESS = Path(__file__).resolve().parents[2]
 
@@ -142,9 +143,12 @@ def _expects(oracle: Mapping[str, Any], state: crashstates.CrashState) -> Any:
     exact or not), which is all ``oracle.verify`` reads. An application pattern's
     classes read the whole oracle at the state's mark, and an oracle ``requirements``
     cannot read (an older format) is judged by whatever the guest makes of it: for those
-    the whole oracle, the mark and ``exact`` are the part. No oracle (fio): nothing."""
+    the whole oracle, the mark and ``exact`` are the part. A fio workload's: how many sections it
+    requires (rule 12). No oracle (fio judged by fsck and mount only): nothing."""
     if not oracle:
         return None
+    if oracle.get("fio"):  # how many sections' blocks: exactness changes nothing (rule 12)
+        return {"fio": oracle["fio"], "sections": fioverify.requirements(dict(oracle), state.mark)}
     if not oracle.get("pattern"):
         with contextlib.suppress(KeyError, TypeError, StopIteration):
             return guest_oracle.requirements(dict(oracle), state.mark, state.exact)

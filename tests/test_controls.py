@@ -30,7 +30,7 @@ def test_controls_give_their_known_answers(guest_image: image.Image, tmp_path: P
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     con = sqlite3.connect(db)
     runs = con.execute("SELECT id, scenario, summary FROM runs WHERE status = 'done'").fetchall()
-    assert len(runs) == 13
+    assert len(runs) == 15
     for run_id, scenario, summary in runs:
         s = json.loads(summary)
         counts = s["outcome_counts"]

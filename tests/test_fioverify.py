@@ -152,3 +152,10 @@ def test_a_missing_section_mark_fails_the_recording() -> None:
     fiojob.check_marks(["crashlab:mkfs", *(f"crashlab:sync:{k}" for k in range(1, 6))], o)
     with pytest.raises(HarnessError, match="crashlab:sync:3"):
         fiojob.check_marks(["crashlab:sync:1", "crashlab:sync:2", "crashlab:sync:4"], o)
+
+
+def test_triage_says_which_blocks_rule_12_required() -> None:
+    from harness.triage import tree
+
+    [line] = tree.table(oracle(), "crashlab:sync:2", True, '{"mismatched": [...]}')
+    assert "first 8 blocks of `fio.data`" in line and "mismatched" in line

@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from harness.guest import fioverify
 from harness.guest.oracle import requirements
 
 CUT = "The check's note was cut at 1500 characters: names past the cut show as expected."
@@ -21,6 +22,8 @@ CUT = "The check's note was cut at 1500 characters: names past the cut show as e
 def table(oracle: Mapping[str, Any], mark: str | None, exact: bool, note: str) -> list[str]:
     """Markdown lines: one row per name the oracle requires at ``mark``, expected and
     found (``note``: the check's oracle verdict)."""
+    if oracle.get("fio"):
+        return _fio_blocks(oracle, mark, note)
     req = requirements(dict(oracle), mark, exact) if oracle else None
     if req is None:
         return [f"The oracle requires nothing at mark {mark!r}."]
@@ -70,3 +73,15 @@ def _reported(note: str) -> dict[str, str]:
     for m in v.get("nlink", []):
         out[m["path"]] = f"**{m['nlink']} links, expected {m['expected']}**"
     return out
+
+
+def _fio_blocks(oracle: Mapping[str, Any], mark: str | None, note: str) -> list[str]:
+    """A fio workload's requirement is blocks, not names (rule 12): which, and what the
+    check found of them."""
+    fio = oracle["fio"]
+    k = fioverify.requirements(dict(oracle), mark) or 0
+    blocks = k * int(fio["section_size"]) // int(fio["bs"])
+    return [
+        f"Rule 12: the first {blocks} blocks of `{fio['file']}` (fio sections 1..{k}) must"
+        f" each be fio's own block for its offset. Found: {note or 'as expected'}"
+    ]

@@ -159,3 +159,22 @@ def test_triage_says_which_blocks_rule_12_required() -> None:
 
     [line] = tree.table(oracle(), "crashlab:sync:2", True, '{"mismatched": [...]}')
     assert "first 8 blocks of `fio.data`" in line and "mismatched" in line
+
+
+def test_the_host_judges_a_lost_block_data_loss_and_keeps_the_counts(root: Path) -> None:
+    from harness.check import guest as guestcheck
+    from harness.outcome import Outcome
+
+    ok = {"rc": 0, "seconds": 0.1, "output": "clean"}
+    damage(root, 2, bytes(BS))
+
+    def judged(mark: str) -> guestcheck.CheckResult:
+        verify = fioverify.verify(str(root), oracle(), mark)
+        r = guestcheck.judge({"mount": ok, "umount": ok, "fsck": ok, "verify": verify})
+        assert r.output.splitlines()[-1].startswith("fio blocks: ")  # found or not
+        return r
+
+    lost = judged("crashlab:sync:1")
+    assert lost.outcome is Outcome.DATA_LOSS
+    assert '"offset": 8192, "holds": "zero"' in lost.note
+    assert judged("crashlab:mkfs").outcome is Outcome.CONSISTENT

@@ -144,7 +144,8 @@ def test_the_scenario_names_the_key_and_the_way_out() -> None:
     with pytest.raises(InputError) as e:
         scenario.load("ext4-fio", ["workload.sections=3"])  # 16m is not 3 sections of 4k
     assert "workload.job" in e.value.message and "sections = 0" in (e.value.hint or "")
-    assert scenario.load("ext4-fio", ["workload.sections=0"]).workload.sections == 0
+    w = scenario.load("ext4-fio", ["workload.sections=0"]).workload  # type: ignore[attr-defined]
+    assert w.sections == 0
 
 
 def test_a_missing_section_mark_fails_the_recording() -> None:
@@ -163,12 +164,13 @@ def test_triage_says_which_blocks_rule_12_required() -> None:
 
 def test_the_host_judges_a_lost_block_data_loss_and_keeps_the_counts(root: Path) -> None:
     from harness.check import guest as guestcheck
+    from harness.check.host import CheckResult
     from harness.outcome import Outcome
 
     ok = {"rc": 0, "seconds": 0.1, "output": "clean"}
     damage(root, 2, bytes(BS))
 
-    def judged(mark: str) -> guestcheck.CheckResult:
+    def judged(mark: str) -> CheckResult:
         verify = fioverify.verify(str(root), oracle(), mark)
         r = guestcheck.judge({"mount": ok, "umount": ok, "fsck": ok, "verify": verify})
         assert r.output.splitlines()[-1].startswith("fio blocks: ")  # found or not

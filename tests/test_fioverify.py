@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.config import fiojob as rules
 from harness.config import scenario
 from harness.errors import HarnessError, InputError
 from harness.guest import fioverify
+from harness.guest import oracle as guest_oracle
 from harness.record import fiojob
 
 DATA = Path(__file__).parent / "data" / "fio"
@@ -33,7 +35,7 @@ MARK_ARGV = ["sh", "-c", 'echo "$0" >> /tmp/fio-oracle-t/marks.txt']
 
 
 def oracle(fsync_names: bool = True) -> dict[str, object]:
-    return fiojob.oracle(fiojob.parse(SOURCE, 4), marked=True, fsync_names=fsync_names)
+    return fiojob.oracle(rules.parse(SOURCE, 4), marked=True, fsync_names=fsync_names)
 
 
 @pytest.fixture
@@ -49,9 +51,9 @@ def damage(root: Path, block: int, data: bytes) -> None:
 
 
 def test_the_fixture_was_written_by_the_rendered_job() -> None:
-    job = fiojob.render(fiojob.parse(SOURCE, 4), MARK_ARGV)
+    job = fiojob.render(rules.parse(SOURCE, 4), MARK_ARGV)
     assert job == (DATA / "job.fio").read_text()
-    assert "exec_postrun" not in fiojob.render(fiojob.parse(SOURCE, 4), None)
+    assert "exec_postrun" not in fiojob.render(rules.parse(SOURCE, 4), None)
 
 
 def test_every_block_fio_wrote_is_its_own_and_nowhere_else() -> None:
@@ -131,13 +133,13 @@ def test_a_missing_file_is_lost_only_where_fsync_keeps_names(tmp_path: Path) -> 
 def test_jobs_the_oracle_cannot_judge_are_refused(change: str, words: str) -> None:
     key = change.split("=")[0]
     job = "\n".join(line for line in SOURCE.splitlines() if not line.startswith(key + "="))
-    with pytest.raises(fiojob.JobError, match=words):
-        fiojob.parse(job + "\n" + change + "\n", 4)
+    with pytest.raises(rules.JobError, match=words):
+        rules.parse(job + "\n" + change + "\n", 4)
 
 
 def test_two_job_sections_are_refused() -> None:
-    with pytest.raises(fiojob.JobError, match="exactly one job section"):
-        fiojob.parse(SOURCE + "\n[second]\nrw=write\n", 4)
+    with pytest.raises(rules.JobError, match="exactly one job section"):
+        rules.parse(SOURCE + "\n[second]\nrw=write\n", 4)
 
 
 def test_the_scenario_names_the_key_and_the_way_out() -> None:
@@ -180,3 +182,7 @@ def test_the_host_judges_a_lost_block_data_loss_and_keeps_the_counts(root: Path)
     assert lost.outcome is Outcome.DATA_LOSS
     assert '"offset": 8192, "holds": "zero"' in lost.note
     assert judged("crashlab:mkfs").outcome is Outcome.CONSISTENT
+
+
+def test_the_fio_oracle_is_in_the_format_checkstate_loads() -> None:
+    assert fiojob.FORMAT == guest_oracle.FORMAT

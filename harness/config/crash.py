@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from harness import filesystems
-from harness.config import settings
+from harness.config import fiojob, settings
 from harness.config.base import ScenarioBase
 from harness.config.settings import Settings, Size, problem, size_text
 from harness.config.states import StateSpec
 from harness.errors import InputError
-from harness.record import fiojob
 
 if TYPE_CHECKING:
     pass

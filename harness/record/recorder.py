@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import filesystems
+from harness.config import fiojob as fiojobrules
 from harness.config.crash import FsSpec
 from harness.errors import HarnessError, InputError
 from harness.record import fiojob, fsstress, logwrites
@@ -316,7 +317,7 @@ def _run_fio(
     recording instead of making false findings."""
     job, oracle = w.fio_job, {}
     if w.fio_sections:
-        parsed = fiojob.parse(w.fio_job, w.fio_sections)
+        parsed = fiojobrules.parse(w.fio_job, w.fio_sections)
         mark_argv = ["dmsetup", "message", DM_NAME, "0", "mark"] if marker.per_sync else None
         job = fiojob.render(parsed, mark_argv)
         oracle = fiojob.oracle(parsed, marked=marker.per_sync, fsync_names=w.fsync_names)

@@ -24,7 +24,7 @@ from harness.record.logwrites import open_log
 from harness.replay import replayer as replay
 from harness.replay.crashstates import CrashState
 from harness.store.db import RunEnv, Store
-from harness.triage import absent, judge, minimal
+from harness.triage import absent, judge, minimal, workload
 from tests.synth import host_only_check_log
 
 ORACLE = Path(__file__).parent / "data" / "logs" / "ext4-ops-small.oracle.json"
@@ -92,6 +92,34 @@ def test_the_torn_finding_gets_a_report_folder(
     # results show links the folder.
     assert main(["results", "show", run_id, "--db", str(db)]) == 0
     assert f"triage of {sid}: {out / 'README.md'}" in capsys.readouterr().out
+
+
+def test_a_check_log_runs_workload_is_not_minimised_and_the_report_says_why(
+    run: tuple[Path, str, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, _, verdicts = run
+    [sid] = [s for s, v in verdicts.items() if v == "unrepairable"]
+    assert main(["triage", sid, "--db", str(db)]) == 0
+    said = capsys.readouterr().out
+    assert "workload not minimised: a check-log run: its log was recorded elsewhere" in said
+    readme = Path(said.rsplit("report: ", 1)[1].strip()).read_text()
+    assert "The workload is not minimised: a check-log run" in readme
+    out = Path(said.rsplit("report: ", 1)[1].strip()).parent
+    summary = json.loads((out / "triage.json").read_text())
+    assert summary["workload"]["minimised"] is False and not (out / "minimal-workload.sh").exists()
+
+
+def test_the_minimal_workload_renders_only_its_ops_and_renumbers_the_marks() -> None:
+    oracle = json.loads(ORACLE.read_text())
+    ops = oracle["ops"]
+    syncs = [o["i"] for o in ops if o.get("mark") and not o.get("final")]
+    keep = [0, syncs[2]]  # the first op and the third persistence op
+    script = workload.script({"workload": {"type": "ops"}}, oracle, 1, keep=keep)
+    assert script is not None
+    body = [ln for ln in script.splitlines() if ln and not ln.startswith(("#", "set", "M="))]
+    assert body == [workload.render(ops[0]), workload.render(ops[syncs[2]]), "sync"]
+    assert script.count("# mark crashlab:sync:") == 2 and "# mark crashlab:sync:2" in script
+    assert f"ops 0,{syncs[2]} of the" in script
 
 
 def lost(entry: int, real: Any) -> Any:

@@ -42,14 +42,15 @@ def register(sub: Any) -> None:
     t.add_argument(
         "--no-workload",
         action="store_true",
-        help="minimise the crash state only (the only mode yet: the workload is not minimised)",
+        help="minimise the crash state only (fast): no workload is re-recorded",
     )
     t.add_argument(
         "--max-candidates",
         type=int,
         default=None,
         metavar="N",
-        help="stop ddmin after N candidates (default 200); the report says when it stopped it",
+        help="stop each ddmin (the state's, the workload's) after N candidates (default 200); "
+        "the report says when it stopped it",
     )
     t.add_argument("--db", type=Path, default=None)
     t.set_defaults(func=cmd_triage)
@@ -76,6 +77,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
         args.state_id,
         args.db or paths.default_db(),
         max_candidates=most,
+        workload=not args.no_workload,
         progress=lambda text: console.print(f"[dim]{text}[/dim]", markup=True),
     )
     with logwrites.open_log(r.target.log_path) as lg:
@@ -95,9 +97,25 @@ def cmd_triage(args: argparse.Namespace) -> int:
         "the minimal state's differing writes:",
         *(r.explanation.lines() or ["(none: the base already fails the same way)"]),
         *(line.replace("`", "") for line in report.late_lines(r)),
+        *_workload_lines(r),
         f"report: {out / 'README.md'}",
-        *([] if args.no_workload else ["(the workload is not minimised yet: the state only)"]),
     ]
     for line in say:
         console.print(line, markup=False, soft_wrap=True)
     return 0
+
+
+def _workload_lines(r: Any) -> list[str]:
+    w = r.workload
+    if w is None:
+        return []
+    if w.plan is None or w.search is None:
+        return [f"workload not minimised: {w.not_minimised}"]
+    p, s = w.plan, w.search
+    kinds = ", ".join(f"{n} {k}" for k, n in sorted(w.tally.items()))
+    return [
+        f"minimal workload: {len(p.ops)} ops ({len(p.keep(p.items))} up to the oracle point) "
+        f"-> {len(w.keep)}: ops {', '.join(map(str, w.keep))}",
+        f"workload ddmin: {w.seconds:.0f} s; {w.candidates} candidates ({kinds}) in "
+        f"{w.rounds} recording guests" + (" ; stopped by the budget" if s.capped else ""),
+    ]

@@ -339,6 +339,37 @@ def ops_of(seq: int, index: int) -> list[Any]:
     return ops
 
 
+def generated(
+    seed: int, count: int, files: int, max_size: int, extended: bool, fsync_names: bool
+) -> list[Any]:
+    """The op generator's workload (``opgen.py run``'s ops, final sync excepted): drawn
+    as ``opgen.execute`` draws them, each op applied to the model before the next."""
+    gen = opgen.Generator(seed, files, max_size, extended)
+    model = opgen.Model(fsync_names)
+    ops = []
+    for _ in range(count):
+        op = gen.next(model)
+        model.apply(op)
+        ops.append(op)
+    return ops
+
+
+def source_ops(source: dict[str, Any]) -> list[Any]:
+    """The ops of a workload source: ``{"kind": "ace", "seq", "index"}`` or
+    ``{"kind": "opgen", "seed", "ops", "files", "max_size", "extended", "fsync_names"}``
+    (what triage's minimal workload re-records a subset of)."""
+    if source["kind"] == "ace":
+        return ops_of(int(source["seq"]), int(source["index"]))
+    return generated(
+        int(source["seed"]),
+        int(source["ops"]),
+        int(source["files"]),
+        int(source["max_size"]),
+        bool(source.get("extended")),
+        bool(source.get("fsync_names", True)),
+    )
+
+
 def describe(seq: int, index: int) -> dict[str, Any]:
     """What the host stores of a workload: its ops, op classes and persistence ops."""
     picked = decode(seq, index)
@@ -408,16 +439,17 @@ def cmd_record(a: argparse.Namespace) -> int:
         sh("mount", [*json.loads(a.mount), dev, a.root])
         body = opgen.execute(
             a.root,
-            ops_of(a.seq, a.index),
+            _ops(a),
             mark_cmd="dmsetup",
             dm_name=lw,
             fsync_names=a.fsync_names == "yes",
             noop_sync=a.noop_sync,
+            flush_after_sync=a.flush_after_sync,
         )
         sh("umount", ["umount", a.root])
         mark("crashlab:umount")
         result["oracle"] = {"format": FORMAT, "mark_prefix": opgen.MARK_PREFIX, **body}
-        result["status"] = "recorded" if body["complete"] else _failed(body)
+        result["status"] = "recorded" if body["complete"] else _failed(body, a.source)
     except StepFailed as e:
         result["status"] = "failed"
         result["error"] = str(e)
@@ -448,10 +480,22 @@ def cmd_record(a: argparse.Namespace) -> int:
     return 0
 
 
-def _failed(body: dict[str, Any]) -> str:
-    """An op the filesystem does not support is a skipped workload; another failure
-    is the lab's to explain."""
-    return "unsupported" if body.get("errno") in UNSUPPORTED else "failed"
+def _ops(a: argparse.Namespace) -> list[Any]:
+    """The workload's ops: ACE's ``--index``, or ``--keep`` of a ``--source``'s."""
+    if a.source is None:
+        return ops_of(a.seq, a.index)
+    ops = source_ops(json.loads(a.source))
+    keep = [int(i) for i in a.keep.split(",") if i] if a.keep is not None else range(len(ops))
+    return [ops[i] for i in keep]
+
+
+def _failed(body: dict[str, Any], source: str | None) -> str:
+    """An op the filesystem does not support is a skipped workload; an op of a subset
+    of a workload (``--source``) that fails (a write to a file whose create was left
+    out) makes the subset no workload; another failure is the lab's to explain."""
+    if body.get("errno") in UNSUPPORTED:
+        return "unsupported"
+    return "invalid" if source is not None and body.get("errno") is not None else "failed"
 
 
 class StepFailed(Exception):
@@ -476,8 +520,10 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--classes", nargs="*", default=(), help="only these core op classes")
     ls.set_defaults(func=cmd_list)
     r = sub.add_parser("record", help="record one workload under its own log")
-    r.add_argument("--seq", type=int, required=True)
-    r.add_argument("--index", type=int, required=True)
+    r.add_argument("--seq", type=int, default=1)
+    r.add_argument("--index", type=int, required=True, help="ACE's index; names the devices")
+    r.add_argument("--source", help="another workload's ops, as JSON (source_ops)")
+    r.add_argument("--keep", help="only these ops of --source, by index: 0,3,4")
     r.add_argument("--name", required=True, help="the dm-log-writes device's name")
     r.add_argument("--dut", required=True)
     r.add_argument("--dut-offset", type=int, required=True)
@@ -490,6 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--root", required=True)
     r.add_argument("--fsync-names", choices=("yes", "no"), default="yes")
     r.add_argument("--noop-sync", action="store_true")
+    r.add_argument("--flush-after-sync", action="store_true")
     r.add_argument("--timeout", type=float, default=300)
     r.set_defaults(func=cmd_record)
     return p

@@ -21,7 +21,7 @@ from harness.errors import HarnessError
 from harness.kernel.store import booting
 from harness.record import logwrites
 from harness.replay.crashstates import CrashState
-from harness.triage import absent, blocks, ddmin, delta, explain, symptom, target
+from harness.triage import absent, blocks, ddmin, delta, explain, symptom, target, workmin
 from harness.triage.judge import Judge
 
 DEFAULT_MAX_CANDIDATES = 200
@@ -42,6 +42,8 @@ class Result:
     # With no differing write needed: where each file found wrong first reaches the log
     # after the cut (entry, the mark before it).
     late: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+    # The minimal workload (``workmin.py``); None with ``--no-workload``.
+    workload: workmin.Workload | None = None
 
     @property
     def entries(self) -> list[int]:
@@ -59,9 +61,11 @@ def triage(
     db: Path,
     *,
     max_candidates: int = DEFAULT_MAX_CANDIDATES,
+    workload: bool = False,
     progress: Callable[[str], None] = lambda _: None,
 ) -> Result:
-    """Minimise stored finding ``state_id`` (the module docstring).
+    """Minimise stored finding ``state_id`` (the module docstring); with ``workload``,
+    its workload too (``workmin.py``), with the same budget.
 
     :raise InputError: no such state, not a finding, a run triage does not take.
     :raise HarnessError: the state no longer fails as stored (or the lab failed).
@@ -103,4 +107,8 @@ def triage(
             wrong = {p for _, p in found.findings}
             late = absent.first_writes(lg, str(t.fs.type), t.size, t.state.prefix, wrong)
     seconds = time.monotonic() - started
-    return Result(t, d, original, base, search, state, found, judge.tally, x, seconds, late)
+    ops = None
+    if workload:
+        with booting(t.kernel):
+            ops = workmin.minimise(t, original, max_candidates=max_candidates, progress=progress)
+    return Result(t, d, original, base, search, state, found, judge.tally, x, seconds, late, ops)

@@ -10,7 +10,8 @@ attaches to a mailing-list report.
   the run's log;
 * ``explained.txt``: each differing write, block by block (``blocks.py``);
 * ``tree.md``: expected vs found, where the run has an oracle;
-* ``workload.sh``: the run's workload, where it can be rendered (``workload.py``).
+* ``workload.sh``: the run's workload, where it can be rendered (``workload.py``);
+* ``minimal-workload.sh``: the minimal workload (``workmin.py``), when it was searched.
 
 The result is kept as files in the run's directory rather than as rows in the store:
 it is an artefact derived from a stored state (a triage adds no verdict), and a folder
@@ -32,9 +33,9 @@ from harness.triage import blocks, tree, workload
 from harness.triage.minimal import Result
 from harness.triage.symptom import Symptom
 
-WORKLOAD_NOT_MINIMISED = (
-    "The workload is not minimised (`--no-workload`, the only mode yet): `workload.sh` is "
-    "the run's whole workload."
+WORKLOAD_NOT_ASKED = (
+    "The workload is not minimised (`--no-workload`): `workload.sh` is the run's whole "
+    "workload; `scenario triage` without `--no-workload` searches the minimal one."
 )
 
 
@@ -67,6 +68,12 @@ def write(r: Result, lg: Log) -> Path:
     if script is not None:
         (out / "workload.sh").write_text(script)
         files.append("workload.sh")
+    w = r.workload
+    if w is not None and w.search is not None:
+        small = workload.script(t.params, t.oracle, t.run.seed, keep=w.keep)
+        if small is not None:
+            (out / "minimal-workload.sh").write_text(small)
+            files.append("minimal-workload.sh")
     (out / "triage.json").write_text(json.dumps(summary(r), indent=1, sort_keys=True) + "\n")
     (out / "README.md").write_text(readme(r, files))
     return out
@@ -98,9 +105,77 @@ def summary(r: Result) -> dict[str, Any]:
             "capped": s.capped,
         },
         "seconds": round(r.seconds, 1),
-        "workload_minimised": False,
+        "workload": _workload(r),
         "late": {k: {"entry": e, "after_mark": m} for k, (e, m) in r.late.items()},
     }
+
+
+def _workload(r: Result) -> dict[str, Any]:
+    w = r.workload
+    if w is None:
+        return {"minimised": False, "why": "--no-workload"}
+    out: dict[str, Any] = {
+        "minimised": w.search is not None,
+        "why": w.not_minimised,
+        "recording_guests": w.rounds,
+        "candidates": dict(sorted(w.tally.items())),
+        "seconds": round(w.seconds, 1),
+    }
+    if w.plan is not None:
+        out["ops_before"] = len(w.plan.ops)
+        out["ops_to_point"] = len(w.plan.keep(w.plan.items))
+        out["oracle_point"] = {"op": w.plan.point, "mark": w.plan.mark}
+    if w.search is not None:
+        out |= {
+            "ops_after": len(w.keep),
+            "keep": list(w.keep),
+            "tried": w.candidates,
+            "ddmin_rounds": w.search.rounds,
+            "capped": w.search.capped,
+        }
+    return out
+
+
+def workload_lines(r: Result) -> list[str]:
+    """The README's account of the minimal workload (or why there is none)."""
+    w = r.workload
+    if w is None:
+        return [WORKLOAD_NOT_ASKED]
+    if w.plan is None or w.search is None:
+        return [f"The workload is not minimised: {w.not_minimised}."]
+    p, s = w.plan, w.search
+    point = "its end (the final sync)" if p.point is None else f"op {p.point}"
+    kinds = ", ".join(f"{n} {k}" for k, n in sorted(w.tally.items()))
+    budget = f", stopped by the budget of {s.tried} candidates" if s.capped else ""
+    lines = [
+        f"Minimised (`harness/triage/workmin.py`): ddmin over the ops before the failing "
+        f"state's oracle point, mark `{p.mark}` = {point} (kept in every candidate), each "
+        "candidate re-recorded in a guest under dm-log-writes and its states at that point "
+        "re-checked.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| ops | {len(p.ops)} in the workload, {len(p.keep(p.items))} up to its oracle point "
+        f"-> {len(w.keep)} (each with the final sync) |",
+        f"| kept ops | {', '.join(map(str, w.keep))} |",
+        f"| candidates | {w.candidates} ({kinds}){budget} |",
+        f"| rounds | {w.rounds} recording guests (round 0: the whole workload and the empty "
+        f"one; {s.rounds} ddmin rounds) |",
+        f"| wall time | {w.seconds:.0f} s |",
+        "",
+        "```",
+        *(f"{i}: {workload.render(p.ops[i])}" for i in w.keep),
+        "```",
+        "",
+        "`minimal-workload.sh` is it as a shell program; `workload.sh` is the whole one.",
+    ]
+    if w.tally.get("harness"):
+        lines += [
+            "",
+            f"{w.tally['harness']} candidates the lab could not record or judge were taken "
+            "as not failing: the workload may keep more ops than it needs.",
+        ]
+    return lines
 
 
 def _symptom(s: Symptom) -> dict[str, Any]:
@@ -246,7 +321,7 @@ def readme(r: Result, files: list[str]) -> str:
         "",
         "## Workload",
         "",
-        WORKLOAD_NOT_MINIMISED,
+        *workload_lines(r),
         "",
         "## Files",
         "",
@@ -264,4 +339,5 @@ _FILES = {
     "explained.txt": "each differing write, block by block",
     "tree.md": "expected (the oracle) vs found (the minimal state's check)",
     "workload.sh": "the run's workload as a shell script (rendered from the oracle's op list)",
+    "minimal-workload.sh": "the minimal workload as a shell script (the kept ops, rendered)",
 }

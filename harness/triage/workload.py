@@ -11,7 +11,7 @@ A fio job is written as it is; other workloads are named, not rendered.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.guest.oracle import PERSIST_OPS
@@ -25,8 +25,15 @@ _FALLOC = {
 }
 
 
-def script(params: Mapping[str, Any], oracle: Mapping[str, Any], seed: int | None) -> str | None:
-    """The workload of a run with ``params`` as a shell script; None when it has none."""
+def script(
+    params: Mapping[str, Any],
+    oracle: Mapping[str, Any],
+    seed: int | None,
+    keep: Sequence[int] | None = None,
+) -> str | None:
+    """The workload of a run with ``params`` as a shell script; None when it has none.
+    With ``keep``, only those ops of it (by index in the oracle's list) and its final
+    sync: the minimal workload triage found (``workmin.py``)."""
     w = params.get("workload") or {}
     kind = w.get("type", "ops")
     if kind == "fio":
@@ -37,28 +44,39 @@ def script(params: Mapping[str, Any], oracle: Mapping[str, Any], seed: int | Non
     noop = bool(w.get("noop_sync"))
     # The oracle says how it was generated; a check-log run has no workload settings.
     seed = oracle.get("seed", seed)
-    ops, files = oracle.get("ops_requested", w.get("ops")), oracle.get("files", w.get("files"))
+    count, files = oracle.get("ops_requested", w.get("ops")), oracle.get("files", w.get("files"))
     exact = (
-        f'python3 harness/guest/opgen.py run --root "$M" --seed {seed} --ops {ops} '
+        f'python3 harness/guest/opgen.py run --root "$M" --seed {seed} --ops {count} '
         f"--files {files} --max-size {oracle.get('max_size', w.get('max_size'))} --fsync-names "
         f"{'yes' if w.get('fsync_names', True) else 'no'}"
         + (" --noop-sync" if noop else "")
         + (" --extended" if w.get("extended") else "")
         + " --mark-cmd none --oracle /tmp/oracle.json"
     )
+    ops = list(oracle["ops"])
+    which = [
+        "# The run's workload, op by op, rendered from its oracle (harness/triage/workload.py)."
+    ]
+    if keep is not None:
+        ops = [ops[i] for i in keep] + [o for o in ops if o.get("final")]
+        which = [
+            "# The minimal workload triage found: ops " + ",".join(map(str, keep)) + " of the",
+            "# run's workload (and its final sync), rendered from its oracle",
+            "# (harness/triage/workload.py); the other ops are left out, in order.",
+        ]
     lines = [
         "#!/bin/sh",
-        "# The run's workload, op by op, rendered from its oracle (harness/triage/workload.py).",
+        *which,
         "# Rendered, not recorded: offsets, lengths and calls are the run's; the bytes are",
         "# xfs_io's fill pattern (the generator drew its own from the seed). The exact workload:",
-        f"#   {exact}",
+        f"#   {exact}" + ("  # then ops --keep above only" if keep is not None else ""),
         "# Each '# mark' line is where the run logged a crashlab:sync:N mark in dm-log-writes.",
         "set -e",
         "M=${1:?usage: workload.sh MOUNTPOINT}",
         "",
     ]
     n = 0
-    for op in oracle["ops"]:
+    for op in ops:
         line = render(op)
         if op["op"] in PERSIST_OPS:
             n += 1

@@ -81,7 +81,6 @@ class Search(lifecycle.Experiment):
             secs = record.record_batch(
                 self.run.dir,
                 self.sc.fs,
-                self.sc.workload.seq,
                 batch,
                 timeout=self.sc.timeout,
                 noop_sync=self.sc.workload.noop_sync,

@@ -64,15 +64,17 @@ def load(rdir: Path, wid: str) -> Recorded | None:
 def record_batch(
     rdir: Path,
     fs: FsSpec,
-    seq: int,
     workloads: Sequence[dict[str, Any]],
     *,
     timeout: float,
     noop_sync: bool,
     progress: Callable[[int], None],
+    flush_after_sync: bool = False,
 ) -> dict[str, float]:
-    """Record ``workloads`` (``ace.describe`` dicts) in one guest; keep each one's
-    folder. Returns the batch's phase seconds (boot, record)."""
+    """Record ``workloads`` in one guest; keep each one's folder. A workload is an
+    ``ace.describe`` dict (its ``seq`` and ``index``) or, for triage's candidates, one
+    with a ``source`` (``ace.source_ops``) and the ops it ``keep``s, its ``index`` unique
+    in the batch. Returns the batch's phase seconds (boot, record)."""
     size = fs.disk_size
     log_size = size + LOG_SLACK
     rdir.mkdir(parents=True, exist_ok=True)
@@ -100,7 +102,7 @@ def record_batch(
             for s in ("dut", "log")
         ]
         common = [
-            "python3", f"{record.GUEST_DIR}/ace.py", "record", "--seq", str(seq),
+            "python3", f"{record.GUEST_DIR}/ace.py", "record",
             "--name", "crashlab-ace", "--dut", devs[0], "--size", str(size),
             "--log", devs[1], "--log-size", str(log_size),
             "--mkfs", json.dumps(fs.mkfs_argv("")[:-1]),
@@ -108,9 +110,10 @@ def record_batch(
             "--root", record.MOUNTPOINT, "--timeout", str(timeout),
             "--fsync-names", "yes" if fs.journaled else "no",
             *(["--noop-sync"] if noop_sync else []),
+            *(["--flush-after-sync"] if flush_after_sync else []),
         ]  # fmt: skip
         for i, w in enumerate(workloads):
-            argv = [*common, "--index", str(w["index"]), "--dut-offset", str(i * size)]
+            argv = [*common, *_which(w), "--dut-offset", str(i * size)]
             argv += ["--log-offset", str(i * log_size)]
             r = guest.run(argv, timeout=timeout * 2)
             if not r.ok:
@@ -127,6 +130,14 @@ def record_batch(
     dut.unlink()
     logdisk.unlink()
     return seconds
+
+
+def _which(w: dict[str, Any]) -> list[str]:
+    """The record command's arguments that say which workload ``w`` is."""
+    argv = ["--index", str(w["index"])]
+    if "source" in w:
+        return [*argv, "--source", json.dumps(w["source"]), "--keep", ",".join(map(str, w["keep"]))]
+    return [*argv, "--seq", str(w["seq"])]
 
 
 def _keep(

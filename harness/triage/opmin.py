@@ -1,0 +1,154 @@
+"""The minimal workload's pure logic: which ops ddmin may take out of a failing state's
+workload, what each candidate keeps, and which candidates are workloads at all.
+
+A failing state is judged at its *oracle point*: its last mark, the mark of one
+persistence op P of the workload (``crashlab:sync:N``), or the workload's end (its final
+sync, ``crashlab:umount``). A candidate keeps P, and only ops before it are ddmin's to
+take out: the ops after P cannot change what the oracle requires at P, and without P the
+candidate would be asked another question (the requirement of an earlier mark). A
+candidate is judged at the mark *its* P leaves (the same op, another number when
+persistence ops before it are gone), by states of the failing state's kind there
+(``workmin.py``). Ops are named by their index in the run's workload, so a candidate is a
+sorted tuple of indices and nothing here is random.
+
+Which workloads: the op generator's (``harness/guest/opgen.py``: its seed draws the
+same ops again, on the host and in the guest) and ACE's (``harness/guest/ace.py``: its
+index). Others are *not minimised*, with a reason (:class:`NotMinimised`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.guest import ace
+from harness.guest.oracle import AFTER_FINAL, PERSIST_OPS, Model, parent
+from harness.triage import ddmin
+
+Subset = tuple[int, ...]
+_NOT_THE_OP = ("i", "mark", "final")  # what the oracle's op list adds to an op
+
+
+class NotMinimised(Exception):
+    """The workload cannot be minimised; the message says why (the report shows it)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    source: dict[str, Any]  # ``ace.source_ops``'s argument: the workload's ops again
+    ops: tuple[dict[str, Any], ...]  # the oracle's op list, the final sync excepted
+    point: int | None  # P, the index of the oracle point's op; None: the workload's end
+    mark: str  # the failing state's mark (its oracle point)
+
+    @property
+    def items(self) -> Subset:
+        """The ops ddmin may take out: those before P (every op, at the end)."""
+        return tuple(range(len(self.ops) if self.point is None else self.point))
+
+    def keep(self, subset: Sequence[int]) -> Subset:
+        """A candidate's ops: ``subset`` of the items, and P."""
+        return (*subset, *(() if self.point is None else (self.point,)))
+
+    def point_mark(self, oracle: Mapping[str, Any]) -> str | None:
+        """The mark a candidate's recording (its ``oracle``) leaves at the oracle point:
+        its P's mark, its final sync's, or the failing state's own (``umount``)."""
+        if self.point is None:
+            return self.mark if self.mark in AFTER_FINAL else oracle.get("final_mark")
+        ops = [o for o in oracle.get("ops", []) if not o.get("final")]
+        return ops[-1].get("mark") if ops else None
+
+    def shell_ops(self, keep: Sequence[int]) -> list[dict[str, Any]]:
+        """The kept ops as the oracle lists them, for ``workload.py`` to render."""
+        return [self.ops[i] for i in keep]
+
+
+def plan(
+    params: Mapping[str, Any], oracle: Mapping[str, Any], mark: str | None, seed: int | None
+) -> Plan:
+    """The plan for a failing state judged at ``mark`` of a run with ``params`` and
+    ``oracle``.
+
+    :raise NotMinimised: a workload of another kind, one the generator no longer draws
+        as recorded, or a state cut before the workload's first persistence point.
+    """
+    w = params.get("workload") or {}
+    kind = w.get("type", "ops")
+    if kind != "ops" or not oracle.get("ops"):
+        raise NotMinimised(
+            f"a {kind} workload: only the op generator's and ACE's workloads are re-recorded "
+            "op by op (a pattern's ops are one program; fio and fsstress keep no op list)"
+        )
+    ops = tuple(o for o in oracle["ops"] if not o.get("final"))
+    source = {
+        "kind": "opgen",
+        "seed": oracle.get("seed", seed),
+        "ops": oracle.get("ops_requested", w.get("ops")),
+        "files": oracle.get("files", w.get("files")),
+        "max_size": oracle.get("max_size", w.get("max_size")),
+        "extended": bool(w.get("extended")),
+        "fsync_names": bool(oracle.get("fsync_names", True)),
+    }
+    drawn = [op.describe() for op in ace.source_ops(source)]
+    if drawn != [{k: v for k, v in o.items() if k not in _NOT_THE_OP} for o in ops]:
+        raise NotMinimised(
+            "the op generator no longer draws the run's ops from its seed (it changed "
+            "since the run): a subset of them cannot be re-recorded"
+        )
+    if mark in AFTER_FINAL or (mark is not None and mark == oracle.get("final_mark")):
+        return Plan(source, ops, None, mark)
+    point = next((i for i, o in enumerate(ops) if mark and o.get("mark") == mark), None)
+    if point is None:
+        raise NotMinimised(
+            f"the state is cut at mark {mark!r}, before the workload's first persistence "
+            "point: no op's promise is judged there"
+        )
+    return Plan(source, ops, point, str(mark))
+
+
+def valid(source_ops: Sequence[Any], keep: Sequence[int], fsync_names: bool) -> bool:
+    """Whether the ops ``keep`` of ``source_ops`` are a workload: each op's file exists
+    and each new name's directory, in the oracle's model (a write to a file whose create
+    was taken out is no workload, and is not recorded)."""
+    model = Model(fsync_names)
+    for i in keep:
+        op = source_ops[i]
+        names = [op.dst] if op.kind in ("rename", "link") else []
+        if op.kind in ("create", "mkdir"):
+            names.append(op.path)
+        elif op.kind != "sync" and op.path not in model.files and op.path not in model.dirs:
+            return False
+        if any(parent(n) not in model.dirs for n in names):
+            return False
+        try:
+            model.apply(op)
+        except (KeyError, ValueError, IndexError):
+            return False
+    return True
+
+
+def persistence_ops(p: Plan, keep: Sequence[int]) -> int:
+    """How many persistence ops a candidate keeps (each one a mark)."""
+    return sum(1 for i in keep if p.ops[i]["op"] in PERSIST_OPS)
+
+
+Judged = Callable[[list[Subset]], Sequence[bool]]
+
+
+def minimise(
+    p: Plan,
+    fails: Judged,
+    *,
+    max_candidates: int,
+    known: Mapping[Subset, bool] | None = None,
+    is_valid: Callable[[Subset], bool] = lambda _: True,
+) -> ddmin.Minimal[int]:
+    """ddmin over ``p``'s items; ``fails`` judges a round's *valid* candidates (subsets
+    of the items, without P) together, an invalid one fails not (it is no workload)."""
+
+    def round_(subsets: list[Subset]) -> list[bool]:
+        asked = [s for s in subsets if is_valid(s)]
+        answers = dict(zip(asked, fails(asked) if asked else [], strict=True))
+        return [answers.get(s, False) for s in subsets]
+
+    return ddmin.ddmin(p.items, round_, max_candidates=max_candidates, known=known)

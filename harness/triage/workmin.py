@@ -1,0 +1,233 @@
+"""The minimal workload: ddmin over a failing state's workload ops (``opmin.py``), each
+candidate re-recorded in a guest under dm-log-writes and its crash states re-checked,
+to the fewest ops whose states still fail the same way (``symptom.py``).
+
+One ddmin round is one recording guest and one checking pass: the search kind's
+machinery records every candidate of the round in one guest, each on its own slices
+under its own log (``search/record.py``), and ``check_sources`` checks the states of all
+their logs in shared guest batches. Round 0 records the whole workload and the empty one
+(P alone) together: the whole must still fail the same way re-recorded, else the
+workload is not minimised (the README says so).
+
+A candidate's states: the run's own crash-state spec of the failing state's kind, cut
+from the candidate's log, those at the candidate's oracle point (``Plan.point_mark``)
+and as exact as the failing state, at most :data:`STATES_PER_CANDIDATE` spread along
+the log; the candidate fails the same way when one of them does. What a candidate
+can come to, besides failing or not (each counted, none a finding):
+
+* ``invalid``: not a workload (an op's file left out: the host's model says so before
+  recording, or the guest's op fails) -- it fails not, as ddmin's "unresolved";
+* ``harness``: its recording failed (dm-log-writes lost entries, a step of the guest's
+  failed) or a check could not judge a state -- the lab's problem for that candidate,
+  taken as not failing (ddmin may keep more ops than it needed); a whole recording
+  guest that fails is the triage's harness error (exit 3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.config.crash import CheckSpec, CrashSpec
+from harness.experiments.crash import states as checking
+from harness.experiments.search import record
+from harness.guest import ace
+from harness.outcome import is_harness
+from harness.record import logwrites
+from harness.replay import crashstates
+from harness.triage import ddmin, opmin, symptom
+from harness.triage.target import Target
+
+STATES_PER_CANDIDATE = 4  # a mark state is one; reorder, torn, fua points have more
+RECORD_TIMEOUT = 300.0  # seconds one candidate's recording may take in the guest
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The minimal workload of a failing state, or why there is none."""
+
+    not_minimised: str = ""  # the reason, when there is no search
+    plan: opmin.Plan | None = None
+    search: ddmin.Minimal[int] | None = None
+    tally: dict[str, int] = dataclasses.field(default_factory=dict)
+    rounds: int = 0  # recording guests (round 0 included)
+    seconds: float = 0.0
+
+    @property
+    def keep(self) -> opmin.Subset:
+        assert self.plan is not None and self.search is not None
+        return self.plan.keep(self.search.items)
+
+    @property
+    def candidates(self) -> int:
+        """Candidates judged: round 0's two, then ddmin's."""
+        return 0 if self.search is None else 2 + self.search.tried
+
+
+@dataclass(frozen=True)
+class _Checking:
+    """What ``check_sources`` reads of a scenario."""
+
+    check: CheckSpec
+    crash: CrashSpec
+
+
+def candidate_id(keep: opmin.Subset) -> str:
+    """A candidate's content address: its kept ops."""
+    return "w" + hashlib.sha256(json.dumps(list(keep)).encode()).hexdigest()[:12]
+
+
+class Rerecorder:
+    """Subsets of a plan's items -> whether each fails the way ``original`` does."""
+
+    def __init__(
+        self,
+        t: Target,
+        p: opmin.Plan,
+        original: symptom.Symptom,
+        work: Path,
+        progress: Callable[[str], None],
+    ) -> None:
+        self.t, self.p, self.original, self.work, self.progress = t, p, original, work, progress
+        self.tally: Counter[str] = Counter()
+        self.rounds = 0
+        params = t.params
+        self.sc = _Checking(t.check, CrashSpec.model_validate(params.get("crash", {})))
+        self.workload = params.get("workload") or {}
+
+    def __call__(self, subsets: list[opmin.Subset]) -> list[bool]:
+        self.rounds += 1
+        keeps = [self.p.keep(s) for s in subsets]
+        wanted: list[dict[str, Any]] = [
+            {"id": candidate_id(k), "index": n, "source": self.p.source, "keep": list(k)}
+            for n, k in enumerate(keeps)
+        ]
+        todo = [w for w in wanted if record.load(self.work, w["id"]) is None]
+        self.progress(f"workload ddmin round {self.rounds}: recording {len(todo)} candidates")
+        if todo:
+            record.record_batch(
+                self.work,
+                self.t.fs,
+                todo,
+                timeout=RECORD_TIMEOUT,
+                noop_sync=bool(self.workload.get("noop_sync")),
+                flush_after_sync=bool(self.workload.get("flush_after_sync")),
+                progress=lambda _: None,
+            )
+        return [v == "fails" for v in self._judge(wanted)]
+
+    def _judge(self, wanted: list[dict[str, Any]]) -> list[str]:
+        """Each candidate's verdict word: fails, passes, no-state, invalid, harness."""
+        verdict: dict[str, str] = {}
+        with contextlib.ExitStack() as stack:
+            sources = []
+            for w in wanted:
+                rec = record.load(self.work, w["id"])
+                assert rec is not None  # record_batch kept every one
+                if rec.status != "recorded":
+                    verdict[w["id"]] = "harness" if rec.status == "failed" else "invalid"
+                    continue
+                lg = stack.enter_context(logwrites.open_log(rec.log))
+                states = self._states(lg, rec.oracle(), w["id"])
+                if not states:
+                    verdict[w["id"]] = "no-state"
+                    continue
+                size = int(rec.facts["device_size"])
+                sources.append(checking.Source(lg, states, rec.oracle(), size, w["id"]))
+            self.progress(
+                f"workload ddmin round {self.rounds}: checking "
+                f"{sum(len(s.states) for s in sources)} states of {len(sources)} candidates"
+            )
+            found: dict[str, list[symptom.Symptom]] = {}
+            for c in checking.check_sources(
+                self.sc, self.t.fs, sources, self.work, lambda *_: None, None
+            ):
+                found.setdefault(c.state.id.split("/", 1)[0], []).append(symptom.of(c.results))
+        for wid, got in found.items():
+            if any(s.same_way(self.original) for s in got):
+                verdict[wid] = "fails"
+            elif any(is_harness(s.outcome) for s in got):
+                verdict[wid] = "harness"
+            else:
+                verdict[wid] = "passes"
+        out = [verdict[w["id"]] for w in wanted]
+        self.tally.update(out)
+        return out
+
+    def _states(
+        self, lg: logwrites.Log, oracle: dict[str, Any], wid: str
+    ) -> list[crashstates.CrashState]:
+        """The candidate's states at its oracle point, of the failing state's kind."""
+        s = self.t.state
+        mark = self.p.point_mark(oracle)
+        specs = [
+            {**spec, **({"max_states": 100_000} if "max_states" in spec else {})}
+            for spec in self._specs()
+            if spec.get("kind") == s.generator
+        ]
+        at = [
+            c
+            for c in crashstates.generate(lg, specs, self.t.run.seed or 0)
+            if c.mark == mark and c.exact == s.exact
+        ]
+        picked = crashstates.spread(at, STATES_PER_CANDIDATE)
+        return [dataclasses.replace(c, id=f"{wid}/{c.id}") for c in picked]
+
+    def _specs(self) -> list[dict[str, Any]]:
+        return [{"kind": str(st.kind), **st.params()} for st in self.sc.crash.states]
+
+
+def minimise(
+    t: Target,
+    original: symptom.Symptom,
+    *,
+    max_candidates: int,
+    progress: Callable[[str], None] = lambda _: None,
+) -> Workload:
+    """The minimal workload of ``t``'s failing state (the module docstring).
+
+    :raise HarnessError: a recording guest failed as a whole.
+    """
+    started = time.monotonic()
+    kind = t.params.get("kind", t.run.kind)  # a check-log run is stored as a crash run
+    if kind != "crash":
+        return Workload(
+            not_minimised=f"a {kind} run: its log was recorded elsewhere, by a "
+            "workload the lab does not re-record"
+        )
+    try:
+        p = opmin.plan(t.params, t.oracle, t.state.mark, t.run.seed)
+    except opmin.NotMinimised as e:
+        return Workload(not_minimised=str(e))
+    all_ops = ace.source_ops(p.source)
+    fsync_names = bool(p.source["fsync_names"])
+
+    def is_valid(s: opmin.Subset) -> bool:
+        return opmin.valid(all_ops, p.keep(s), fsync_names)
+
+    work = t.rdir / "triage" / f"workload-{t.state.id}"
+    shutil.rmtree(work, ignore_errors=True)  # a candidate's recording is never reused
+    rr = Rerecorder(t, p, original, work, progress)
+    try:
+        progress(f"re-recording the whole workload ({len(p.items)} ops before its oracle point)")
+        first = [p.items, *([()] if is_valid(()) else [])]
+        judged = dict(zip(first, rr(first), strict=True))
+        if not judged[p.items]:
+            why = "re-recorded, the whole workload does not fail the same way at its oracle point"
+            return Workload(why, p, None, dict(rr.tally), rr.rounds, time.monotonic() - started)
+        known: dict[opmin.Subset, bool] = {(): judged.get((), False)}
+        search = opmin.minimise(
+            p, rr, max_candidates=max_candidates, known=known, is_valid=is_valid
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return Workload("", p, search, dict(rr.tally), rr.rounds, time.monotonic() - started)

@@ -16,7 +16,7 @@ from harness.image import build as image
 from harness.outcome import Outcome
 from harness.record.logwrites import open_log
 from harness.store.db import Store
-from harness.triage import minimal, report
+from harness.triage import minimal, report, workload
 
 pytestmark = pytest.mark.vm
 
@@ -49,3 +49,39 @@ def test_a_control_finding_is_minimised_and_still_fails_the_same_way(
     assert "# mark crashlab:sync:1" in (out / "workload.sh").read_text()
     with open_log(out / "slice.log") as sl:
         assert len(sl.entries) == len(r.search.items)
+
+
+def test_a_nofsync_findings_workload_is_minimised_by_re_recording(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``ext4-nofsync`` control (fsync never called), CI-sized: a data_loss mark
+    state's workload minimised -- each ddmin round's candidates re-recorded in one guest
+    and their states at the oracle point checked -- to fewer ops that still lose a file
+    the original lost, by the same rule; the report folder gets it as a shell program."""
+    if image.cached() is None:
+        pytest.skip("guest image not built")
+    monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
+    db = tmp_path / "lab.sqlite"
+    sc = scenario.load("ext4-nofsync", ["workload.ops=10", "crash.max_states=4"])
+    run = lifecycle.execute(sc, db=db)
+    with Store.open(db, create=False) as st:
+        lost = [s for s in st.run_detail(run.run_id).states if s.outcome == "data_loss"]
+    assert lost, dict(run.counts)
+    r = minimal.triage(lost[0].id, db, max_candidates=40, workload=True)
+    w = r.workload
+    assert w is not None and w.plan is not None and w.search is not None, w
+    before = w.plan.keep(w.plan.items)
+    assert w.plan.point is not None and w.keep[-1] == w.plan.point  # the oracle point kept
+    assert len(w.keep) < len(before) and not w.search.capped
+    assert w.tally.get("fails", 0) >= 1 and not w.tally.get("harness")
+    # The minimal workload touches a name the original state lost.
+    lost_names = {path for _, path in r.original.findings}
+    touched = {w.plan.ops[i].get(k) for i in w.keep for k in ("path", "dst")}
+    assert lost_names & touched, (lost_names, touched)
+    with open_log(r.target.log_path) as lg:
+        out = report.write(r, lg)
+    summary = json.loads((out / "triage.json").read_text())["workload"]
+    assert summary["minimised"] and summary["keep"] == list(w.keep)
+    small = (out / "minimal-workload.sh").read_text()
+    assert all(workload.render(w.plan.ops[i]) in small for i in w.keep)
+    assert f"| ops | {len(w.plan.ops)} in the workload" in (out / "README.md").read_text()

@@ -136,7 +136,9 @@ def _which(w: dict[str, Any]) -> list[str]:
     """The record command's arguments that say which workload ``w`` is."""
     argv = ["--index", str(w["index"])]
     if "source" in w:
-        return [*argv, "--source", json.dumps(w["source"]), "--keep", ",".join(map(str, w["keep"]))]
+        # One token each: an empty --keep (the oracle point alone) stays an argument.
+        keep = ",".join(map(str, w["keep"]))
+        return [*argv, f"--source={json.dumps(w['source'])}", f"--keep={keep}"]
     return [*argv, "--seq", str(w["seq"])]
 
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import paths
 from harness.cli import ui
 from harness.errors import InputError
 from harness.triage import explain
+
+if TYPE_CHECKING:
+    from harness.triage.minimal import Result
 
 console = ui.console()
 
@@ -105,7 +108,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workload_lines(r: Any) -> list[str]:
+def _workload_lines(r: Result) -> list[str]:
     w = r.workload
     if w is None:
         return []

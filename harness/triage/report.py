@@ -132,6 +132,7 @@ def _workload(r: Result) -> dict[str, Any]:
             "tried": w.candidates,
             "ddmin_rounds": w.search.rounds,
             "capped": w.search.capped,
+            "symptom": _symptom(w.found) if w.found else None,
         }
     return out
 
@@ -162,6 +163,7 @@ def workload_lines(r: Result) -> list[str]:
         f"| rounds | {w.rounds} recording guests (round 0: the whole workload and the empty "
         f"one; {s.rounds} ddmin rounds) |",
         f"| wall time | {w.seconds:.0f} s |",
+        f"| its symptom | {w.found.text() if w.found else '-'} |",
         "",
         "```",
         *(f"{i}: {workload.render(p.ops[i])}" for i in w.keep),

@@ -61,6 +61,7 @@ class Workload:
     tally: dict[str, int] = dataclasses.field(default_factory=dict)
     rounds: int = 0  # recording guests (round 0 included)
     seconds: float = 0.0
+    found: symptom.Symptom | None = None  # the minimal workload's failing state's
 
     @property
     def keep(self) -> opmin.Subset:
@@ -100,6 +101,7 @@ class Rerecorder:
         self.t, self.p, self.original, self.work, self.progress = t, p, original, work, progress
         self.tally: Counter[str] = Counter()
         self.rounds = 0
+        self.failing: dict[str, symptom.Symptom] = {}  # candidate id -> its same-way state's
         params = t.params
         self.sc = _Checking(t.check, CrashSpec.model_validate(params.get("crash", {})))
         self.workload = params.get("workload") or {}
@@ -153,8 +155,10 @@ class Rerecorder:
             ):
                 found.setdefault(c.state.id.split("/", 1)[0], []).append(symptom.of(c.results))
         for wid, got in found.items():
-            if any(s.same_way(self.original) for s in got):
+            same = [s for s in got if s.same_way(self.original)]
+            if same:
                 verdict[wid] = "fails"
+                self.failing[wid] = same[0]
             elif any(is_harness(s.outcome) for s in got):
                 verdict[wid] = "harness"
             else:
@@ -230,4 +234,6 @@ def minimise(
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return Workload("", p, search, dict(rr.tally), rr.rounds, time.monotonic() - started)
+    found = rr.failing.get(candidate_id(p.keep(search.items)))
+    seconds = time.monotonic() - started
+    return Workload("", p, search, dict(rr.tally), rr.rounds, seconds, found)

@@ -6,6 +6,7 @@ that fails exactly when one chosen write is lost, so ddmin's answer is known."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,12 +20,13 @@ from harness.cli.main import build_parser, main
 from harness.experiments import lifecycle
 from harness.experiments.crash import states
 from harness.experiments.crash.experiment import commit_state
+from harness.experiments.search import record as search_record
 from harness.outcome import Outcome
 from harness.record.logwrites import open_log
 from harness.replay import replayer as replay
 from harness.replay.crashstates import CrashState
 from harness.store.db import RunEnv, Store
-from harness.triage import absent, judge, minimal, workload
+from harness.triage import absent, judge, minimal, opmin, symptom, target, workload, workmin
 from tests.synth import host_only_check_log
 
 ORACLE = Path(__file__).parent / "data" / "logs" / "ext4-ops-small.oracle.json"
@@ -107,6 +109,33 @@ def test_a_check_log_runs_workload_is_not_minimised_and_the_report_says_why(
     out = Path(said.rsplit("report: ", 1)[1].strip()).parent
     summary = json.loads((out / "triage.json").read_text())
     assert summary["workload"]["minimised"] is False and not (out / "minimal-workload.sh").exists()
+
+
+def test_a_recorded_candidate_is_judged_by_its_states_at_the_oracle_point(
+    run: tuple[Path, str, dict[str, str]], tmp_path: Path
+) -> None:
+    """A candidate's recording as the recorder keeps it (here the fixture's own log and
+    oracle, so no guest): its states of the failing state's kind (torn) at the oracle
+    point are cut and host-checked, and it fails the same way -- one of them is as
+    unrepairable as the failing state; one whose recording failed is the lab's."""
+    db, _, verdicts = run
+    [sid] = [s for s, v in verdicts.items() if v == "unrepairable"]
+    t = target.load(sid, db)
+    ops = tuple(o for o in t.oracle["ops"] if not o.get("final"))
+    p = opmin.Plan({}, ops, None, str(t.state.mark))  # judged at the final sync's mark
+    work = tmp_path / "work"
+    for wid, status in (("wgood", "recorded"), ("wlost", "failed")):
+        d = search_record.folder(work, wid)
+        d.mkdir(parents=True)
+        if status == "recorded":
+            shutil.copy(t.log_path, d / "log.raw")
+            (d / "oracle.json").write_text(json.dumps(t.oracle))
+        (d / "recording.json").write_text(json.dumps({"status": status, "device_size": t.size}))
+    said: list[str] = []
+    rr = workmin.Rerecorder(t, p, symptom.Symptom(Outcome.UNREPAIRABLE), work, said.append)
+    assert rr.judge([{"id": "wgood"}, {"id": "wlost"}]) == ["fails", "harness"]
+    assert rr.failing["wgood"].outcome is Outcome.UNREPAIRABLE
+    assert said == ["workload ddmin round 0: checking 4 states of 1 candidates"]
 
 
 def test_the_minimal_workload_renders_only_its_ops_and_renumbers_the_marks() -> None:

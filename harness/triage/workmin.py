@@ -107,7 +107,6 @@ class Rerecorder:
         self.workload = params.get("workload") or {}
 
     def __call__(self, subsets: list[opmin.Subset]) -> list[bool]:
-        self.rounds += 1
         keeps = [self.p.keep(s) for s in subsets]
         wanted: list[dict[str, Any]] = [
             {"id": candidate_id(k), "index": n, "source": self.p.source, "keep": list(k)}
@@ -125,9 +124,11 @@ class Rerecorder:
                 flush_after_sync=bool(self.workload.get("flush_after_sync")),
                 progress=lambda _: None,
             )
-        return [v == "fails" for v in self._judge(wanted)]
+        verdicts = self.judge(wanted)
+        self.rounds += 1  # round 0: the whole workload and the empty one
+        return [v == "fails" for v in verdicts]
 
-    def _judge(self, wanted: list[dict[str, Any]]) -> list[str]:
+    def judge(self, wanted: list[dict[str, Any]]) -> list[str]:
         """Each candidate's verdict word: fails, passes, no-state, invalid, harness."""
         verdict: dict[str, str] = {}
         with contextlib.ExitStack() as stack:

@@ -120,5 +120,6 @@ def _workload_lines(r: Result) -> list[str]:
         f"minimal workload: {len(p.ops)} ops ({len(p.keep(p.items))} up to the oracle point) "
         f"-> {len(w.keep)}: ops {', '.join(map(str, w.keep))}",
         f"workload ddmin: {w.seconds:.0f} s; {w.candidates} candidates ({kinds}) in "
-        f"{w.rounds} recording guests" + (" ; stopped by the budget" if s.capped else ""),
+        f"{1 + s.rounds} rounds, {w.rounds} recording guests"
+        + ("; stopped by the budget" if s.capped else ""),
     ]

@@ -160,8 +160,8 @@ def workload_lines(r: Result) -> list[str]:
         f"-> {len(w.keep)} (each with the final sync) |",
         f"| kept ops | {', '.join(map(str, w.keep))} |",
         f"| candidates | {w.candidates} ({kinds}){budget} |",
-        f"| rounds | {w.rounds} recording guests (round 0: the whole workload and the empty "
-        f"one; {s.rounds} ddmin rounds) |",
+        f"| rounds | 1 + {s.rounds} ddmin rounds in {w.rounds} recording guests (round 0: the "
+        "whole workload and the empty one; a round of only non-workloads needs none) |",
         f"| wall time | {w.seconds:.0f} s |",
         f"| its symptom | {w.found.text() if w.found else '-'} |",
         "",

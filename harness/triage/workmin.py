@@ -216,12 +216,15 @@ def minimise(
     all_ops = ace.source_ops(p.source)
     fsync_names = bool(p.source["fsync_names"])
 
-    def is_valid(s: opmin.Subset) -> bool:
-        return opmin.valid(all_ops, p.keep(s), fsync_names)
-
     work = t.rdir / "triage" / f"workload-{t.state.id}"
     shutil.rmtree(work, ignore_errors=True)  # a candidate's recording is never reused
     rr = Rerecorder(t, p, original, work, progress)
+
+    def is_valid(s: opmin.Subset) -> bool:
+        """Asked once per candidate (ddmin asks a subset once): the refused are counted."""
+        ok = opmin.valid(all_ops, p.keep(s), fsync_names)
+        rr.tally["invalid"] += not ok
+        return ok
     try:
         progress(f"re-recording the whole workload ({len(p.items)} ops before its oracle point)")
         first = [p.items, *([()] if is_valid(()) else [])]

@@ -225,6 +225,7 @@ def minimise(
         ok = opmin.valid(all_ops, p.keep(s), fsync_names)
         rr.tally["invalid"] += not ok
         return ok
+
     try:
         progress(f"re-recording the whole workload ({len(p.items)} ops before its oracle point)")
         first = [p.items, *([()] if is_valid(()) else [])]

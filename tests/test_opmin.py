@@ -89,7 +89,37 @@ def test_a_subset_without_its_files_create_is_no_workload(oracle: dict[str, Any]
     uses = next(i for i, o in enumerate(p.ops) if i > create and o.get("path") == path)
     assert opmin.valid(ops, (create, uses), True)
     assert not opmin.valid(ops, (uses,), True)
+    assert opmin.missing(ops, (uses,), True) == (uses, path)
     assert opmin.valid(ops, p.keep(p.items), True)
+
+
+def test_a_subset_is_closed_under_the_ops_that_make_its_names(oracle: dict[str, Any]) -> None:
+    """Every op of the run's workload alone, closed: a workload again, holding the op,
+    and adding only ops that come before it; an op that needs nothing stays alone."""
+    p = opmin.plan(PARAMS, oracle, oracle["final_mark"], None)
+    ops = ace.source_ops(p.source)
+    grown = 0
+    for i in p.items:
+        k = opmin.closed(ops, (i,), True)
+        assert k is not None and i in k and max(k) == i and opmin.valid(ops, k, True)
+        grown += len(k) > 1
+        if opmin.valid(ops, (i,), True):
+            assert k == (i,)
+    assert grown  # the generator's writes need their creates
+    first_write = next(i for i, o in enumerate(p.ops) if o["op"] in ("write", "append"))
+    path = p.ops[first_write]["path"]
+    maker = max(
+        i
+        for i, o in enumerate(p.ops[:first_write])
+        if (o["op"] == "create" and o["path"] == path) or o.get("dst") == path
+    )
+    assert maker in (opmin.closed(ops, (first_write,), True) or ())
+
+
+def test_a_name_nothing_makes_is_no_workload() -> None:
+    ops = [ace.Op("append", "nowhere", data=b"x"), ace.Op("fsync", "nowhere")]
+    assert opmin.closed(ops, (0, 1), True) is None
+    assert opmin.missing(ops, (1,), True) == (1, "nowhere")
 
 
 def test_ddmin_over_ops_asks_only_workloads_and_finds_the_ops_that_fail() -> None:

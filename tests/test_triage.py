@@ -132,7 +132,8 @@ def test_a_recorded_candidate_is_judged_by_its_states_at_the_oracle_point(
             (d / "oracle.json").write_text(json.dumps(t.oracle))
         (d / "recording.json").write_text(json.dumps({"status": status, "device_size": t.size}))
     said: list[str] = []
-    rr = workmin.Rerecorder(t, p, symptom.Symptom(Outcome.UNREPAIRABLE), work, said.append)
+    lost = symptom.Symptom(Outcome.UNREPAIRABLE)
+    rr = workmin.Rerecorder(t, p, lost, work, said.append, lambda s: s)
     assert rr.judge([{"id": "wgood"}, {"id": "wlost"}]) == ["fails", "harness"]
     assert rr.failing["wgood"].outcome is Outcome.UNREPAIRABLE
     assert said == ["workload ddmin round 0: checking 4 states of 1 candidates"]

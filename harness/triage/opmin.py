@@ -106,25 +106,59 @@ def plan(
     return Plan(source, ops, point, str(mark))
 
 
-def valid(source_ops: Sequence[Any], keep: Sequence[int], fsync_names: bool) -> bool:
-    """Whether the ops ``keep`` of ``source_ops`` are a workload: each op's file exists
-    and each new name's directory, in the oracle's model (a write to a file whose create
-    was taken out is no workload, and is not recorded)."""
+def missing(
+    source_ops: Sequence[Any], keep: Sequence[int], fsync_names: bool
+) -> tuple[int, str] | None:
+    """The first of the ops ``keep`` of ``source_ops`` that is no workload in the
+    oracle's model -- its file, or a new name's directory, is not there -- and the name
+    it lacks ("" when the model refuses it otherwise); None when they are a workload."""
     model = Model(fsync_names)
     for i in keep:
         op = source_ops[i]
-        names = [op.dst] if op.kind in ("rename", "link") else []
-        if op.kind in ("create", "mkdir"):
-            names.append(op.path)
-        elif op.kind != "sync" and op.path not in model.files and op.path not in model.dirs:
-            return False
-        if any(parent(n) not in model.dirs for n in names):
-            return False
+        new = ([op.dst] if op.kind in ("rename", "link") else []) + (
+            [op.path] if op.kind in ("create", "mkdir") else []
+        )
+        need = [parent(n) for n in new]
+        if op.kind not in ("create", "mkdir", "sync"):
+            need.insert(0, op.path)
+        lack = next((n for n in need if n not in model.files and n not in model.dirs), None)
+        if lack is not None:
+            return i, lack
         try:
             model.apply(op)
         except (KeyError, ValueError, IndexError):
-            return False
-    return True
+            return i, ""
+    return None
+
+
+def valid(source_ops: Sequence[Any], keep: Sequence[int], fsync_names: bool) -> bool:
+    """Whether the ops ``keep`` of ``source_ops`` are a workload (``missing``)."""
+    return missing(source_ops, keep, fsync_names) is None
+
+
+def closed(source_ops: Sequence[Any], keep: Sequence[int], fsync_names: bool) -> Subset | None:
+    """``keep`` with the ops that make the names its ops need: for each name an op
+    lacks, the last op before it that makes the name (a create, mkdir, link or rename),
+    until they are a workload; None when a name has no maker. ddmin's subsets are closed
+    so before they are recorded: a subset that leaves out a file's create still asks
+    about the ops it keeps, instead of being no workload at all (ops depend on each
+    other, so most coarse subsets would be)."""
+    out = set(keep)
+    while (m := missing(source_ops, sorted(out), fsync_names)) is not None:
+        i, name = m
+        maker = next((j for j in range(i - 1, -1, -1) if _makes(source_ops[j], name)), None)
+        if not name or maker is None or maker in out:
+            return None
+        out.add(maker)
+    return tuple(sorted(out))
+
+
+def _makes(op: Any, name: str) -> bool:
+    if op.kind in ("create", "mkdir"):
+        return bool(op.path == name)
+    if op.kind in ("rename", "link"):
+        return bool(op.dst == name or (op.kind == "rename" and name.startswith(op.dst + "/")))
+    return False
 
 
 def persistence_ops(p: Plan, keep: Sequence[int]) -> int:

@@ -62,11 +62,11 @@ class Workload:
     rounds: int = 0  # recording guests (round 0 included)
     seconds: float = 0.0
     found: symptom.Symptom | None = None  # the minimal workload's failing state's
+    kept: opmin.Subset = ()  # the minimal workload's ops: ddmin's subset, closed, and P
 
     @property
     def keep(self) -> opmin.Subset:
-        assert self.plan is not None and self.search is not None
-        return self.plan.keep(self.search.items)
+        return self.kept
 
     @property
     def candidates(self) -> int:
@@ -97,8 +97,10 @@ class Rerecorder:
         original: symptom.Symptom,
         work: Path,
         progress: Callable[[str], None],
+        keep_of: Callable[[opmin.Subset], opmin.Subset],
     ) -> None:
         self.t, self.p, self.original, self.work, self.progress = t, p, original, work, progress
+        self.keep_of = keep_of  # a subset of the items -> the ops its candidate records
         self.tally: Counter[str] = Counter()
         self.rounds = 0
         self.failing: dict[str, symptom.Symptom] = {}  # candidate id -> its same-way state's
@@ -107,10 +109,12 @@ class Rerecorder:
         self.workload = params.get("workload") or {}
 
     def __call__(self, subsets: list[opmin.Subset]) -> list[bool]:
-        keeps = [self.p.keep(s) for s in subsets]
+        # Two subsets closed to the same ops are one candidate.
+        ids = [candidate_id(self.keep_of(s)) for s in subsets]
+        keeps = {i: self.keep_of(s) for i, s in zip(ids, subsets, strict=True)}
         wanted: list[dict[str, Any]] = [
-            {"id": candidate_id(k), "index": n, "source": self.p.source, "keep": list(k)}
-            for n, k in enumerate(keeps)
+            {"id": i, "index": n, "source": self.p.source, "keep": list(k)}
+            for n, (i, k) in enumerate(keeps.items())
         ]
         todo = [w for w in wanted if record.load(self.work, w["id"]) is None]
         self.progress(f"workload ddmin round {self.rounds}: recording {len(todo)} candidates")
@@ -124,9 +128,9 @@ class Rerecorder:
                 flush_after_sync=bool(self.workload.get("flush_after_sync")),
                 progress=lambda _: None,
             )
-        verdicts = self.judge(wanted)
+        verdicts = dict(zip(keeps, self.judge(wanted), strict=True))
         self.rounds += 1  # round 0: the whole workload and the empty one
-        return [v == "fails" for v in verdicts]
+        return [verdicts[i] == "fails" for i in ids]
 
     def judge(self, wanted: list[dict[str, Any]]) -> list[str]:
         """Each candidate's verdict word: fails, passes, no-state, invalid, harness."""
@@ -218,11 +222,20 @@ def minimise(
 
     work = t.rdir / "triage" / f"workload-{t.state.id}"
     shutil.rmtree(work, ignore_errors=True)  # a candidate's recording is never reused
-    rr = Rerecorder(t, p, original, work, progress)
+
+    def closed(s: opmin.Subset) -> opmin.Subset | None:
+        return opmin.closed(all_ops, p.keep(s), fsync_names)
+
+    def keep_of(s: opmin.Subset) -> opmin.Subset:
+        k = closed(s)
+        assert k is not None  # only a workload is asked
+        return k
+
+    rr = Rerecorder(t, p, original, work, progress, keep_of)
 
     def is_valid(s: opmin.Subset) -> bool:
         """Asked once per candidate (ddmin asks a subset once): the refused are counted."""
-        ok = opmin.valid(all_ops, p.keep(s), fsync_names)
+        ok = closed(s) is not None
         rr.tally["invalid"] += not ok
         return ok
 
@@ -239,6 +252,7 @@ def minimise(
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    found = rr.failing.get(candidate_id(p.keep(search.items)))
+    kept = keep_of(search.items)
     seconds = time.monotonic() - started
-    return Workload("", p, search, dict(rr.tally), rr.rounds, seconds, found)
+    found = rr.failing.get(candidate_id(kept))
+    return Workload("", p, search, dict(rr.tally), rr.rounds, seconds, found, kept)

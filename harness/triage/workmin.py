@@ -236,7 +236,8 @@ def minimise(
     def is_valid(s: opmin.Subset) -> bool:
         """Asked once per candidate (ddmin asks a subset once): the refused are counted."""
         ok = closed(s) is not None
-        rr.tally["invalid"] += not ok
+        if not ok:
+            rr.tally["invalid"] += 1
         return ok
 
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -67,6 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.debug else logging.WARNING,
         format="%(asctime)s %(name)s: %(message)s",
     )
+    # SIGTERM (kill, a service manager, a CI timeout) stops a run as Ctrl-C does: the guest
+    # is destroyed, the run marked interrupted and resumable. Python's default would end
+    # the process on the spot and leave the run 'running'.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         status: int = args.func(args)
         return status
@@ -88,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A bug of ours: exit 3 like every harness failure (1 would page someone about a
         # filesystem finding); the traceback goes to a file, or to the terminal with --debug.
         return lab_bug(debug=args.debug)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def lab_bug(*, debug: bool) -> int:

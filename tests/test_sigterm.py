@@ -1,0 +1,65 @@
+"""SIGTERM stops ``scenario`` as Ctrl-C does (issue 26): the run is marked interrupted,
+what it finished stays, the command exits 130 without a traceback, and a second run
+resumes it. A real host-only check-log run of the recorded ext4 fixture
+(tests/data/logs/README.md); the signal is sent by the process to itself right after its
+first crash state is stored, the moment a kill from outside would land."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from harness import tools
+from harness.cli.main import main
+from harness.experiments import lifecycle
+from harness.store.db import RunEnv, Store
+
+
+def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def test_sigterm_marks_the_run_interrupted_and_it_resumes(
+    ext4_small: tuple[Path, dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for tool in ("debugfs", "dumpe2fs", "e2fsck"):
+        if not tools.available(tool):
+            pytest.skip(f"{tool} not installed (e2fsprogs)")
+    monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
+    monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
+    monkeypatch.setattr(lifecycle, "run_env", lambda img: RunEnv(image_hash=img.hash))
+    db = tmp_path / "lab.sqlite"
+    argv = ["check-log", str(ext4_small[0]), "--fs", "ext4", "--device-size", "32M"]
+    argv += ["--host-only", "--max-states", "6", "--db", str(db)]
+    record = Store.record_state_result
+
+    def record_then_term(self: Store, *a: Any, **kw: Any) -> Any:
+        done = record(self, *a, **kw)
+        monkeypatch.setattr(Store, "record_state_result", record)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return done
+
+    monkeypatch.setattr(Store, "record_state_result", record_then_term)
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert main(argv) == 130
+        err = capsys.readouterr().err
+        assert "interrupted" in err and "Traceback" not in err
+        [(run_id, status)] = rows(db, "SELECT id, status FROM runs")
+        assert status == "interrupted"
+        assert rows(db, "SELECT count(*) FROM verdicts") == [(1,)]
+        assert main(argv) == 0
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert rows(db, "SELECT id, status FROM runs") == [(run_id, "done")]
+    assert rows(db, "SELECT count(*), count(DISTINCT state_id) FROM verdicts") == [(6, 6)]

@@ -6,9 +6,11 @@ first crash state is stored, the moment a kill from outside would land."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import sqlite3
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 
 from harness import tools
-from harness.cli.main import main
+from harness.cli.main import main, stop_on_sigterm
 from harness.experiments import lifecycle
 from harness.store.db import RunEnv, Store
 
@@ -63,3 +65,47 @@ def test_sigterm_marks_the_run_interrupted_and_it_resumes(
         signal.signal(signal.SIGTERM, before)
     assert rows(db, "SELECT id, status FROM runs") == [(run_id, "done")]
     assert rows(db, "SELECT count(*), count(DISTINCT state_id) FROM verdicts") == [(6, 6)]
+
+
+def test_a_forked_worker_still_dies_of_sigterm() -> None:
+    """multiprocessing stops its pool's workers with SIGTERM: a worker forked from the CLI
+    must die of it, not raise KeyboardInterrupt with a traceback on the terminal."""
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        stop_on_sigterm()
+        ctx = multiprocessing.get_context("fork")
+        ready = ctx.Event()
+        child = ctx.Process(target=_wait, args=(ready,))
+        child.start()
+        # A signal between fork and CPython's after-fork reset would be dropped by it.
+        assert ready.wait(timeout=30)
+        child.terminate()  # SIGTERM
+        child.join(timeout=30)
+        assert child.exitcode == -signal.SIGTERM
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _wait(ready: Any) -> None:
+    ready.set()
+    time.sleep(60)
+
+
+def test_a_full_store_is_a_harness_error_not_a_bug(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SQLite's "database or disk is full" (seen by bench/chaos.py with the store on a full
+    tmpfs) is the host's trouble: exit 3, said as such, no traceback file."""
+
+    def full(*a: Any, **kw: Any) -> Any:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(Store, "open", full)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    assert main(["results", "runs", "--db", str(tmp_path / "lab.sqlite")]) == 3
+    err = capsys.readouterr().err
+    assert "the results store failed: database or disk is full" in err
+    assert "crashlab bug" not in err and not list(tmp_path.glob("crashlab-bug-*"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import sqlite3
 import sys
 from collections.abc import Sequence
 
@@ -68,10 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.debug else logging.WARNING,
         format="%(asctime)s %(name)s: %(message)s",
     )
-    # SIGTERM (kill, a service manager, a CI timeout) stops a run as Ctrl-C does: the guest
-    # is destroyed, the run marked interrupted and resumable. Python's default would end
-    # the process on the spot and leave the run 'running'.
-    signal.signal(signal.SIGTERM, _interrupt)
+    stop_on_sigterm()
     try:
         status: int = args.func(args)
         return status
@@ -89,14 +87,50 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return errors.EXIT_OK
+    except sqlite3.OperationalError as e:
+        if not store_trouble(e):
+            return lab_bug(debug=args.debug)
+        report(
+            errors.HarnessError(
+                f"the results store failed: {e}",
+                hint="free space under the store (--db), or stop the other process that"
+                " holds its write lock; then run the same command again to resume",
+            )
+        )
+        return errors.EXIT_HARNESS
     except Exception:
         # A bug of ours: exit 3 like every harness failure (1 would page someone about a
         # filesystem finding); the traceback goes to a file, or to the terminal with --debug.
         return lab_bug(debug=args.debug)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+# What the host does to a store (a full disk, another writer past the busy timeout, an
+# I/O error), as SQLite words it: exit 3 with that said, not "a crashlab bug".
+STORE_TROUBLE = ("disk is full", "database is locked", "disk I/O error", "unable to open")
+
+
+def store_trouble(e: sqlite3.OperationalError) -> bool:
+    return any(s in str(e) for s in STORE_TROUBLE)
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM (kill, a service manager, a CI timeout) stops a run as Ctrl-C does: the
+    guest is destroyed, the run marked interrupted and resumable. Python's default would
+    end the process on the spot and leave the run 'running'. Forked children (the host
+    checks' multiprocessing workers) inherit the handler; a pool stops its workers with
+    SIGTERM, so in them it is the default again: die, no KeyboardInterrupt traceback."""
+    import os
+
+    pid = os.getpid()
+
+    def interrupt(signum: int, frame: object) -> None:
+        if os.getpid() != pid:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def lab_bug(*, debug: bool) -> int:

@@ -261,7 +261,7 @@ def cycle(n: int, kind: str, fault: str, rnd: random.Random, out: Path) -> dict[
     d = out / f"cycle-{n:04d}"
     log = out / f"cycle-{n:04d}.log"
     shadow = cf.make_shadow(out / f"cycle-{n:04d}.bin")
-    at = rnd.uniform(0.05, 0.95) * ref["seconds"]
+    at = rnd.uniform(0.05, 0.8) * ref["seconds"]
     rec: dict[str, Any] = {"n": n, "kind": kind, "fault": fault, "at": round(at, 1)}
     problems: list[str] = []
     before = lab_clean()
@@ -374,14 +374,23 @@ def main() -> int:
     p.add_argument("--kinds", default=",".join(ELEMENTS), help="comma separated")
     p.add_argument("--types", default=",".join(cf.FAULTS), help="fault types, comma separated")
     p.add_argument("--out", type=Path, default=Path("/tmp/crashlab-chaos"))
-    p.add_argument("--report", action="store_true", help="only print the table of --out")
+    p.add_argument(
+        "--report",
+        nargs="*",
+        type=Path,
+        metavar="DIR",
+        help="only print the table of --out's cycles and of these other --out dirs",
+    )
+    p.add_argument("--pause", type=float, default=0.0, help="seconds between cycles")
     a = p.parse_args()
     if os.geteuid() != 0:
         sys.exit("chaos.py mounts a tmpfs per cycle: run it as root")
     a.out.mkdir(parents=True, exist_ok=True)
     jsonl = a.out / "cycles.jsonl"
     old = [json.loads(x) for x in jsonl.read_text().splitlines()] if jsonl.exists() else []
-    if a.report:
+    if a.report is not None:
+        for d in a.report:
+            old += [json.loads(x) for x in (d / "cycles.jsonl").read_text().splitlines()]
         report(old)
         return 0
     kinds, types = a.kinds.split(","), a.types.split(",")
@@ -400,6 +409,7 @@ def main() -> int:
         kind, fault = grid[i % len(grid)]
         rec = cycle(first + i, kind, fault, rnd, a.out)
         cycles.append(rec)
+        time.sleep(a.pause)
         with open(jsonl, "a") as f:
             f.write(json.dumps(rec) + "\n")
         bad = {k: rec[k] for k in COUNTS if rec[k]}

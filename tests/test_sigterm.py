@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from harness import tools
+from harness import proc, tools
 from harness.cli.main import main, stop_on_sigterm
 from harness.experiments import lifecycle
 from harness.store.db import RunEnv, Store
@@ -109,3 +109,10 @@ def test_a_full_store_is_a_harness_error_not_a_bug(
     err = capsys.readouterr().err
     assert "the results store failed: database or disk is full" in err
     assert "crashlab bug" not in err and not list(tmp_path.glob("crashlab-bug-*"))
+
+
+def test_ctrl_c_at_the_terminal_does_not_reach_a_check_command() -> None:
+    """Ctrl-C signals the terminal's process group; a command of proc.run is in a group of
+    its own, so an e2fsck is never cut short mid-replay and its half-done work judged."""
+    r = proc.run(["sh", "-c", "ps -o pgid= -p $$"])
+    assert int(r.stdout) != os.getpgrp()

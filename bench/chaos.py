@@ -285,7 +285,14 @@ def cycle(n: int, kind: str, fault: str, rnd: random.Random, out: Path) -> dict[
         rec["injected"] = not rec["did"].startswith("!")
         problems = problems if rec["injected"] else []
         runs = storecount.query(db, "SELECT status FROM runs")
-        if fault in cf.STOPS and rec["injected"]:
+        table = "campaigns" if ELEMENTS[kind][0] == "campaign" else "runs"
+        began = bool(storecount.query(db, f"SELECT 1 FROM {table}"))
+        if rec["injected"] and (not began or finished(db, kind)):
+            # Before the harness installed its handler (interpreter start, imports) or
+            # after its work was done: the default action ends a process with nothing to
+            # stop or mark. Not a stop of a run, so not judged as one.
+            rec["did"] += " (before the run began)" if not began else " (after it was done)"
+        elif fault in cf.STOPS and rec["injected"]:
             if rec.get("exit") != 130:
                 problems.append(f"{fault}: exit {rec.get('exit')}, not 130")
             if kind.startswith("campaign"):
@@ -298,7 +305,8 @@ def cycle(n: int, kind: str, fault: str, rnd: random.Random, out: Path) -> dict[
         rec["after_fault"] = len(seen)
         # A second run of a finished run or campaign is a new one, not a resume.
         rc = rec.get("exit")
-        if not finished(db, kind):
+        resumed = not finished(db, kind)
+        if resumed:
             proc = start(argv, d, shadow, log)
             rc, orphans = finish(proc, timeout=3 * ref["seconds"] + 300)
             problems += orphans
@@ -314,7 +322,7 @@ def cycle(n: int, kind: str, fault: str, rnd: random.Random, out: Path) -> dict[
     unreal = {k: (clean.get(k), v) for k, v in now.items() if clean.get(k, v) != v}
     if rc == 1 and ref["exit"] == 0:
         unreal[("exit",)] = ("0", "1")
-    if rc not in (0, 1):
+    if resumed and rc not in (0, 1):
         problems.append(f"resume exited {rc}")
     new = lab_clean() - before
     rec.update(

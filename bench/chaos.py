@@ -165,13 +165,22 @@ def tmpfs(d: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(d)], check=False)
 
 
+RUNNING: list[subprocess.Popen[bytes]] = []  # the harness of this cycle, for a stop of ours
+
+
 def start(argv: list[str], results: Path, shadow: Path, log: Path) -> subprocess.Popen[bytes]:
     path = os.pathsep.join([str(Path(sys.executable).parent), str(shadow), "/usr/sbin", "/sbin"])
     env = {**os.environ, "CRASHLAB_RESULTS": str(results), "PATH": path}
     with open(log, "ab") as out:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
+    RUNNING[:] = [proc]
+    return proc
+
+
+def stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def finish(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int | None, list[str]]:
@@ -413,9 +422,17 @@ def main() -> int:
     rnd.shuffle(grid)
     first = max((c["n"] for c in old), default=0) + 1
     cycles = []
+    signal.signal(signal.SIGTERM, stop)
     for i in range(a.faults):
         kind, fault = grid[i % len(grid)]
-        rec = cycle(first + i, kind, fault, rnd, a.out)
+        try:
+            rec = cycle(first + i, kind, fault, rnd, a.out)
+        except KeyboardInterrupt:
+            for proc in RUNNING:  # its own session: our Ctrl-C did not reach it
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait()
+            break
         cycles.append(rec)
         time.sleep(a.pause)
         with open(jsonl, "a") as f:

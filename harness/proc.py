@@ -244,6 +244,12 @@ def spawn(
         child.stop(grace)
 
 
+def end_with_parent() -> None:
+    """In a forked worker: die when the harness does, even by SIGKILL (a host-check worker
+    outlived a killed harness as an orphan, seen by bench/chaos.py)."""
+    _die_with_parent()
+
+
 def _die_with_parent() -> None:
     """In the child, before exec: ask for SIGTERM when the parent dies."""
     with contextlib.suppress(OSError, AttributeError):

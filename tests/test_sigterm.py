@@ -116,3 +116,36 @@ def test_ctrl_c_at_the_terminal_does_not_reach_a_check_command() -> None:
     its own, so an e2fsck is never cut short mid-replay and its half-done work judged."""
     r = proc.run(["sh", "-c", "ps -o pgid= -p $$"])
     assert int(r.stdout) != os.getpgrp()
+
+
+ORPHAN = """
+import multiprocessing, sys, time
+from harness import proc
+
+def work():
+    proc.end_with_parent()
+    time.sleep(60)
+
+child = multiprocessing.get_context("fork").Process(target=work)
+child.start()
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_forked_check_worker_dies_with_a_killed_harness() -> None:
+    """SIGKILL of the harness left its host-check workers running as orphans."""
+    import subprocess
+    import sys
+
+    parent = subprocess.Popen([sys.executable, "-c", ORPHAN], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    time.sleep(0.5)  # past the child's prctl
+    parent.kill()
+    parent.wait()
+    for _ in range(50):
+        if not Path(f"/proc/{child}").exists():
+            break
+        time.sleep(0.1)
+    assert not Path(f"/proc/{child}").exists()

@@ -296,7 +296,8 @@ def cycle(n: int, kind: str, fault: str, rnd: random.Random, out: Path) -> dict[
         runs = storecount.query(db, "SELECT status FROM runs")
         table = "campaigns" if ELEMENTS[kind][0] == "campaign" else "runs"
         began = bool(storecount.query(db, f"SELECT 1 FROM {table}"))
-        if rec["injected"] and (not began or finished(db, kind)):
+        signal_fault = fault in ("sigkill", *cf.STOPS)
+        if signal_fault and rec["injected"] and (not began or finished(db, kind)):
             # Before the harness installed its handler (interpreter start, imports) or
             # after its work was done: the default action ends a process with nothing to
             # stop or mark. Not a stop of a run, so not judged as one.
@@ -423,6 +424,9 @@ def main() -> int:
     first = max((c["n"] for c in old), default=0) + 1
     cycles = []
     signal.signal(signal.SIGTERM, stop)
+    # Started with & from a script, we (and so the harness) would ignore SIGINT: a shell
+    # without job control does that to background commands. The harness must get it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     for i in range(a.faults):
         kind, fault = grid[i % len(grid)]
         try:

@@ -109,8 +109,11 @@ disk_size = "32M"
 guest = false
 
 [crash]
-states = [{ kind = "fua" }, { kind = "mark" }, { kind = "reorder" }, { kind = "torn" }]
-max_states = 300
+states = [
+  { kind = "fua" }, { kind = "mark" },
+  { kind = "reorder", max_states = 400 }, { kind = "torn", max_states = 400 },
+]
+max_states = 1000
 """,
     "campaign.toml": """description = "chaos.py: host-only check-log elements, local or on Dask"
 max_failures = 3

@@ -202,7 +202,10 @@ def finish(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int | None, l
     return proc.returncode, [f"orphan {c} {p}" for p, c in left.items()]
 
 
-def lab_clean() -> set[str]:
+def lab_clean(since: float = 0.0) -> set[str]:
+    """What `lab clean` would remove; directories only if changed since ``since`` (the
+    host is shared: another session's old directory whose process id this cycle's
+    processes happened to reuse is not this cycle's leftover)."""
     r = subprocess.run(
         [sys.executable, "-m", "harness", "lab", "clean", "--dry-run", "--json"],
         cwd=REPO,
@@ -211,9 +214,19 @@ def lab_clean() -> set[str]:
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     try:
-        return {f"{x['kind']} {x['what']}" for x in json.loads(r.stdout)["leftovers"]}
+        found = json.loads(r.stdout)["leftovers"]
     except (ValueError, KeyError):
         return {f"lab clean failed: {r.stderr.strip()[-200:]}"}
+    return {f"{x['kind']} {x['what']}" for x in found if fresh(x, since)}
+
+
+def fresh(leftover: dict[str, str], since: float) -> bool:
+    if leftover["kind"] != "workdir":
+        return True
+    try:
+        return Path(leftover["what"]).stat().st_mtime >= since
+    except OSError:
+        return False
 
 
 def traceback_in(log: Path) -> bool:
@@ -276,7 +289,7 @@ def cycle(n: int, kind: str, fault: str, rnd: random.Random, out: Path) -> dict[
     at = rnd.uniform(0.05, 0.8) * ref["seconds"]
     rec: dict[str, Any] = {"n": n, "kind": kind, "fault": fault, "at": round(at, 1)}
     problems: list[str] = []
-    before = lab_clean()
+    before, since = lab_clean(), time.time()
     with guest_lock(kind), tmpfs(d):
         db = d / "lab.sqlite"
         argv = command(kind, db)
@@ -337,7 +350,7 @@ def cycle(n: int, kind: str, fault: str, rnd: random.Random, out: Path) -> dict[
         unreal[("exit",)] = ("0", "1")
     if resumed and rc not in (0, 1):
         problems.append(f"resume exited {rc}")
-    new = lab_clean() - before
+    new = lab_clean(since) - before
     rec.update(
         lost=len(lost),
         lost_items=[k[-1] for k in sorted(lost)][:5],

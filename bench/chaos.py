@@ -229,6 +229,14 @@ def fresh(leftover: dict[str, str], since: float) -> bool:
         return False
 
 
+def could_be_ours(leftover: str, kind: str) -> bool:
+    """A guest or a guest's work directory cannot be a guestless cycle's; a Dask worker's
+    cache cannot be a cycle's without Dask (the host is shared with other sessions)."""
+    if "crashlab-dask-" in leftover:
+        return "dask" in kind
+    return kind not in GUESTLESS
+
+
 def traceback_in(log: Path) -> bool:
     return "Traceback" in log.read_text(errors="replace")
 
@@ -350,7 +358,7 @@ def cycle(n: int, kind: str, fault: str, rnd: random.Random, out: Path) -> dict[
         unreal[("exit",)] = ("0", "1")
     if resumed and rc not in (0, 1):
         problems.append(f"resume exited {rc}")
-    new = lab_clean(since) - before
+    new = {x for x in lab_clean(since) - before if could_be_ours(x, kind)}
     rec.update(
         lost=len(lost),
         lost_items=[k[-1] for k in sorted(lost)][:5],

@@ -149,3 +149,22 @@ def test_a_forked_check_worker_dies_with_a_killed_harness() -> None:
             break
         time.sleep(0.1)
     assert not Path(f"/proc/{child}").exists()
+
+
+def test_a_store_locked_past_the_busy_timeout_is_a_harness_error(tmp_path: Path) -> None:
+    """Another writer holding the store (chaos.py's store-lock fault) is the host's doing:
+    exit 3, never exit 2 with the advice to move the results file away."""
+    from harness.errors import HarnessError
+    from harness.store.opening import _adopt
+
+    db = tmp_path / "lab.sqlite"
+    holder = sqlite3.connect(db, isolation_level=None)  # a new file: no WAL yet
+    holder.execute("BEGIN EXCLUSIVE")
+    waiter = sqlite3.connect(db, timeout=0.1, isolation_level=None)
+    try:
+        with pytest.raises(HarnessError, match="database is locked"):
+            _adopt(db, waiter)
+    finally:
+        waiter.close()
+        holder.execute("ROLLBACK")
+        holder.close()

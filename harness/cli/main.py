@@ -88,7 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return errors.EXIT_OK
     except sqlite3.OperationalError as e:
-        if not store_trouble(e):
+        from harness.store.opening import host_trouble
+
+        if not host_trouble(e):
             return lab_bug(debug=args.debug)
         report(
             errors.HarnessError(
@@ -102,15 +104,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A bug of ours: exit 3 like every harness failure (1 would page someone about a
         # filesystem finding); the traceback goes to a file, or to the terminal with --debug.
         return lab_bug(debug=args.debug)
-
-
-# What the host does to a store (a full disk, another writer past the busy timeout, an
-# I/O error), as SQLite words it: exit 3 with that said, not "a crashlab bug".
-STORE_TROUBLE = ("disk is full", "database is locked", "disk I/O error", "unable to open")
-
-
-def store_trouble(e: sqlite3.OperationalError) -> bool:
-    return any(s in str(e) for s in STORE_TROUBLE)
 
 
 def stop_on_sigterm() -> None:

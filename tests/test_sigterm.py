@@ -168,3 +168,16 @@ def test_a_store_locked_past_the_busy_timeout_is_a_harness_error(tmp_path: Path)
         waiter.close()
         holder.execute("ROLLBACK")
         holder.close()
+
+
+def test_ctrl_c_while_the_cli_starts_is_quiet(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Ctrl-C in the first half second (the commands' imports) printed a traceback."""
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("harness.cli.main.build_parser", interrupted)
+    assert main(["list"]) == 130
+    assert "Traceback" not in capsys.readouterr().err

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import sqlite3
 import sys
 from collections.abc import Sequence
 
@@ -90,23 +89,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return errors.EXIT_OK
-    except sqlite3.OperationalError as e:
-        from harness.store.opening import host_trouble
+    except Exception as e:
+        from harness.store.opening import store_failure
 
-        if not host_trouble(e):
+        # The host failing the store (a full disk, a held lock) is a harness error; any
+        # other exception is a bug of ours: exit 3 like every harness failure (1 would
+        # page someone about a filesystem finding), the traceback to a file, or to the
+        # terminal with --debug.
+        failure = store_failure(e)
+        if failure is None:
             return lab_bug(debug=args.debug)
-        report(
-            errors.HarnessError(
-                f"the results store failed: {e}",
-                hint="free space under the store (--db), or stop the other process that"
-                " holds its write lock; then run the same command again to resume",
-            )
-        )
+        report(failure)
         return errors.EXIT_HARNESS
-    except Exception:
-        # A bug of ours: exit 3 like every harness failure (1 would page someone about a
-        # filesystem finding); the traceback goes to a file, or to the terminal with --debug.
-        return lab_bug(debug=args.debug)
 
 
 def stop_on_sigterm() -> None:

@@ -20,6 +20,18 @@ def host_trouble(e: sqlite3.OperationalError) -> bool:
     return any(s in str(e) for s in HOST_TROUBLE)
 
 
+def store_failure(e: BaseException) -> HarnessError | None:
+    """An exception that is the host failing the store, as the harness error to report;
+    None for anything else (the CLI keeps sqlite3 out of its own code)."""
+    if not (isinstance(e, sqlite3.OperationalError) and host_trouble(e)):
+        return None
+    return HarnessError(
+        f"the results store failed: {e}",
+        hint="free space under the store (--db), or stop the other process that"
+        " holds its write lock; then run the same command again to resume",
+    )
+
+
 def _refuse(path: Path, problem: str, hint: str | None = None) -> InputError:
     return InputError(
         f"{path}: {problem}",

@@ -26,7 +26,6 @@ import argparse
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -34,51 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from storecount import duplicates, query, unfinished, verdicts
+
 REPO = Path(__file__).resolve().parent.parent
-
-DUPLICATES = {
-    "crash_states": "SELECT count(*) - count(DISTINCT run_id || '/' || id) FROM crash_states",
-    "verdicts": "SELECT count(*) - count(DISTINCT run_id || '/' || state_id) FROM verdicts",
-    "recovery_times": "SELECT count(*) - count(DISTINCT run_id || '/' || state_id || '/' || phase)"
-    " FROM recovery_times",
-    "checks": "SELECT count(*) - count(DISTINCT run_id || '/' || state_id || '/' || stage || '/'"
-    " || checker) FROM checks",
-    "runs per element": "SELECT coalesce(sum(n - 1), 0) FROM"
-    " (SELECT count(*) AS n FROM runs GROUP BY scenario, params, seed)",
-    "campaign elements": "SELECT count(*) - count(DISTINCT campaign_id || key) FROM"
-    " campaign_elements",
-    "campaigns": "SELECT max(count(*) - 1, 0) FROM campaigns",
-}
-
-
-def query(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    if not db.exists():
-        return []
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql).fetchall()
-    except sqlite3.OperationalError:  # not created yet
-        return []
-    finally:
-        conn.close()
-
-
-def verdicts(db: Path) -> set[tuple[Any, ...]]:
-    return set(query(db, "SELECT run_id, state_id FROM verdicts"))
-
-
-def duplicates(db: Path) -> dict[str, int]:
-    return {name: int((query(db, sql) or [(0,)])[0][0] or 0) for name, sql in DUPLICATES.items()}
-
-
-def unfinished(db: Path) -> list[tuple[Any, ...]]:
-    """(run, states recorded, verdicts) of runs not done: where the kill landed."""
-    return query(
-        db,
-        "SELECT id, (SELECT count(*) FROM crash_states s WHERE s.run_id = r.id),"
-        " (SELECT count(*) FROM verdicts v WHERE v.run_id = r.id)"
-        " FROM runs r WHERE status != 'done'",
-    )
 
 
 def main() -> int:
@@ -137,7 +94,7 @@ def main() -> int:
         seen |= now
         print(
             f"kill {kills} after {after:.1f} s: verdicts {before} -> {len(now)}, lost"
-            f" {len(gone)}; unfinished runs (id, states, verdicts): {unfinished(db)}",
+            f" {len(gone)}; unfinished runs (id, status, results): {unfinished(db)}",
             flush=True,
         )
     if not finished:

@@ -62,6 +62,12 @@ def run(
     exe = tools.require(args[0]) if "/" not in args[0] else args[0]
     full_env = {**os.environ, **env} if env is not None else None
     log.debug("$ %s", shlex.join(args))
+    # Each command in a process group of its own: Ctrl-C signals the terminal's whole
+    # group, and an e2fsck cut short by it left a half-replayed journal that a check then
+    # called damage (a false finding, seen by bench/chaos.py). The harness gets the
+    # KeyboardInterrupt; subprocess.run kills the command on the way out. Out of the
+    # terminal's foreground group a command must not read it (SIGTTIN would stop it).
+    data = input.encode() if isinstance(input, str) else (input or b"")
     start = time.monotonic()
     try:
         if logfile is not None:
@@ -72,22 +78,24 @@ def run(
                     [exe, *args[1:]],
                     stdout=out,
                     stderr=subprocess.STDOUT,
-                    input=input.encode() if isinstance(input, str) else input,
+                    input=data,
                     cwd=cwd,
                     env=full_env,
                     timeout=timeout,
                     check=False,
+                    process_group=0,
                 )
             stdout, stderr = "", ""
         else:
             cp = subprocess.run(
                 [exe, *args[1:]],
                 capture_output=True,
-                input=input.encode() if isinstance(input, str) else input,
+                input=data,
                 cwd=cwd,
                 env=full_env,
                 timeout=timeout,
                 check=False,
+                process_group=0,
             )
             stdout = cp.stdout.decode(errors="replace")
             stderr = cp.stderr.decode(errors="replace")
@@ -234,6 +242,12 @@ def spawn(
         yield child
     finally:
         child.stop(grace)
+
+
+def end_with_parent() -> None:
+    """In a forked worker: die when the harness does, even by SIGKILL (a host-check worker
+    outlived a killed harness as an orphan, seen by bench/chaos.py)."""
+    _die_with_parent()
 
 
 def _die_with_parent() -> None:

@@ -131,3 +131,20 @@ def test_scenario_run_with_dask(guest_image: object, tmp_path: Path) -> None:
         [(n,)] = st.execute("SELECT count(*) FROM verdicts")
         [(checks,)] = st.execute("SELECT count(*) FROM checks WHERE stage = 'host'")
     assert n == 8 and checks == 8
+
+
+def test_local_workers_ignore_ctrl_c_and_the_caller_keeps_its_handlers() -> None:
+    """Ctrl-C reaches every process of the terminal's group: the harness stops its local
+    workers itself, so they ignore it (each printed a KeyboardInterrupt traceback)."""
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with distributed.client("local:1") as c:
+        assert set(c.run(signal.getsignal, signal.SIGINT).values()) == {signal.SIG_IGN}
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_a_sigterm_while_the_cluster_starts_waits_for_it() -> None:
+    with pytest.raises(KeyboardInterrupt), distributed.quiet_start():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # a SIGTERM now is held, not acted on
+        started = True
+    assert started

@@ -26,7 +26,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -57,15 +59,16 @@ def client(target: str) -> Iterator[Any]:
         ) from None
     with contextlib.ExitStack() as stack:
         if kind == "local":
-            cluster = stack.enter_context(
-                LocalCluster(
-                    n_workers=arg,
-                    threads_per_worker=1,
-                    processes=True,
-                    dashboard_address=None,
+            with quiet_start():
+                cluster = stack.enter_context(
+                    LocalCluster(
+                        n_workers=arg,
+                        threads_per_worker=1,
+                        processes=True,
+                        dashboard_address=None,
+                    )
                 )
-            )
-            c = stack.enter_context(Client(cluster))
+                c = stack.enter_context(Client(cluster))
         else:
             try:
                 c = stack.enter_context(Client(arg, timeout=CONNECT_TIMEOUT))
@@ -76,6 +79,32 @@ def client(target: str) -> Iterator[Any]:
                     f"`dask worker {arg}`, or use --dask local:N",
                 ) from None
         yield c
+
+
+@contextlib.contextmanager
+def quiet_start() -> Iterator[None]:
+    """Start a LocalCluster's workers deaf to Ctrl-C, and hold a SIGTERM until it is up.
+
+    Ctrl-C signals the terminal's whole process group: every worker printed its own
+    KeyboardInterrupt traceback, while the harness stops its workers itself. A worker
+    started with SIGINT ignored keeps it ignored (Python installs its handler only over the
+    default). A SIGTERM while the cluster starts left it half made, and distributed's exit
+    hook then failed an assertion on the terminal; held, it stops the run once the cluster
+    is on the caller's stack and closed in order. Both seen by bench/chaos.py.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    old_term = signal.signal(signal.SIGTERM, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+    if held:
+        raise KeyboardInterrupt
 
 
 def host_checks(

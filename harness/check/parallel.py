@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import proc
 from harness.check import host as check
 from harness.errors import HarnessError
 from harness.outcome import is_harness
@@ -135,6 +136,7 @@ def _worker(
     timeout: float | None,
     q: Any,
 ) -> None:
+    proc.end_with_parent()
     try:
         run = [CrashState.from_dict(d) for d in states]
         for state, result in check_run(log_path, run, fs, size, workdir, timeout):

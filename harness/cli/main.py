@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -61,12 +62,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()  # imports every command: a Ctrl-C lands here often
+    except KeyboardInterrupt:
+        return 130
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.WARNING,
         format="%(asctime)s %(name)s: %(message)s",
     )
+    stop_on_sigterm()
     try:
         status: int = args.func(args)
         return status
@@ -84,10 +89,38 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return errors.EXIT_OK
-    except Exception:
-        # A bug of ours: exit 3 like every harness failure (1 would page someone about a
-        # filesystem finding); the traceback goes to a file, or to the terminal with --debug.
-        return lab_bug(debug=args.debug)
+    except Exception as e:
+        from harness.store.opening import store_failure
+
+        # The host failing the store (a full disk, a held lock) is a harness error; any
+        # other exception is a bug of ours: exit 3 like every harness failure (1 would
+        # page someone about a filesystem finding), the traceback to a file, or to the
+        # terminal with --debug.
+        failure = store_failure(e)
+        if failure is None:
+            return lab_bug(debug=args.debug)
+        report(failure)
+        return errors.EXIT_HARNESS
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM (kill, a service manager, a CI timeout) stops a run as Ctrl-C does: the
+    guest is destroyed, the run marked interrupted and resumable. Python's default would
+    end the process on the spot and leave the run 'running'. Forked children (the host
+    checks' multiprocessing workers) inherit the handler; a pool stops its workers with
+    SIGTERM, so in them it is the default again: die, no KeyboardInterrupt traceback."""
+    import os
+
+    pid = os.getpid()
+
+    def interrupt(signum: int, frame: object) -> None:
+        if os.getpid() != pid:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def lab_bug(*, debug: bool) -> int:

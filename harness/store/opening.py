@@ -7,9 +7,29 @@ import os
 import sqlite3
 from pathlib import Path
 
-from harness.errors import InputError
+from harness.errors import HarnessError, InputError
 from harness.store.model import APPLICATION_ID
 from harness.store.schema import _TABLES, MIGRATIONS, SCHEMA_VERSION
+
+# What the host does to a store (a full disk, another writer past the busy timeout, an
+# I/O error), as SQLite words it: a harness error (exit 3), never the file's fault.
+HOST_TROUBLE = ("disk is full", "database is locked", "disk I/O error", "unable to open")
+
+
+def host_trouble(e: sqlite3.OperationalError) -> bool:
+    return any(s in str(e) for s in HOST_TROUBLE)
+
+
+def store_failure(e: BaseException) -> HarnessError | None:
+    """An exception that is the host failing the store, as the harness error to report;
+    None for anything else (the CLI keeps sqlite3 out of its own code)."""
+    if not (isinstance(e, sqlite3.OperationalError) and host_trouble(e)):
+        return None
+    return HarnessError(
+        f"the results store failed: {e}",
+        hint="free space under the store (--db), or stop the other process that"
+        " holds its write lock; then run the same command again to resume",
+    )
 
 
 def _refuse(path: Path, problem: str, hint: str | None = None) -> InputError:
@@ -81,6 +101,13 @@ def _adopt(path: Path, conn: sqlite3.Connection) -> None:
                 hint="restore it from a backup, or pass --db with a new file",
             )
     except sqlite3.DatabaseError as e:
+        if isinstance(e, sqlite3.OperationalError) and host_trouble(e):
+            # The host's doing, not the file's: moving the store away would lose results.
+            raise HarnessError(
+                f"{path}: the results store failed: {e}",
+                hint="free space under it, or stop the other process that holds its write"
+                " lock; then run the same command again",
+            ) from None
         if "file is not a database" in str(e):  # SQLite's own reading of the header
             raise _refuse(
                 path, "is not an SQLite database (so not a crashlab results file)"

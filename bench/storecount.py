@@ -1,0 +1,72 @@
+"""What a killed or faulted run did to the store: the counts bench_campaign_kill.py and
+chaos.py share (results seen, rows duplicated, unfinished runs).
+
+A result is one row of ``v_item_outcomes`` (a crash state's verdict, a fault or recovery
+observation, a ZFS scan): the row that says "this item is done". Items are compared across
+stores by their element (scenario, parameters, seed) and item id, never by run id, which a
+clean run and a faulted one do not share.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+DUPLICATES = {
+    "crash_states": "SELECT count(*) - count(DISTINCT run_id || '/' || id) FROM crash_states",
+    "verdicts": "SELECT count(*) - count(DISTINCT run_id || '/' || state_id) FROM verdicts",
+    "recovery_times": "SELECT count(*) - count(DISTINCT run_id || '/' || state_id || '/' || phase)"
+    " FROM recovery_times",
+    "checks": "SELECT count(*) - count(DISTINCT run_id || '/' || state_id || '/' || stage || '/'"
+    " || checker) FROM checks",
+    "observations": "SELECT count(*) - count(DISTINCT run_id || '/' || item) FROM observations",
+    "zfs_scans": "SELECT count(*) - count(DISTINCT run_id || '/' || item) FROM zfs_scans"
+    " WHERE item IS NOT NULL",
+    "runs per element": "SELECT coalesce(sum(n - 1), 0) FROM"
+    " (SELECT count(*) AS n FROM runs GROUP BY scenario, params, seed)",
+    "campaign elements": "SELECT count(*) - count(DISTINCT campaign_id || key) FROM"
+    " campaign_elements",
+    "campaigns": "SELECT max(count(*) - 1, 0) FROM campaigns",
+}
+
+# (scenario, params, seed, item) -> outcome, over every run of the store.
+_RESULTS = (
+    "SELECT r.scenario, r.params, r.seed, o.item, o.outcome FROM v_item_outcomes o"
+    " JOIN runs r ON r.id = o.run_id"
+)
+
+
+def query(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    """Rows of ``sql``, or none when the store or its table is not there yet."""
+    if not db.exists():
+        return []
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60)
+    try:
+        return conn.execute(sql).fetchall()
+    except sqlite3.OperationalError:  # not created yet
+        return []
+    finally:
+        conn.close()
+
+
+def verdicts(db: Path) -> set[tuple[Any, ...]]:
+    return set(query(db, "SELECT run_id, state_id FROM verdicts"))
+
+
+def results(db: Path) -> dict[tuple[Any, ...], str]:
+    """Every stored item result: (scenario, params, seed, item) -> outcome."""
+    return {tuple(row[:4]): row[4] for row in query(db, _RESULTS)}
+
+
+def duplicates(db: Path) -> dict[str, int]:
+    return {name: int((query(db, sql) or [(0,)])[0][0] or 0) for name, sql in DUPLICATES.items()}
+
+
+def unfinished(db: Path) -> list[tuple[Any, ...]]:
+    """(run, status, items done) of runs not done: where a fault landed."""
+    return query(
+        db,
+        "SELECT id, status, (SELECT count(*) FROM v_item_outcomes o WHERE o.run_id = r.id)"
+        " FROM runs r WHERE status != 'done'",
+    )

@@ -97,17 +97,12 @@ def run_results_cli(argv: list[str]) -> int:
     return status
 
 
-def host_only_check_log(
-    log: Path, tmp_path: Path, monkeypatch: Any, extra: Sequence[str] = ()
-) -> tuple[Path, Any]:
-    """``scenario check-log LOG --host-only`` of a recorded ext4 fixture (32 MiB device)
-    without a guest image: the store's path and the run's report. Skips without
-    e2fsprogs's tools."""
+def without_image(tmp_path: Path, monkeypatch: Any) -> None:
+    """A host-only run with no guest image built: work files under ``tmp_path``, the
+    image and its environment stubbed. Skips without e2fsprogs's tools."""
     import pytest
 
     from harness import tools
-    from harness.cli import checklog
-    from harness.cli.main import build_parser
     from harness.experiments import lifecycle
     from harness.store.db import RunEnv
 
@@ -117,6 +112,19 @@ def host_only_check_log(
     monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
     monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
     monkeypatch.setattr(lifecycle, "run_env", lambda img: RunEnv(image_hash=img.hash))
+
+
+def host_only_check_log(
+    log: Path, tmp_path: Path, monkeypatch: Any, extra: Sequence[str] = ()
+) -> tuple[Path, Any]:
+    """``scenario check-log LOG --host-only`` of a recorded ext4 fixture (32 MiB device)
+    without a guest image: the store's path and the run's report. Skips without
+    e2fsprogs's tools."""
+    from harness.cli import checklog
+    from harness.cli.main import build_parser
+    from harness.experiments import lifecycle
+
+    without_image(tmp_path, monkeypatch)
     argv = ["check-log", str(log), "--fs", "ext4", "--device-size", "32M", *extra]
     sc = checklog.build(build_parser().parse_args([*argv, "--host-only"]))
     db = tmp_path / "lab.sqlite"

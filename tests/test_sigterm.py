@@ -12,15 +12,14 @@ import signal
 import sqlite3
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from harness import proc, tools
+from harness import proc
 from harness.cli.main import main, stop_on_sigterm
-from harness.experiments import lifecycle
-from harness.store.db import RunEnv, Store
+from harness.store.db import Store
+from tests.synth import without_image
 
 
 def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
@@ -34,12 +33,7 @@ def test_sigterm_marks_the_run_interrupted_and_it_resumes(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    for tool in ("debugfs", "dumpe2fs", "e2fsck"):
-        if not tools.available(tool):
-            pytest.skip(f"{tool} not installed (e2fsprogs)")
-    monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
-    monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
-    monkeypatch.setattr(lifecycle, "run_env", lambda img: RunEnv(image_hash=img.hash))
+    without_image(tmp_path, monkeypatch)
     db = tmp_path / "lab.sqlite"
     argv = ["check-log", str(ext4_small[0]), "--fs", "ext4", "--device-size", "32M"]
     argv += ["--host-only", "--max-states", "6", "--db", str(db)]

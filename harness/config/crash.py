@@ -211,10 +211,11 @@ class FioWorkload(Settings):
             try:
                 fiojob.parse(self.job, self.sections)
             except fiojob.JobError as e:
+                # The key is relative: this model sits under `workload`, which prefixes it.
                 raise problem(
                     str(e),
                     "change the job, or set workload.sections = 0 (fsck and mount only)",
-                    key="workload.job",
+                    key="job",
                 ) from None
         return self
 

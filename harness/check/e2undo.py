@@ -31,6 +31,21 @@ COMPAT_FS_OFFSET = 0x1
 SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE = 1024, 1024
 
 
+def keys(undo: Path) -> int:
+    """How many saved blocks the undo file holds (its header's ``num_keys``). An e2fsck
+    that could not open the image still leaves a header-only file that e2undo calls
+    corrupt: it wrote nothing, so there is nothing to put back (and a destroyed
+    superblock stays a finding instead of becoming a harness error)."""
+    try:
+        with open(undo, "rb") as f:
+            head = f.read(16)
+    except FileNotFoundError:
+        return 0
+    if len(head) < 16 or head[:8] != MAGIC:
+        return 0
+    return int.from_bytes(head[8:16], "little")
+
+
 def restore(undo: Path, image: Path) -> int | None:
     """Write back into ``image`` every run of bytes ``undo`` saved; how many keys it
     held. None, having written nothing, when the file is one to leave to e2undo."""

@@ -264,24 +264,9 @@ def _undo_file(scratch: Path) -> Path:
 def _undo(undo: Path, image: Path) -> None:
     # In this process when the file is one e2undo.restore fully understands (always, so
     # far); e2undo itself otherwise, whose refusal is a harness error.
-    if _undo_keys(undo) and e2undo.restore(undo, image) is None:
+    if e2undo.keys(undo) and e2undo.restore(undo, image) is None:
         proc.run(["e2undo", undo, image])
     undo.unlink(missing_ok=True)
-
-
-def _undo_keys(undo: Path) -> int:
-    """How many saved blocks the undo file holds (its header's ``num_keys``). An e2fsck
-    that could not open the image still leaves a header-only file that e2undo calls
-    corrupt: it wrote nothing, so there is nothing to put back (and a destroyed
-    superblock stays a finding instead of becoming a harness error)."""
-    try:
-        with open(undo, "rb") as f:
-            head = f.read(16)
-    except FileNotFoundError:
-        return 0
-    if len(head) < 16 or head[:8] != b"E2UNDO02":
-        return 0
-    return int.from_bytes(head[8:16], "little")
 
 
 def _excerpt(parts: list[str]) -> str:

@@ -297,6 +297,16 @@ class Log:
         return max((s + n for s, n, _, _ in self._raw if n), default=0) * self.sectorsize
 
 
+MAX_LISTED = 20  # marks named in an error; an ACE log has hundreds
+
+
+def marks_text(lg: Log) -> str:
+    """The log's first marks with their entries, for an error that names a mark it lacks."""
+    shown = [f"{m!r} (entry {i})" for i, m in list(lg.marks.items())[:MAX_LISTED]]
+    more = len(lg.marks) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "") if shown else "none"
+
+
 def _corrupt(path: Path, what: str, *, index: int | None = None, offset: int) -> InputError:
     where = (
         f"entry {index} at byte offset {offset}" if index is not None else (f"byte offset {offset}")

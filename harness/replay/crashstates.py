@@ -36,7 +36,7 @@ from typing import Any
 
 from harness.config.states import TORN_MODES, parse_state
 from harness.errors import InputError
-from harness.record.logwrites import FLUSH, FUA, METADATA, SECTOR, Log
+from harness.record.logwrites import FLUSH, FUA, METADATA, SECTOR, Log, marks_text
 
 MKFS_MARK = "crashlab:mkfs"
 SYNC_MARK_PREFIX = "crashlab:sync:"
@@ -422,10 +422,9 @@ def start_after(log: Log, after_mark: str, targets: Sequence[Mapping[str, Any]] 
         text = f"{SYNC_MARK_PREFIX}{min(int(t['start_n']) for t in targets)}"
     found = log.find_mark(text)
     if found is None:
-        have = ", ".join(f"{m!r}" for m in list(log.marks.values())[:12])
         raise InputError(
             f"crash.after_mark = {after_mark!r}: the log has no mark {text!r}",
-            hint=f"its marks begin {have or 'nowhere: it has none'}",
+            hint=f"its marks: {marks_text(log)}",
         )
     return found
 

@@ -12,9 +12,7 @@ from typing import Any
 from harness.config.settings import size_text
 from harness.errors import InputError
 from harness.guest import oracle
-from harness.record.logwrites import Log
-
-MAX_LISTED = 20  # marks named in an error; an ACE log has hundreds
+from harness.record.logwrites import Log, marks_text
 
 
 @dataclass(frozen=True)
@@ -23,12 +21,6 @@ class Start:
 
     entry: int
     says: str
-
-
-def marks_text(lg: Log) -> str:
-    shown = [f"{m!r} (entry {i})" for i, m in list(lg.marks.items())[:MAX_LISTED]]
-    more = len(lg.marks) - len(shown)
-    return ", ".join(shown) + (f" and {more} more" if more > 0 else "") if shown else "none"
 
 
 def resolve_start(lg: Log, after_mark: str | None, after_entry: int | None) -> Start:

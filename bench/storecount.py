@@ -30,10 +30,20 @@ DUPLICATES = {
     "campaigns": "SELECT max(count(*) - 1, 0) FROM campaigns",
 }
 
-# (scenario, params, seed, item) -> outcome, over every run of the store.
+# (scenario, params, seed, item) -> outcome, over every run of the store. A crash state's
+# item is its id, a hash of its content -- the same in every run of a log, but a ZFS pool's
+# content differs from run to run (GUIDs, txgs), so a clean run's ids never recur in a
+# faulted one. Crash states are keyed instead by what made them: generator, mark, and rank
+# among that pair's states by log position, which every run of the element shares.
 _RESULTS = (
-    "SELECT r.scenario, r.params, r.seed, o.item, o.outcome FROM v_item_outcomes o"
-    " JOIN runs r ON r.id = o.run_id"
+    "SELECT r.scenario, r.params, r.seed,"
+    " CASE WHEN o.source = 'verdicts' THEN ("
+    "   SELECT s.generator || '@' || coalesce(s.last_mark, '') || '#' || ("
+    "     SELECT count(*) FROM crash_states t WHERE t.run_id = s.run_id"
+    "      AND t.generator = s.generator AND t.last_mark IS s.last_mark"
+    "      AND (t.prefix < s.prefix OR (t.prefix = s.prefix AND t.params < s.params)))"
+    "   FROM crash_states s WHERE s.run_id = o.run_id AND s.id = o.item)"
+    " ELSE o.item END, o.outcome FROM v_item_outcomes o JOIN runs r ON r.id = o.run_id"
 )
 
 

@@ -5,7 +5,9 @@ oracle's op list, with fstests' ``xfs_io`` for the calls the shell has no comman
 The oracle keeps each op's offsets and lengths but not its bytes (the generator draws
 them from its seed), so the script writes ``xfs_io``'s fill pattern: the same calls,
 other bytes. The exact workload is the generator itself; the script says how to run it.
-A fio job is written as it is; other workloads are named, not rendered.
+A fio job is written as the guest ran it: judged by data, that is the sectioned job the
+recorder wrote (``harness/record/fiojob.py``), marks included, with the run's seed.
+Other workloads are named, not rendered.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.config import fiojob as fiojobrules
 from harness.guest.oracle import PERSIST_OPS
+from harness.record import fiojob
+from harness.record.recorder import DM_NAME
 
 _XFS_IO_FLAGS = {"dwrite": "-d ", "osync_write": "-s ", "odsync_write": "-D "}
 _FALLOC = {
@@ -37,8 +42,7 @@ def script(
     w = params.get("workload") or {}
     kind = w.get("type", "ops")
     if kind == "fio":
-        head = "#!/bin/sh\n# the run's fio job, as given\n"
-        return f"{head}cat > job.fio <<'EOF'\n{w['job']}EOF\nfio job.fio\n"
+        return _fio(w, seed)
     if kind != "ops" or not oracle.get("ops"):
         return None
     noop = bool(w.get("noop_sync"))
@@ -123,3 +127,21 @@ def render(op: Mapping[str, Any]) -> str:
 
 def _path(rel: str) -> str:
     return '"$M"' + (shlex.quote("/" + rel) if rel else "")
+
+
+def _fio(w: Mapping[str, Any], seed: int | None) -> str:
+    """The fio job the guest ran: split into its marked sections when the run judged the
+    states by data (the marks are what its crash states were cut at), with its seed."""
+    job, head = str(w["job"]), ["# the run's fio job, as given"]
+    if w.get("sections"):
+        mark = ["dmsetup", "message", DM_NAME, "0", "mark"]
+        job = fiojob.render(fiojobrules.parse(job, int(w["sections"])), mark)
+        head = [
+            f"# the run's fio job as the guest ran it: {w['sections']} sections, each fsync'd and",
+            f"# then marked in the dm-log-writes device {DM_NAME} (fio ignores a failed mark:",
+            "# without that device the job runs the same, unmarked). Run it in the mounted",
+            "# filesystem's directory: fio --directory=MOUNTPOINT.",
+        ]
+    run = "fio" + (f" --randseed={seed}" if seed is not None else "") + ' "$@" job.fio'
+    lines = ["#!/bin/sh", *head, "cat > job.fio <<'EOF'", job.rstrip("\n"), "EOF", run]
+    return "\n".join(lines) + "\n"

@@ -33,6 +33,11 @@ class Filesystem:
     check: tuple[str, ...] = ()  # the full read-only check, argv before the image
     repair: tuple[str, ...] = ()  # the repair, argv before the image
     replay: tuple[str, ...] = ()  # the checker's own log replay, before ``check``
+    # False: the kernel refuses to mount a volume its crash left dirty, and the system
+    # replays the log with ``replay`` first, as its boot-time fsck does (JFS:
+    # jfs_mount.c "Mount Failure: File System Dirty"). A guest mount of a crash state
+    # runs ``replay`` first then: without it every dirty state would read mount_failed.
+    mount_replays: bool = True
     # Exit statuses of ``repair`` that mean it repaired (not "could not").
     repaired: tuple[int, ...] = (0,)
     # In the check's output: not damage, a log only a mount replays (the guest judges).
@@ -42,6 +47,12 @@ class Filesystem:
     # What the checker must be told to read an image file, not a block device (the host's
     # checks are of files, the guest's of devices).
     file_flag: str = ""
+
+    @property
+    def before_mount(self) -> tuple[str, ...]:
+        """What runs on a crash state's device before the guest mounts it (argv before
+        the device); empty when the kernel's mount is the recovery."""
+        return () if self.mount_replays else self.replay
 
     def on_file(self, argv: tuple[str, ...]) -> list[str]:
         """``check`` or ``repair``, made to read an image file."""
@@ -109,6 +120,7 @@ FILESYSTEMS: dict[str, Filesystem] = {
         ("fsck.jfs", "-f"),
         ("fsck.jfs", "--replay_journal_only"),
         repaired=(0, 1),
+        mount_replays=False,
         on_copy=True,
     ),
     # reiserfsck replays the journal before any check (on the copy here); --check exits

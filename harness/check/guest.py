@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -187,9 +188,15 @@ def judge(facts: dict[str, Any]) -> CheckResult:
     an umount that failed) is a harness outcome -- unless the state had already shown a
     finding, which it keeps."""
     phases: dict[str, float] = {}
+    out = []
+    before = facts.get("before_mount")
+    if before is not None:  # the log replay a JFS volume needs before it mounts
+        phases["log_replay"] = before["seconds"]
+        out.append(f"before mount: {shlex.join(before['argv'])} (exit {before['rc']})")
+        out.append(before["output"])
     mount = facts["mount"]
     phases["mount"] = mount["seconds"]
-    out = [mount["output"]]
+    out.append(mount["output"])
     if mount["rc"] != 0:
         text = mount["output"].lower()
         if "[timed out]" in text:

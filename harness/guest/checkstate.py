@@ -14,7 +14,6 @@ import json
 import os
 import sys
 import traceback
-from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -38,10 +37,7 @@ KMSG_WORDS = ("JBD2", "jbd2", "EXT4-fs", "XFS", "BTRFS", "recovery")
 def fsck_argv(fs: str, dev: str, repair: bool) -> list[str]:
     """The filesystem's read-only check (or its repair) of ``dev``, from the table the
     host installs beside this program (harness/filesystems.py)."""
-    table = json.loads((Path(__file__).parent / "filesystems.json").read_text())
-    if fs not in table:
-        raise SystemExit(f"checkstate: unknown fs {fs}")
-    return [*table[fs]["repair" if repair else "check"], dev]
+    return [*runner.filesystem(fs)["repair" if repair else "check"], dev]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -67,6 +63,9 @@ def check(argv: list[str]) -> dict[str, Any]:
     facts: dict[str, Any] = {"dev": dev}
     opts = ["-o", a.mount_opts] if a.mount_opts else []
     runner.run(["dmesg", "--clear"], a.timeout)  # this mount's messages only
+    replayed = runner.before_mount(a.fs, dev, a.timeout)
+    if replayed is not None:
+        facts["before_mount"] = replayed
     facts["mount"] = m = run(["mount", "-t", a.fs, *opts, dev, a.mountpoint], a.timeout)
     said = runner.run(["dmesg"], a.timeout).stdout.splitlines()
     # What the journal's recovery did (replayed, refused a transaction): its own words.

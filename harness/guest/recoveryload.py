@@ -159,6 +159,9 @@ def replay(a: argparse.Namespace) -> dict[str, Any]:
     os.makedirs(a.mnt, exist_ok=True)
     opts = ["-o", a.mount_opts] if a.mount_opts else []
     facts: dict[str, Any] = {}
+    replayed = runner.before_mount(a.fs, a.dev, a.timeout)
+    if replayed is not None:  # its recovery is its fsck's log replay, then the mount
+        facts["before_mount"] = replayed
     facts["mount"] = m = run(["mount", "-t", a.fs, *opts, a.dev, a.mnt], a.timeout)
     if m["rc"] == 0:
         facts["usage"] = usage(a.mnt)

@@ -10,10 +10,12 @@ never answers ignores SIGKILL: after a short grace it is abandoned, not waited f
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # udev would otherwise be asked to settle after every dmsetup call and stall the guest.
@@ -88,3 +90,20 @@ def run(
         time.monotonic() - start,
         timed_out,
     )
+
+
+def filesystem(fs: str) -> dict[str, list[str]]:
+    """The host's table of ``fs``'s commands (harness/filesystems.py), installed beside
+    the guest programs as filesystems.json."""
+    table = json.loads((Path(__file__).parent / "filesystems.json").read_text())
+    if fs not in table:
+        raise SystemExit(f"unknown fs {fs}")
+    return dict(table[fs])
+
+
+def before_mount(fs: str, dev: str, timeout: float) -> dict[str, Any] | None:
+    """The log replay the system runs before it mounts ``fs`` after a crash (JFS's
+    fsck.jfs; the kernel refuses the dirty volume), its record; None for a filesystem
+    whose mount is its recovery."""
+    argv = filesystem(fs).get("before_mount") or []
+    return run([*argv, dev], timeout, merge=True).record(1500, key="output") if argv else None

@@ -245,7 +245,11 @@ def install_scripts(guest: Guest) -> None:
     # The guest's checkers read their commands from the host's one table of filesystems
     # (the guest's programs import nothing of the harness).
     checkers = {
-        name: {"check": list(fs.check), "repair": list(fs.repair)}
+        name: {
+            "check": list(fs.check),
+            "repair": list(fs.repair),
+            "before_mount": list(fs.before_mount),
+        }
         for name, fs in filesystems.FILESYSTEMS.items()
     }
     guest.write_file(f"{GUEST_DIR}/filesystems.json", json.dumps(checkers).encode())

@@ -17,8 +17,9 @@ from typing import Any
 
 # The phase that *is* the recovery of a filesystem: the kernel's replay at mount, or the
 # full userspace repair for one without a journal.
-PHASES = ("mount", "fsck", "repair")
+PHASES = ("log_replay", "mount", "fsck", "repair")
 PHASE_WORDS = {
+    "log_replay": "log replay by its fsck, before mount",
     "mount": "mount (kernel replay)",
     "fsck": "read-only full check",
     "repair": "e2fsck -fy",
@@ -110,10 +111,12 @@ def claims(obs: Sequence[Mapping[str, Any]]) -> list[str]:
             "seed 002, ext2 needs a full fsck growing with size: "
             + _growth(cell, "repair", _means(repair[cell]))
         )
+    replay = _points(obs, "log_replay")  # JFS: its fsck replays the log, then the mount
     for cell in sorted(c for c in mount if fs_of[c] != "ext2" and "^has_journal" not in feats[c]):
+        phase, pts = ("log_replay", replay[cell]) if cell in replay else ("mount", mount[cell])
         out.append(
             "seed 002, a journal replays in seconds whatever the size: "
-            + _growth(cell, "mount", _means(mount[cell]))
+            + _growth(cell, phase, _means(pts))
         )
     out += _feature_claims(fsck, fs_of, feats, method_of)
     return out

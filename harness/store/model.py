@@ -50,6 +50,7 @@ class Stage(StrEnum):
 
 class Phase(StrEnum):
     JOURNAL_REPLAY = "journal_replay"
+    LOG_REPLAY = "log_replay"  # guest: the fs tool's log replay before a mount (JFS)
     FSCK = "fsck"
     MOUNT = "mount"
     UMOUNT = "umount"

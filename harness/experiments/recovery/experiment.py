@@ -201,7 +201,10 @@ class Recovery(lifecycle.Observed):
                 m = ms[method]
                 m["replay_boot_seconds"] = boot
                 m["replay"] = facts
-                m["phases"]["mount"] = facts["mount"]["seconds"]
+                if "before_mount" in facts:
+                    m["phases"]["log_replay"] = facts["before_mount"]["seconds"]
+                if facts["mount"]["rc"] == 0:  # a refused mount recovered nothing
+                    m["phases"]["mount"] = facts["mount"]["seconds"]
                 if "umount" in facts:
                     m["phases"]["umount"] = facts["umount"]["seconds"]
                 if "usage" in facts:

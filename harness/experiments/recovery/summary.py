@@ -15,8 +15,8 @@ from harness.store.db import Store
 def print_body(console: Console, r: lifecycle.Report) -> None:
     with Store.open(r.db, create=False) as st:
         obs = st.observations(r.run_id)
-    t = Table("cell", "size", "files", "inodes used", "mount s", "fsck s", "e2fsck -fy s",
-              "item s", "verdict")  # fmt: skip
+    t = Table("cell", "size", "files", "inodes used", "log replay s", "mount s", "fsck s",
+              "e2fsck -fy s", "item s", "verdict")  # fmt: skip
     for o in obs:
         m = o["metrics"]
         ph = m.get("phases", {})

@@ -11,8 +11,9 @@ that mount the same filesystem. With one (``--libvirt-pool NAME``, the scenario 
   the run that is uploading it;
 - each disk of a guest is uploaded into a volume of its own for that guest
   (``RunVolumes``), and once the guest has stopped a writable one is downloaded back over
-  the host file, so callers read the disk as they do after a QEMU run; the guest's volumes
-  are deleted on every exit path.
+  the host file, so callers read the disk as they do after a QEMU run; the guest's root
+  overlay (``harness.vm.overlays``) is a qcow2 volume over the image's, made by libvirt
+  there; the guest's volumes are deleted on every exit path.
 
 Transfers are sparse streams (virStorageVolUpload/Download with the SPARSE_STREAM flag):
 a mostly empty scratch disk costs its data, not its size.

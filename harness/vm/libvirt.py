@@ -32,9 +32,9 @@ from typing import Any
 
 from harness.errors import GuestAgentError, GuestBootFailed, GuestError, GuestTimeout, HarnessError
 from harness.image.build import Image, require_image
-from harness.vm import accel, console, libvirt_storage, libvirtd, media, overlays
+from harness.vm import console, libvirt_accel, libvirt_storage, libvirtd, media, overlays
 from harness.vm.agent import Agent
-from harness.vm.base import Disk, GuestSpec
+from harness.vm.base import Disk, GuestSpec, Machine
 from harness.vm.guest import AgentGuest, boot, kernel_cmdline, workdir_for
 from harness.vm.libvirt_console import ConsoleStream
 
@@ -415,12 +415,19 @@ class LibvirtBackend:
         self.uri = uri
         self.pool = pool
 
+    def machine(self, image: Image) -> Machine:
+        with contextlib.closing(libvirtd.connect(self.uri)) as conn:
+            return Machine(
+                libvirt_accel.probe(conn, self.uri, image).accelerator,
+                libvirt_accel.emulator(conn, self.uri),
+            )
+
     @contextlib.contextmanager
     def start(self, spec: GuestSpec, image: Image | None = None) -> Iterator[LibvirtGuest]:
         image = image or require_image()
-        accelerator = accel.choose(image)
         conn = libvirtd.connect(self.uri)
         try:
+            accelerator = libvirt_accel.probe(conn, self.uri, image).accelerator
             pool = None
             if self.pool:
                 pool = libvirt_storage.open_pool(conn, self.uri, self.pool)

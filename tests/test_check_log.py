@@ -19,7 +19,7 @@ from harness.experiments.checklog import source
 from harness.outcome import Outcome
 from harness.record.logwrites import Log
 from harness.replay import crashstates
-from harness.store.db import RunEnv, Store
+from harness.store.db import Store
 from harness.vm import backend
 
 LOGS = Path(__file__).parent / "data" / "logs"
@@ -148,8 +148,8 @@ def test_a_host_only_run_is_stored_like_any_crash_run(
     if not tools.available("e2fsck"):
         pytest.skip("e2fsprogs not installed")
     monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
-    monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
-    monkeypatch.setattr(lifecycle, "run_env", lambda img: RunEnv(image_hash=img.hash))
+    img = SimpleNamespace(hash="img", manifest={})
+    monkeypatch.setattr(lifecycle, "require_image", lambda: img)
     sc = checklog.build(args(log_path, *FIXTURE, "--host-only"))
     db = tmp_path / "lab.sqlite"
     r = lifecycle.execute(sc, db=db)

@@ -306,7 +306,8 @@ class LibvirtGuest(AgentGuest):
         return (
             "a libvirt host opens the kernel, the disks and the root image at the paths "
             "they have here: they must be on a filesystem it shares at the same paths (the "
-            "image cache, the run's disks), or give it a storage pool to upload them into "
+            "lab's cache, with the images and the guests' root overlays, and the run's "
+            "disks), or give it a storage pool to upload them into "
             "(--libvirt-pool NAME)"
         )
 

@@ -8,13 +8,16 @@ domain asks for (``libvirt.domain_xml``). Otherwise the guest runs under TCG (do
 type ``qemu``).
 
 Listed is not proven: on a nested host ``/dev/kvm`` exists, libvirt lists KVM, and a KVM
-boot still hangs (``harness.vm.accel``). For ``qemu:///system`` the libvirt host is this
-one, so the local probe boot (``accel.probe``, cached) has the last word; a remote
-host's listing is taken as it stands (``CRASHLAB_ACCEL=tcg`` overrides it).
+boot still hangs (``harness.vm.accel``). When the libvirt host is this one
+(``qemu:///system``, or a URI whose host answers with our hostname, e.g.
+``qemu+ssh://localhost/system``) the local probe boot (``accel.probe``, cached) has the
+last word; another host's listing is taken as it stands (``CRASHLAB_ACCEL=tcg``
+overrides it).
 """
 
 from __future__ import annotations
 
+import socket
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -48,7 +51,7 @@ def probe(conn: Any, uri: str, image: Image) -> ProbeResult:
         return ProbeResult("tcg", False, f"libvirt on {uri} offers no KVM: {e}")
     if (why := kvm_refusal(caps)) is not None:
         return ProbeResult("tcg", False, f"libvirt on {uri}: {why}")
-    if libvirtd.is_local_system(uri):
+    if libvirtd.is_local_system(uri) or conn.getHostname() == socket.gethostname():
         return accel.probe(image)
     return ProbeResult("kvm", True, f"libvirt on {uri} lists KVM (no test boot there)")
 

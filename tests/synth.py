@@ -111,7 +111,7 @@ def without_image(tmp_path: Path, monkeypatch: Any) -> None:
             pytest.skip(f"{tool} not installed (e2fsprogs)")
     monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
     monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
-    monkeypatch.setattr(lifecycle, "run_env", lambda img: RunEnv(image_hash=img.hash))
+    monkeypatch.setattr(lifecycle, "run_env", lambda img, **_: RunEnv(image_hash=img.hash))
 
 
 def host_only_check_log(

@@ -249,7 +249,7 @@ def test_a_run_that_fails_after_a_finding_stays_a_finding(
     )
     monkeypatch.setitem(registry.kinds(), "fails", fails)
     monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
-    monkeypatch.setattr(lifecycle, "run_env", lambda img: RunEnv(image_hash=img.hash))
+    monkeypatch.setattr(lifecycle, "run_env", lambda img, **_: RunEnv(image_hash=img.hash))
     sc = SimpleNamespace(
         name="fails",
         path=tmp_path / "fails.toml",

@@ -19,7 +19,8 @@ from harness.experiments.checklog import source
 from harness.outcome import Outcome
 from harness.record.logwrites import Log
 from harness.replay import crashstates
-from harness.store.db import RunEnv, Store
+from harness.store.db import Store
+from harness.vm import backend
 
 LOGS = Path(__file__).parent / "data" / "logs"
 MKFS, SYNC3, ENTRIES = 86, 127, 183  # the fixture's crashlab:mkfs, crashlab:sync:3, size
@@ -147,8 +148,8 @@ def test_a_host_only_run_is_stored_like_any_crash_run(
     if not tools.available("e2fsck"):
         pytest.skip("e2fsprogs not installed")
     monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
-    monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
-    monkeypatch.setattr(lifecycle, "run_env", lambda img: RunEnv(image_hash=img.hash))
+    img = SimpleNamespace(hash="img", manifest={})
+    monkeypatch.setattr(lifecycle, "require_image", lambda: img)
     sc = checklog.build(args(log_path, *FIXTURE, "--host-only"))
     db = tmp_path / "lab.sqlite"
     r = lifecycle.execute(sc, db=db)
@@ -177,3 +178,41 @@ def test_a_log_without_marks_needs_an_entry(log: Log) -> None:
     with pytest.raises(InputError, match="has no marks") as e:
         source.resolve_start(bare, None, None)  # type: ignore[arg-type]
     assert "--after-entry" in (e.value.hint or "")
+
+
+def test_host_only_work_needs_no_qemu(
+    log_path: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """bench/README.md (chaos): with QEMU gone from PATH, a host-only run failed because
+    the run's environment probed the accelerator up front. Now only a run that boots a
+    guest asks for QEMU, and that one fails as the lab's failure (exit 3) naming it."""
+    if not tools.available("e2fsck"):
+        pytest.skip("e2fsprogs not installed")
+    bin_dir = tmp_path / "bin"  # /usr/bin without qemu-system-x86_64
+    bin_dir.mkdir()
+    for prog in Path("/usr/bin").iterdir():
+        if not prog.name.startswith("qemu-system"):
+            (bin_dir / prog.name).symlink_to(prog)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert not tools.available("qemu-system-x86_64") and tools.available("e2fsck")
+    for var in ("CRASHLAB_ACCEL", "CRASHLAB_BACKEND"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(backend, "_selected", None)
+    monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
+    img = SimpleNamespace(hash="img", manifest={})  # a host-only run boots no image
+    monkeypatch.setattr(lifecycle, "require_image", lambda: img)
+    db = tmp_path / "lab.sqlite"
+    argv = ["check-log", str(log_path), *FIXTURE, "--db", str(db)]
+    assert main([*argv, "--host-only"]) == 0
+    with Store.open(db, create=False) as st:
+        (run,) = st.runs()
+        detail = st.run_detail(run.id)
+    assert run.status == "done" and run.accelerator is None and run.qemu_version is None
+    assert [s.outcome for s in detail.states] == [str(Outcome.CONSISTENT)] * 18
+    capsys.readouterr()
+    assert main(argv) == 3  # the same log checked in a guest too
+    err = capsys.readouterr().err
+    assert "'qemu-system-x86_64' was not found" in err and "Traceback" not in err, err

@@ -4,11 +4,13 @@ run again elsewhere; no state is lost or yielded twice)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +52,12 @@ def test_a_local_cluster_equals_one_core(tmp_path: Path) -> None:
     }
     with distributed.client("local:2") as c:
         got = [(s.id, r) for s, r in distributed.host_checks(c, log, states, "ext4", size)]
+        pids = c.run(os.getpid).values()
+        scratch = [Path(tempfile.gettempdir()) / f"crashlab-dask-{pid}" for pid in pids]
+        digest = hashlib.sha256(log.read_bytes()).hexdigest()[:16]
+        assert any((d / f"{digest}.log").exists() for d in scratch)  # the tasks' copies
+    # The workers' scratch directories went with the cluster, not left for `lab clean`.
+    assert not [d for d in scratch if d.exists()]
     assert len(got) == len(states) == len({sid for sid, _ in got})
     assert {sid: (r.outcome, r.exit_status) for sid, r in got} == one
     assert len({o for o, _ in one.values()}) > 1  # the states really differ

@@ -14,7 +14,7 @@ from harness.config import scenario
 from harness.config.vm import Backend
 from harness.errors import HarnessError, InputError
 from harness.image.build import Image
-from harness.vm import backend, libvirtd
+from harness.vm import backend, libvirtd, overlays
 from harness.vm.backend import HOTPLUG_PORTS, Disk, GuestSpec
 from harness.vm.libvirt import LibvirtBackend, _target, domain_xml
 from harness.vm.qemu import QemuBackend, qemu_argv
@@ -103,9 +103,15 @@ def test_disks_by_serial_with_their_options(img: Image, tmp_path: Path) -> None:
     disks = {d.findtext("serial"): d for d in dom.iterfind("devices/disk")}
     assert list(disks) == ["crashlab-root", "plain", "cow", "ro", "hdd"]
     root = disks["crashlab-root"]
-    # The root disk is the cached image under a throw-away overlay, and comes first (vda).
-    assert root.find("source").get("file") == str(img.rootfs)  # type: ignore[union-attr]
-    assert root.find("transient") is not None
+    # The root disk is an overlay of the guest's own over the cached image, opened
+    # read-only under it (guests share the image), and comes first (vda).
+    assert root.find("source").get("file") == str(  # type: ignore[union-attr]
+        overlays.overlay_dir() / "crashlab-t-crashlab-root.qcow2"
+    )
+    assert root.find("driver").get("type") == "qcow2"  # type: ignore[union-attr]
+    assert root.find("backingStore/source").get("file") == str(img.rootfs)  # type: ignore[union-attr]
+    assert root.find("backingStore/format").get("type") == "qcow2"  # type: ignore[union-attr]
+    assert root.find("transient") is None and root.find("readonly") is None
     assert root.find("target").get("dev") == "vda"  # type: ignore[union-attr]
     # A raw disk is written through (a kill leaves what the guest wrote), not an overlay.
     plain = disks["plain"]

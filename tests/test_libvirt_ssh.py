@@ -226,6 +226,7 @@ def test_guest_on_a_storage_pool_over_qemu_ssh(
         assert "crashlab-init: ready" in guest.console_log.read_text()
         path = guest.attach_disk(Disk(hot.path, "hot"))
         assert {v for v in _pool_volumes(pool) if v.startswith(guest.name)} == {
+            f"{guest.name}-crashlab-root",
             f"{guest.name}-data",
             f"{guest.name}-hot",
         }
@@ -235,7 +236,8 @@ def test_guest_on_a_storage_pool_over_qemu_ssh(
             f.seek(3 * 512)
             assert f.read(7) == b"plugged"
         assert {v for v in _pool_volumes(pool) if v.startswith(guest.name)} == {
-            f"{guest.name}-data"
+            f"{guest.name}-crashlab-root",
+            f"{guest.name}-data",
         }
     # Read on the host, in userspace, from our own file.
     r = proc.run(["debugfs", "-R", "cat /hello", disk.path])

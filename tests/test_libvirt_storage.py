@@ -5,6 +5,7 @@ qemu+ssh:// with a pool is in test_libvirt_ssh.py). Bad pool names through the C
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shlex
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from harness.image.build import Image
-from harness.vm import libvirt_storage, libvirtd
+from harness.vm import leftovers, libvirt_storage, libvirtd
 from harness.vm.backend import Disk
 
 
@@ -159,3 +160,43 @@ def test_missing_or_inactive_pool_is_a_harness_error(conn: Any) -> None:
         assert r.returncode == 3, shlex.join(r.args) + "\n" + out
         assert f"{name!r} on qemu:///system is not active" in out and "pool-start" in out
         assert "Traceback" not in out
+
+
+def _qemu_img_info(path: Path) -> dict[str, Any]:
+    r = subprocess.run(
+        ["qemu-img", "info", "-U", "--output=json", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return dict(json.loads(r.stdout))
+
+
+def test_each_guest_gets_a_root_overlay_volume_over_the_shared_image(
+    conn: Any, tmp_path: Path
+) -> None:
+    """Two guests on one staged image: a qcow2 volume each, backed by the image volume
+    with its size, listed by `lab clean` while their domains are gone, deleted on close."""
+    base = tmp_path / "rootfs.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(base), "96M"], check=True)
+    for n in ("vmlinuz", "initrd.img"):
+        (tmp_path / n).write_bytes(b"k")
+    img = Image(tmp_path, base, tmp_path / "vmlinuz", tmp_path / "initrd.img", {})
+    with dir_pool(conn) as (name, d):
+        pool = libvirt_storage.open_pool(conn, "qemu:///system", name)
+        staged = libvirt_storage.stage_image(pool, img)
+        images = volumes(conn, name)
+        runs = [libvirt_storage.RunVolumes(pool, f"crashlab-{c * 12}") for c in "ab"]
+        paths = [r.overlay(staged.rootfs) for r in runs]
+        assert len(set(paths)) == 2
+        for p in paths:
+            info = _qemu_img_info(p)
+            assert p.parent == d and info["format"] == "qcow2"
+            assert info["full-backing-filename"] == str(staged.rootfs)
+            assert info["backing-filename-format"] == "qcow2"
+            assert info["virtual-size"] == 96 << 20
+        gone = {f.what for f in leftovers.volumes(pool, conn)}
+        assert gone == {f"crashlab-{c * 12}-crashlab-root" for c in "ab"}
+        for r in runs:
+            r.close(download=True)
+        assert volumes(conn, name) == images and not any(p.exists() for p in paths)

@@ -151,7 +151,7 @@ def test_a_new_kind_is_one_folder(toy_kind: Path, monkeypatch: pytest.MonkeyPatc
     assert "items" in str(e.value.hint) + e.value.message
 
     monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
-    monkeypatch.setattr(lifecycle, "run_env", lambda img: RunEnv(image_hash=img.hash))
+    monkeypatch.setattr(lifecycle, "run_env", lambda img, **_: RunEnv(image_hash=img.hash))
     db = toy_kind / "lab.sqlite"
     r = lifecycle.execute(sc, db=db)
     # i0 repaired (expected by the kind's rule), i2 and i4 data_loss, i1 and i3 consistent

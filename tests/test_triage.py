@@ -229,7 +229,7 @@ def test_guest_rounds_are_batched_and_compared_by_oracle_finding(
         pytest.skip("e2fsck not installed (e2fsprogs)")
     monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
     monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
-    monkeypatch.setattr(lifecycle, "run_env", lambda img: RunEnv(image_hash=img.hash))
+    monkeypatch.setattr(lifecycle, "run_env", lambda img, **_: RunEnv(image_hash=img.hash))
     culprit: list[tuple[int, bytes]] = []  # (offset, bytes) of the write that matters
     calls: list[int] = []
 

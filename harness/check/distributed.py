@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -69,6 +70,8 @@ def client(target: str) -> Iterator[Any]:
                     )
                 )
                 c = stack.enter_context(Client(cluster))
+                # Registered after the client, so it runs first: while the workers live.
+                stack.callback(drop_scratch, c)
         else:
             try:
                 c = stack.enter_context(Client(arg, timeout=CONNECT_TIMEOUT))
@@ -152,6 +155,24 @@ def host_checks(
         c.cancel(futures)
 
 
+def scratch_dir() -> Path:
+    """This worker's scratch directory: the logs it was sent, the runs' work directories.
+    Named by the worker's pid, so ``scenario lab clean`` knows it is gone with it."""
+    return Path(tempfile.gettempdir()) / f"crashlab-dask-{os.getpid()}"
+
+
+def _drop_own_scratch() -> None:
+    shutil.rmtree(scratch_dir(), ignore_errors=True)
+
+
+def drop_scratch(c: Any) -> None:
+    """Remove the scratch directories of ``c``'s workers: a local cluster's workers are
+    ours and end with the run, and their logs (a log's size each) would stay in /tmp.
+    A remote cluster's workers outlive the run and keep theirs for the next one."""
+    with contextlib.suppress(Exception):  # a worker that is already gone has no say
+        c.run(_drop_own_scratch, on_error="ignore")
+
+
 def _task(
     data: bytes,
     digest: str,
@@ -161,7 +182,7 @@ def _task(
     timeout: float | None,
 ) -> list[tuple[str, check.CheckResult]]:
     """What a worker runs: the log written locally once, then one run of states."""
-    root = Path(tempfile.gettempdir()) / f"crashlab-dask-{os.getpid()}"
+    root = scratch_dir()
     root.mkdir(parents=True, exist_ok=True)
     log_path = root / f"{digest}.log"
     if not log_path.exists():

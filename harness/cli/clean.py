@@ -1,5 +1,6 @@
 """``scenario lab clean``: remove what killed harnesses left (harness/vm/leftovers.py):
-orphaned guests, unused guest work directories and, with ``--libvirt URI --pool NAME``,
+orphaned guests, unused guest work directories, libvirt guests' root overlays and, with
+``--libvirt URI --pool NAME``,
 the volumes of libvirt guests that are gone. Found by the lab's own names only."""
 
 from __future__ import annotations

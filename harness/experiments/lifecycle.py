@@ -44,7 +44,7 @@ from harness.image.build import Image, require_image
 from harness.kernel.store import Kernel, booting, describe
 from harness.store.db import Accelerator, RunEnv, RunStatus, Store
 from harness.store.model import ItemOutcome
-from harness.vm import accel
+from harness.vm import backend
 
 log = logging.getLogger("crashlab.lifecycle")
 
@@ -98,6 +98,12 @@ class Experiment(ABC):
     def __init__(self, run: Run):
         self.run = run
         self.sc = run.scenario
+
+    @classmethod
+    def needs_guest(cls, sc: Any) -> bool:
+        """Whether the run boots a guest: only then is the accelerator probed and QEMU
+        asked for (a host-only run works on a host without QEMU)."""
+        return True
 
     @classmethod  # noqa: B027 -- optional, not abstract
     def preflight(cls, sc: Any) -> None:
@@ -241,7 +247,7 @@ def _execute(
     seed = sc.seed  # the one seed: --seed and a campaign's seeds are `seed=N` overrides
     img = require_image()
     params = sc.resolved()
-    env = run_env(img)
+    env = run_env(img, guest=cls.needs_guest(sc))
     with Store.open(db) as st:
         run_id, resumed, not_resumed = _begin(st, sc, run_kind, params, seed, env, fresh)
         run = Run(sc, st, db, run_id, seed, img, resumed, progress)
@@ -321,21 +327,25 @@ def _begin(
     return run_id, False, not_resumed
 
 
-def run_env(img: Image) -> RunEnv:
+def run_env(img: Image, *, guest: bool = True) -> RunEnv:
     """Where every guest of a run runs, recorded once here for every kind: the kernel it
     boots (the image's own, or the one ``--kernel`` chose, with where it came from), the
-    accelerator the backends choose (the same cached probe), QEMU, and the host's and the
-    image's tool versions."""
+    accelerator and the QEMU of the selected backend (probed where its guests run; not
+    at all for a run without a guest), and the host's and the image's tool versions.
+
+    :raise HarnessError: ``guest`` and the backend's emulator is missing (exit 3).
+    """
     packages = img.manifest.get("packages")
     tools = {str(k): str(v) for k, v in packages.items()} if isinstance(packages, dict) else {}
     zfs = img.manifest.get("zfs_version")
     host = {"host": platform.release(), **({"zfs-kmod": str(zfs)} if zfs else {})}
     source = img.manifest.get("kernel_source")
     host["kernel"] = describe(source if isinstance(source, dict) else {"image": img.hash})
+    machine = backend.backend().machine(img) if guest else None
     return RunEnv(
-        accelerator=Accelerator(accel.choose(img)),
+        accelerator=Accelerator(machine.accelerator) if machine else None,
         guest_kernel=str(img.manifest.get("kernel") or "") or None,
-        qemu_version=accel.qemu_version(),
+        qemu_version=machine.emulator if machine else None,
         image_hash=img.hash,
         tool_versions={**host, **tools},
     )

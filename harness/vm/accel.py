@@ -122,10 +122,17 @@ def _cache_key(image: Image) -> str:
     return f"{image.hash}:{platform.release()}:{st.st_size}:{int(st.st_mtime)}"
 
 
+def forced() -> ProbeResult | None:
+    """``CRASHLAB_ACCEL=kvm|tcg``: the accelerator without a probe, for any backend."""
+    chosen = os.environ.get("CRASHLAB_ACCEL")
+    if chosen in ("kvm", "tcg"):
+        return ProbeResult(chosen, chosen == "kvm", "set by CRASHLAB_ACCEL")
+    return None
+
+
 def probe(image: Image, *, refresh: bool = False) -> ProbeResult:
-    forced = os.environ.get("CRASHLAB_ACCEL")
-    if forced in ("kvm", "tcg"):
-        return ProbeResult(forced, forced == "kvm", "set by CRASHLAB_ACCEL")
+    if (chosen := forced()) is not None:
+        return chosen
     key = _cache_key(image)
     cf = _cache_file()
     if not refresh and cf.exists():

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from harness.config.vm import DEFAULT_LIBVIRT_URI
 from harness.config.vm import Backend as BackendName
 from harness.errors import InputError
-from harness.vm.base import HOTPLUG_PORTS, Backend, Disk, Guest, GuestSpec
+from harness.vm.base import HOTPLUG_PORTS, Backend, Disk, Guest, GuestSpec, Machine
 
 __all__ = [
     "HOTPLUG_PORTS",
@@ -28,6 +28,7 @@ __all__ = [
     "Disk",
     "Guest",
     "GuestSpec",
+    "Machine",
     "Selection",
     "backend",
     "select",

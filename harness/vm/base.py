@@ -12,9 +12,12 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from harness.vm.agent import ExecResult
+
+if TYPE_CHECKING:
+    from harness.image.build import Image
 
 # Spare root ports for a guest that will take disks by hotplug: a few is what a caller
 # usually wants (``GuestSpec(hotplug_ports=HOTPLUG_PORTS)``).
@@ -116,7 +119,22 @@ class Guest(Protocol):
         """A real crash: stop the VM at once, nothing flushed (the disks are the state)."""
 
 
+@dataclass(frozen=True)
+class Machine:
+    """What a backend's guests run on, as a run records it: the accelerator chosen where
+    they run, and that host's QEMU."""
+
+    accelerator: str  # kvm | tcg
+    emulator: str
+
+
 class Backend(Protocol):
     name: str
 
     def start(self, spec: GuestSpec) -> AbstractContextManager[Guest]: ...
+
+    def machine(self, image: Image) -> Machine:
+        """Probe where the guests will run (asked only by runs that boot one).
+
+        :raise HarnessError: the emulator is missing or its host does not answer.
+        """

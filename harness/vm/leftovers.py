@@ -7,6 +7,8 @@
 - a guest's work directory (``/tmp/crashlab-vm-*``, ``crashlab-probe-*``) no live
   process names, and old enough not to be one a harness is about to launch a guest in;
 - a Dask worker's log cache (``/tmp/crashlab-dask-<pid>``) whose worker is gone;
+- a libvirt guest's root overlay (``harness.vm.overlays``: ``crashlab-<12 hex>-*.qcow2``
+  in the lab's cache) no process names, and old enough not to be one about to be booted;
 - libvirt volumes of a guest whose domain is gone (``crashlab-<12 hex>-<serial>``; its
   domain was transient and AUTODESTROYed with the harness's connection). The image
   volumes (``crashlab-<24 hex>-<file>``) are the pool's cache and stay.
@@ -14,6 +16,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -24,16 +27,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.vm import overlays
+
 # A work directory younger than this may be one a harness made and is about to use.
 SETTLE_SECONDS = 600
 WORKDIR_PREFIXES = ("crashlab-vm-", "crashlab-probe-")
 GUEST_VOLUME = re.compile(r"(crashlab-[0-9a-f]{12})-.+")
+OVERLAY = re.compile(r"crashlab-[0-9a-f]{12}-.+\.qcow2")
 WORKER_CACHE = re.compile(r"crashlab-dask-(\d+)")
 
 
 @dataclass(frozen=True)
 class Leftover:
-    kind: str  # guest | workdir | volume
+    kind: str  # guest | workdir | overlay | volume
     what: str  # pid, path or volume name
     why: str
 
@@ -70,10 +76,25 @@ def _is_lab_guest(argv: list[str]) -> bool:
     return Path(argv[0]).name.startswith("qemu-system") and any("crashlab" in a for a in argv[1:])
 
 
+def _run_by_libvirt(argv: list[str]) -> bool:
+    """libvirt names its QEMU ``-name guest=NAME`` and daemonizes it, so its parent is
+    never the harness; its life is libvirt's (AUTODESTROY), not ours to end."""
+    return any(a == "-name" and b.startswith("guest=") for a, b in itertools.pairwise(argv))
+
+
+def _named(procs: dict[int, list[str]]) -> str:
+    """Every argument of every process, to tell whether a path is in use."""
+    return "\0".join("\0".join(argv) for argv in procs.values())
+
+
+def _settled(path: Path) -> bool:
+    return time.time() - path.stat().st_mtime >= SETTLE_SECONDS
+
+
 def guests(procs: dict[int, list[str]]) -> list[Leftover]:
     found = []
     for pid, argv in sorted(procs.items()):
-        if not _is_lab_guest(argv):
+        if not _is_lab_guest(argv) or _run_by_libvirt(argv):
             continue
         parent = procs.get(_parent(pid), [])
         if not (parent and Path(parent[0]).name.startswith("python")):
@@ -83,7 +104,7 @@ def guests(procs: dict[int, list[str]]) -> list[Leftover]:
 
 def workdirs(procs: dict[int, list[str]], tmp: Path | None = None) -> list[Leftover]:
     tmp = tmp or Path(tempfile.gettempdir())
-    named = "\0".join("\0".join(argv) for argv in procs.values())
+    named = _named(procs)
     found = []
     for d in sorted(tmp.iterdir()):
         if not d.is_dir():
@@ -92,9 +113,21 @@ def workdirs(procs: dict[int, list[str]], tmp: Path | None = None) -> list[Lefto
             found.append(Leftover("workdir", str(d), "a Dask worker's log cache; it is gone"))
         if not d.name.startswith(WORKDIR_PREFIXES):
             continue
-        if str(d) in named or time.time() - d.stat().st_mtime < SETTLE_SECONDS:
+        if str(d) in named or not _settled(d):
             continue
         found.append(Leftover("workdir", str(d), "a guest's work directory no process uses"))
+    return found
+
+
+def root_overlays(procs: dict[int, list[str]], where: Path | None = None) -> list[Leftover]:
+    """Root overlays of libvirt guests (``harness.vm.overlays``) that no QEMU opens: a
+    running guest's QEMU names its overlay in its command line."""
+    where = where or overlays.overlay_dir()
+    named = _named(procs)
+    found = []
+    for f in sorted(where.iterdir()) if where.is_dir() else []:
+        if OVERLAY.fullmatch(f.name) and str(f) not in named and _settled(f):
+            found.append(Leftover("overlay", str(f), "a libvirt guest's root overlay; it is gone"))
     return found
 
 
@@ -110,9 +143,9 @@ def volumes(pool: Any, conn: Any) -> list[Leftover]:
 
 
 def find(tmp: Path | None = None) -> list[Leftover]:
-    """Local leftovers: orphaned guests and unused work directories."""
+    """Local leftovers: orphaned guests, unused work directories and root overlays."""
     procs = _processes()
-    return guests(procs) + workdirs(procs, tmp)
+    return guests(procs) + workdirs(procs, tmp) + root_overlays(procs)
 
 
 def remove(items: list[Leftover], pool: Any = None) -> None:
@@ -121,6 +154,8 @@ def remove(items: list[Leftover], pool: Any = None) -> None:
             _end(int(it.what))
         elif it.kind == "workdir":
             shutil.rmtree(it.what, ignore_errors=True)
+        elif it.kind == "overlay":
+            Path(it.what).unlink(missing_ok=True)
         elif it.kind == "volume" and pool is not None:
             pool.storageVolLookupByName(it.what).delete(0)
 

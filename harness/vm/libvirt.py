@@ -3,7 +3,8 @@
 Labs that manage their VMs with libvirt see the lab's guests with ``virsh list``, on this
 host or a remote one (``--libvirt-uri qemu+ssh://HOST/system``). The domain is made from
 generated XML (``domain_xml``): direct kernel boot of the cached image, q35, no NIC, the
-root disk and snapshot disks as libvirt ``<transient/>`` overlays, extra disks by serial,
+root disk as a qcow2 overlay of the guest's own (``overlays``: guests share the image),
+snapshot disks as libvirt ``<transient/>`` overlays, extra disks by serial,
 the guest-agent channel and the serial console on a pty. It is started with
 ``VIR_DOMAIN_START_AUTODESTROY``: libvirtd destroys it when our connection closes, so a
 killed harness leaves no domain behind either.
@@ -31,9 +32,9 @@ from typing import Any
 
 from harness.errors import GuestAgentError, GuestBootFailed, GuestError, GuestTimeout, HarnessError
 from harness.image.build import Image, require_image
-from harness.vm import accel, console, libvirt_storage, libvirtd, media
+from harness.vm import console, libvirt_accel, libvirt_storage, libvirtd, media, overlays
 from harness.vm.agent import Agent
-from harness.vm.base import Disk, GuestSpec
+from harness.vm.base import Disk, GuestSpec, Machine
 from harness.vm.guest import AgentGuest, boot, kernel_cmdline, workdir_for
 from harness.vm.libvirt_console import ConsoleStream
 
@@ -44,9 +45,13 @@ _ROOT_BUS_DISKS = 20
 _FIRST_DISK_SLOT = 4
 
 
-def domain_xml(image: Image, spec: GuestSpec, accelerator: str, name: str) -> str:
+def domain_xml(
+    image: Image, spec: GuestSpec, accelerator: str, name: str, root: Path | None = None
+) -> str:
     """The domain: what ``qemu.qemu_argv`` gives QEMU, in libvirt's words. The paths are
-    the libvirt host's: ours, or a storage pool's volumes (``libvirt_storage``)."""
+    the libvirt host's: ours, or a storage pool's volumes (``libvirt_storage``). The root
+    disk is the overlay ``root`` over ``image.rootfs`` (``harness.vm.overlays``; by
+    default the domain's overlay file here)."""
     kvm = accelerator == "kvm"
     dom = ET.Element("domain", type="kvm" if kvm else "qemu")
     _el(dom, "name", name)
@@ -77,8 +82,14 @@ def domain_xml(image: Image, spec: GuestSpec, accelerator: str, name: str) -> st
     rng = _el(dev, "rng", model="virtio")
     _el(rng, "backend", "/dev/urandom", model="random")
     _pci(rng, 0, 2)
-    root = Disk(image.rootfs, "crashlab-root", format="qcow2", snapshot=True)
-    _disk(dev, root, "vda", bus=0, slot=3)
+    root = root or overlays.overlay_dir() / overlays.name(name)
+    _disk(dev, Disk(root, overlays.ROOT_SERIAL, format="qcow2"), "vda", bus=0, slot=3)
+    # Named, so that libvirt opens the image read-only under the overlay whatever the
+    # overlay's header says; the empty element: the image has no backing file itself.
+    backing = _el(dev[-1], "backingStore", type="file")
+    _el(backing, "format", type="qcow2")
+    _el(backing, "source", file=str(image.rootfs))
+    _el(backing, "backingStore")
     for i, d in enumerate(spec.disks):
         if d.blklogwrites is not None:
             raise HarnessError(
@@ -255,6 +266,7 @@ class LibvirtGuest(AgentGuest):
         self.xml = ""
         self.domain: Any = None
         self.volumes = None if pool is None else libvirt_storage.RunVolumes(pool, self.name)
+        self._overlay: Path | None = None  # the root disk's overlay file (no pool)
         self._console_stream: ConsoleStream | None = None
         # A hot-plugged disk's <disk> as attached (detach names the same device); its
         # target name is never reused while the domain lives.
@@ -265,8 +277,11 @@ class LibvirtGuest(AgentGuest):
         libvirt = libvirtd.module()
         spec = self.spec
         if self.volumes is not None:
+            root = self.volumes.overlay(self.image.rootfs)
             spec = replace(spec, disks=tuple(self.volumes.put(d) for d in spec.disks))
-        self.xml = domain_xml(self.image, spec, self.accelerator, self.name)
+        else:
+            root = self._overlay = overlays.create(self.name, self.image.rootfs)
+        self.xml = domain_xml(self.image, spec, self.accelerator, self.name, root)
         (self.workdir / "domain.xml").write_text(self.xml)
         self._started = time.monotonic()
         flags = libvirt.VIR_DOMAIN_START_AUTODESTROY | libvirt.VIR_DOMAIN_START_PAUSED
@@ -291,7 +306,8 @@ class LibvirtGuest(AgentGuest):
         return (
             "a libvirt host opens the kernel, the disks and the root image at the paths "
             "they have here: they must be on a filesystem it shares at the same paths (the "
-            "image cache, the run's disks), or give it a storage pool to upload them into "
+            "lab's cache, with the images and the guests' root overlays, and the run's "
+            "disks), or give it a storage pool to upload them into "
             "(--libvirt-pool NAME)"
         )
 
@@ -378,6 +394,9 @@ class LibvirtGuest(AgentGuest):
         if self._console_stream is not None:
             self._console_stream.close()
             self._console_stream = None
+        if self._overlay is not None:
+            self._overlay.unlink(missing_ok=True)
+            self._overlay = None
         volumes, self.volumes = self.volumes, None
         if volumes is not None:
             volumes.close(download=self.domain is not None)
@@ -397,12 +416,19 @@ class LibvirtBackend:
         self.uri = uri
         self.pool = pool
 
+    def machine(self, image: Image) -> Machine:
+        with contextlib.closing(libvirtd.connect(self.uri)) as conn:
+            return Machine(
+                libvirt_accel.probe(conn, self.uri, image).accelerator,
+                libvirt_accel.emulator(conn, self.uri),
+            )
+
     @contextlib.contextmanager
     def start(self, spec: GuestSpec, image: Image | None = None) -> Iterator[LibvirtGuest]:
         image = image or require_image()
-        accelerator = accel.choose(image)
         conn = libvirtd.connect(self.uri)
         try:
+            accelerator = libvirt_accel.probe(conn, self.uri, image).accelerator
             pool = None
             if self.pool:
                 pool = libvirt_storage.open_pool(conn, self.uri, self.pool)

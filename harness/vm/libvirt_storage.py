@@ -11,8 +11,9 @@ that mount the same filesystem. With one (``--libvirt-pool NAME``, the scenario 
   the run that is uploading it;
 - each disk of a guest is uploaded into a volume of its own for that guest
   (``RunVolumes``), and once the guest has stopped a writable one is downloaded back over
-  the host file, so callers read the disk as they do after a QEMU run; the guest's volumes
-  are deleted on every exit path.
+  the host file, so callers read the disk as they do after a QEMU run; the guest's root
+  overlay (``harness.vm.overlays``) is a qcow2 volume over the image's, made by libvirt
+  there; the guest's volumes are deleted on every exit path.
 
 Transfers are sparse streams (virStorageVolUpload/Download with the SPARSE_STREAM flag):
 a mostly empty scratch disk costs its data, not its size.
@@ -34,7 +35,7 @@ from typing import Any
 from harness import paths
 from harness.errors import HarnessError
 from harness.image.build import Image
-from harness.vm import libvirtd
+from harness.vm import libvirtd, overlays
 from harness.vm.base import Disk
 
 log = logging.getLogger("crashlab.libvirt")
@@ -183,6 +184,28 @@ class RunVolumes:
         self._placed[disk.serial] = _Placed(disk, vol)
         upload(vol, disk.path)
         return replace(disk, path=Path(vol.path()))
+
+    def overlay(self, base: Path) -> Path:
+        """A qcow2 volume over the pool's image volume ``base`` for the guest's root disk
+        (``harness.vm.overlays``), made by libvirt on its host and deleted with the
+        guest's other volumes; its path there."""
+        libvirt = libvirtd.module()
+        name = f"{self.prefix}-{overlays.ROOT_SERIAL}"
+        vol = ET.Element("volume")
+        ET.SubElement(vol, "name").text = name
+        # No capacity: libvirt gives the overlay its backing image's size.
+        ET.SubElement(ET.SubElement(vol, "target"), "format", type="qcow2")
+        backing = ET.SubElement(vol, "backingStore")
+        ET.SubElement(backing, "path").text = str(base)
+        ET.SubElement(backing, "format", type="qcow2")
+        try:
+            made = self.pool.createXML(ET.tostring(vol, encoding="unicode"), 0)
+        except libvirt.libvirtError as e:
+            raise _error(self.pool, f"could not create volume {name}", e) from None
+        # A snapshot disk: deleted, never downloaded (take_back).
+        root = Disk(base, overlays.ROOT_SERIAL, format="qcow2", snapshot=True)
+        self._placed[root.serial] = _Placed(root, made)
+        return Path(made.path())
 
     def take_back(self, serial: str, *, download: bool = True) -> None:
         placed = self._placed.pop(serial)

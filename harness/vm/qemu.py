@@ -21,7 +21,7 @@ from harness.errors import GuestAgentError, GuestBootFailed, GuestError, GuestTi
 from harness.image.build import Image, require_image
 from harness.vm import accel, console, media
 from harness.vm.agent import Agent
-from harness.vm.base import Disk, GuestSpec
+from harness.vm.base import Disk, GuestSpec, Machine
 from harness.vm.guest import AgentGuest, boot, kernel_cmdline, workdir_for
 
 
@@ -280,6 +280,9 @@ class QemuGuest(AgentGuest):
 
 class QemuBackend:
     name = "qemu"
+
+    def machine(self, image: Image) -> Machine:
+        return Machine(accel.choose(image), accel.qemu_version())
 
     @contextlib.contextmanager
     def start(self, spec: GuestSpec, image: Image | None = None) -> Iterator[QemuGuest]:

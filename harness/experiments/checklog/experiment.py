@@ -24,6 +24,10 @@ class CheckLog(CrashReplay):
     """Crash replay of a given log: no recording, states from the log's start point."""
 
     @classmethod
+    def needs_guest(cls, sc: Any) -> bool:
+        return bool(sc.check.guest)  # nothing is recorded: only the guest checks boot one
+
+    @classmethod
     def preflight(cls, sc: Any) -> None:
         # Bad input before a run row exists: a failed run would say the lab failed.
         with logwrites.open_log(sc.log) as lg:

@@ -72,11 +72,12 @@ def triage(
     """
     started = time.monotonic()
     t = target.load(state_id, db)
+    name = target.folder_name(t.state.id)
     with (
         booting(t.kernel),
         logwrites.open_log(t.log_path) as lg,
         # Named for the state: the run's own scratch (named for the run) may be in use.
-        paths.fast_scratch(t.rdir / "triage" / f"scratch-{t.state.id}", 3 * t.size) as fast,
+        paths.fast_scratch(t.rdir / "triage" / f"scratch-{name}", 3 * t.size) as fast,
         Judge(t, lg, fast / "triage") as judge,
     ):
         d = delta.of(lg, t.state, t.start)

@@ -45,7 +45,7 @@ from harness.outcome import is_harness
 from harness.record import logwrites
 from harness.replay import crashstates
 from harness.triage import ddmin, opmin, symptom
-from harness.triage.target import Target
+from harness.triage.target import Target, folder_name
 
 STATES_PER_CANDIDATE = 4  # a mark state is one; reorder, torn, fua points have more
 RECORD_TIMEOUT = 300.0  # seconds one candidate's recording may take in the guest
@@ -208,19 +208,19 @@ def minimise(
     """
     started = time.monotonic()
     kind = t.params.get("kind", t.run.kind)  # a check-log run is stored as a crash run
-    if kind != "crash":
+    if kind not in ("crash", "search"):
         return Workload(
             not_minimised=f"a {kind} run: its log was recorded elsewhere, by a "
             "workload the lab does not re-record"
         )
     try:
-        p = opmin.plan(t.params, t.oracle, t.state.mark, t.run.seed)
+        p = opmin.plan(t.params, t.oracle, t.state.mark, t.run.seed, t.workload)
     except opmin.NotMinimised as e:
         return Workload(not_minimised=str(e))
     all_ops = ace.source_ops(p.source)
     fsync_names = bool(p.source["fsync_names"])
 
-    work = t.rdir / "triage" / f"workload-{t.state.id}"
+    work = t.rdir / "triage" / f"workload-{folder_name(t.state.id)}"
     shutil.rmtree(work, ignore_errors=True)  # a candidate's recording is never reused
 
     def closed(s: opmin.Subset) -> opmin.Subset | None:

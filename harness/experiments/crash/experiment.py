@@ -26,7 +26,7 @@ from harness.config.crash import (
     RecoveryCrashSpec,
     Scenario,
 )
-from harness.experiments import lifecycle
+from harness.experiments import lifecycle, statelog
 from harness.experiments.crash import recoverycrash, reuse, states
 from harness.outcome import Outcome, reduce
 from harness.record import fsstress, logwrites
@@ -414,26 +414,10 @@ def stored_state(state_id: str, db: Path) -> tuple[str, crashstates.CrashState]:
     return run_id, crashstates.CrashState.from_dict(json.loads(params))
 
 
-def device_size(run_id: str) -> int:
-    """The size of the device a run's log was recorded on."""
-    meta = json.loads((lifecycle.run_dir(run_id) / "recording.json").read_text())
-    return int(meta["device_size"])
-
-
-def state_log(run_id: str, state: crashstates.CrashState) -> Path:
-    """The log a stored state was cut from: its run's, or for a recovery crash state
-    the recovery log it was cut from (``<run>/recovery/<parent>/log.raw``, by hash)."""
-    rdir = lifecycle.run_dir(run_id)
-    for candidate in sorted(rdir.glob("recovery/*/log.raw")):
-        with logwrites.open_log(candidate) as lg:
-            if lg.hash == state.log_hash:
-                return candidate
-    return rdir / "log.raw"
-
-
 def reproduce(state_id: str, *, db: Path, out: Path) -> tuple[Path, dict[str, Any]]:
-    """Rebuild one stored crash state's image from its run's log."""
+    """Rebuild one stored crash state's image from the log it was cut from."""
     run_id, state = stored_state(state_id, db)
-    with logwrites.open_log(state_log(run_id, state)) as lg:
-        replay.materialize(lg, state, out, device_size(run_id))
+    where = statelog.of(run_id, state)
+    with logwrites.open_log(where.log) as lg:
+        replay.materialize(lg, state, out, where.device_size())
     return out, {"run_id": run_id, "state": state.to_dict(), "description": state.describe()}

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from harness.check.host import CheckResult as HostResult
 from harness.outcome import Outcome
 from harness.store.db import (
     Accelerator,
@@ -228,3 +229,19 @@ def add_every_kind(store: Store) -> dict[str, str]:
             store.update_element(element_update(cid, e.key, status="done", run_id=run))
         store.finish_campaign(cid, f"2026-01-0{night + 1}T04:00:00")
     return ids
+
+
+def lost(entry: int, real: Any) -> Any:
+    """A host checker that calls a state unrepairable when ``entry``'s bytes are not on
+    the image, and otherwise asks ``real``."""
+
+    def checked(rp: Any, fs: str, scratch: Path, timeout: float) -> HostResult:
+        e = rp.log.entries[entry]
+        with open(rp.image, "rb") as f:
+            f.seek(e.offset)
+            on_disk = f.read(e.length)
+        if on_disk != bytes(rp.log.data(e)):
+            return HostResult("host", "stand-in", Outcome.UNREPAIRABLE, 4, 0.0, "lost")
+        return real(rp, fs, scratch, timeout)
+
+    return checked

@@ -25,9 +25,6 @@ from harness.replay import crashstates
 from harness.store.db import Store
 from harness.store.model import CheckRow, RunRow
 
-KINDS = ("crash", "check-log", "search")
-RUN_KINDS = ("crash", "search")  # a check-log run is stored as a crash run
-
 
 class NotAFinding(InputError):
     """The state's verdict is not a finding: there is nothing to take apart."""
@@ -70,19 +67,14 @@ def folder_name(state_id: str) -> str:
 def load(state_id: str, db: Path) -> Target:
     """The stored state ``state_id`` (or an id prefix) and its run.
 
-    :raise InputError: no such state, a run of another kind, or its log is gone.
+    :raise InputError: no such state, a run of another kind (``stored_state`` names the
+        kinds), a recovery's state, or its log is gone.
     :raise NotAFinding: the state's verdict is not a finding (it says which).
     """
     run_id, state = stored_state(state_id, db)
     with Store.open(db, create=False) as st:
         run = st.run(run_id)
         row = next((s for s in st.run_detail(run_id).states if s.id == state.id), None)
-    if run.kind not in RUN_KINDS:
-        raise InputError(
-            f"crash state {state.id} is of run {run_id}, a {run.kind} run: triage takes the "
-            f"states of {', '.join(KINDS)} runs",
-            hint="scenario reproduce STATE-ID rebuilds any stored state's image",
-        )
     params = dict(run.params)
     fs = FsSpec.model_validate(params["fs"])
     verdict = Outcome(row.outcome) if row is not None and row.outcome else None

@@ -393,24 +393,38 @@ def _record_classes(
             )
 
 
+# The run kinds whose crash states are cut from one log each (``crashstates.CrashState``):
+# what reproduce, explain and triage take. A check-log run is stored as a crash run.
+ONE_LOG_KINDS = ("crash", "search")
+ONE_LOG_TEXT = "crash-replay, check-log and search runs"
+
+
 def stored_state(state_id: str, db: Path) -> tuple[str, crashstates.CrashState]:
     """The run and the state a stored crash state id (or a prefix of one) names.
 
-    :raise InputError: no such state in ``db``.
+    :raise InputError: no such state in ``db``, or a state of a run kind whose states
+        are not one log's (a ZFS pool's span several disks).
     """
+    from harness.errors import InputError
+
     st = store.Store.open(db, create=False)
     try:
         found = st.crash_state(state_id)
+        kind = None if found is None else st.run(found[0]).kind
     finally:
         st.close()
     if found is None:
-        from harness.errors import InputError
-
         raise InputError(
             f"no crash state with id {state_id!r} in {db}",
             hint="ids are listed by: scenario results show RUN",
         )
     run_id, params = found
+    if kind not in ONE_LOG_KINDS:
+        raise InputError(
+            f"crash state {state_id} is of run {run_id}, a {kind} run: its states are not "
+            "cut from one dm-log-writes log",
+            hint=f"scenario reproduce, explain and triage take the states of {ONE_LOG_TEXT}",
+        )
     return run_id, crashstates.CrashState.from_dict(json.loads(params))
 
 

@@ -70,7 +70,9 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
     return db, r.run_id
 
 
-def test_a_search_state_loads_from_its_workloads_folder(run: tuple[Path, str]) -> None:
+def test_a_search_state_loads_from_its_workloads_folder(
+    run: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db, run_id = run
     with Store.open(db, create=False) as st:
         sid = st.run_detail(run_id).states[0].id
@@ -91,6 +93,12 @@ def test_a_search_state_loads_from_its_workloads_folder(run: tuple[Path, str]) -
     assert where.workload == WID and where.device_size() == t.size
     # The mkfs mark, as for a crash run: the search cut its states after its base mark.
     assert 0 < t.start < t.state.prefix
+    # reproduce and explain read the same folder.
+    image = tmp_path / "state.img"
+    assert main(["reproduce", sid, "--db", str(db), "-o", str(image)]) == 0
+    assert image.stat().st_size == t.size
+    assert main(["explain", sid, "--db", str(db)]) == 0
+    assert f"crash state {sid}" in capsys.readouterr().out
 
 
 def test_a_search_finding_is_minimised_twice_alike_and_reported(

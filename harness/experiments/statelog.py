@@ -59,6 +59,12 @@ class StateLog:
         return data if isinstance(data, dict) else {}
 
 
+def file_name(state_id: str) -> str:
+    """A state id as one path component (an image's, a triage folder's): a search
+    state's id holds its workload's (``seq1-000123/<id>``)."""
+    return state_id.replace("/", "_")
+
+
 def of(run_id: str, state: CrashState) -> StateLog:
     """Where run ``run_id`` keeps the log ``state`` was cut from."""
     rdir = lifecycle.run_dir(run_id)

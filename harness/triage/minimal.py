@@ -18,6 +18,7 @@ from pathlib import Path
 
 from harness import paths
 from harness.errors import HarnessError
+from harness.experiments.statelog import file_name
 from harness.kernel.store import booting
 from harness.record import logwrites
 from harness.replay.crashstates import CrashState
@@ -72,7 +73,7 @@ def triage(
     """
     started = time.monotonic()
     t = target.load(state_id, db)
-    name = target.folder_name(t.state.id)
+    name = file_name(t.state.id)
     with (
         booting(t.kernel),
         logwrites.open_log(t.log_path) as lg,

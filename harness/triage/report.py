@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from harness import paths
+from harness.experiments.statelog import file_name
 from harness.record import logwrites
 from harness.record.logwrites import SECTOR, Log
 from harness.triage import blocks, tree, workload
 from harness.triage.minimal import Result
 from harness.triage.symptom import Symptom
-from harness.triage.target import folder_name
 
 WORKLOAD_NOT_ASKED = (
     "The workload is not minimised (`--no-workload`): `workload.sh` is the run's whole "
@@ -41,7 +41,7 @@ WORKLOAD_NOT_ASKED = (
 
 
 def folder(run_id: str, state_id: str) -> Path:
-    return paths.work_dir() / "runs" / run_id / "triage" / folder_name(state_id)
+    return paths.work_dir() / "runs" / run_id / "triage" / file_name(state_id)
 
 
 def triaged(run_id: str) -> list[Path]:

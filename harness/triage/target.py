@@ -58,12 +58,6 @@ class Target:
         return dict(self.run.params)
 
 
-def folder_name(state_id: str) -> str:
-    """A state id as one path component: a search state's id holds its workload's
-    (``seq1-000123/<id>``), and triage's folders are one per state."""
-    return state_id.replace("/", "_")
-
-
 def load(state_id: str, db: Path) -> Target:
     """The stored state ``state_id`` (or an id prefix) and its run.
 

@@ -40,12 +40,13 @@ from typing import Any
 from harness.config.crash import CheckSpec, CrashSpec
 from harness.experiments.crash import states as checking
 from harness.experiments.search import record
+from harness.experiments.statelog import file_name
 from harness.guest import ace
 from harness.outcome import is_harness
 from harness.record import logwrites
 from harness.replay import crashstates
 from harness.triage import ddmin, opmin, symptom
-from harness.triage.target import Target, folder_name
+from harness.triage.target import Target
 
 STATES_PER_CANDIDATE = 4  # a mark state is one; reorder, torn, fua points have more
 RECORD_TIMEOUT = 300.0  # seconds one candidate's recording may take in the guest
@@ -220,7 +221,7 @@ def minimise(
     all_ops = ace.source_ops(p.source)
     fsync_names = bool(p.source["fsync_names"])
 
-    work = t.rdir / "triage" / f"workload-{folder_name(t.state.id)}"
+    work = t.rdir / "triage" / f"workload-{file_name(t.state.id)}"
     shutil.rmtree(work, ignore_errors=True)  # a candidate's recording is never reused
 
     def closed(s: opmin.Subset) -> opmin.Subset | None:

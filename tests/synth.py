@@ -231,16 +231,18 @@ def add_every_kind(store: Store) -> dict[str, str]:
     return ids
 
 
-def lost(entry: int, real: Any) -> Any:
-    """A host checker that calls a state unrepairable when ``entry``'s bytes are not on
-    the image, and otherwise asks ``real``."""
+def lost(entry: int | Sequence[int], real: Any) -> Any:
+    """A host checker that calls a state unrepairable when ``entry``'s bytes (every one
+    of several entries') are not on the image, and otherwise asks ``real``."""
+    entries = [entry] if isinstance(entry, int) else list(entry)
 
     def checked(rp: Any, fs: str, scratch: Path, timeout: float) -> HostResult:
-        e = rp.log.entries[entry]
+        gone = []
         with open(rp.image, "rb") as f:
-            f.seek(e.offset)
-            on_disk = f.read(e.length)
-        if on_disk != bytes(rp.log.data(e)):
+            for e in (rp.log.entries[i] for i in entries):
+                f.seek(e.offset)
+                gone.append(f.read(e.length) != bytes(rp.log.data(e)))
+        if all(gone):
             return HostResult("host", "stand-in", Outcome.UNREPAIRABLE, 4, 0.0, "lost")
         return real(rp, fs, scratch, timeout)
 

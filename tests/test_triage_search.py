@@ -137,6 +137,24 @@ def test_a_search_finding_is_minimised_twice_alike_and_reported(
     assert f"triage of {state.id}: {out / 'README.md'}" in capsys.readouterr().out
 
 
+def test_a_search_finding_that_needs_every_differing_write_is_its_own_minimum(
+    run: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When every write the state loses is needed, the minimal state is the state itself,
+    named as the search names it (its workload's id first), and its symptom is known."""
+    db, run_id = run
+    with Store.open(db, create=False) as st:
+        ids = [s.id for s in st.run_detail(run_id).states]
+    state = max((stored_state(i, db)[1] for i in ids), key=lambda s: len(s.dropped))
+    with Store.open(db, create=False) as st:
+        bad = CheckResult("host", "stand-in", Outcome.UNREPAIRABLE, 4, 0.0, "lost")
+        commit_state(st, run_id, states.Checked(state, [bad]))
+    monkeypatch.setattr(judge.parallel, "checked", lost(state.dropped, judge.parallel.checked))
+    r = minimal.triage(state.id, db)
+    assert r.search.items == state.dropped and r.state.id == state.id
+    assert r.found.outcome is Outcome.UNREPAIRABLE
+
+
 def test_a_search_workload_is_planned_from_aces_ops(run: tuple[Path, str]) -> None:
     """The minimal workload's plan for a search finding: ACE's ops of the workload (base
     file set included) drawn again and matched against the recorded oracle's; the empty

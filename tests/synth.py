@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from harness.check.host import CheckResult as HostResult
 from harness.outcome import Outcome
 from harness.store.db import (
     Accelerator,
@@ -228,3 +229,21 @@ def add_every_kind(store: Store) -> dict[str, str]:
             store.update_element(element_update(cid, e.key, status="done", run_id=run))
         store.finish_campaign(cid, f"2026-01-0{night + 1}T04:00:00")
     return ids
+
+
+def lost(entry: int | Sequence[int], real: Any) -> Any:
+    """A host checker that calls a state unrepairable when ``entry``'s bytes (every one
+    of several entries') are not on the image, and otherwise asks ``real``."""
+    entries = [entry] if isinstance(entry, int) else list(entry)
+
+    def checked(rp: Any, fs: str, scratch: Path, timeout: float) -> HostResult:
+        gone = []
+        with open(rp.image, "rb") as f:
+            for e in (rp.log.entries[i] for i in entries):
+                f.seek(e.offset)
+                gone.append(f.read(e.length) != bytes(rp.log.data(e)))
+        if all(gone):
+            return HostResult("host", "stand-in", Outcome.UNREPAIRABLE, 4, 0.0, "lost")
+        return real(rp, fs, scratch, timeout)
+
+    return checked

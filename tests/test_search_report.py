@@ -93,3 +93,9 @@ def test_clusters_group_one_symptom_and_lead_with_the_smallest_workload(tmp_path
     got = json.loads(buf.getvalue())
     assert [c["rule"] for c in got] == ["file-missing", "guest mount"]
     assert got[0]["smallest"]["workload"] == "seq1-000004"
+    # the state to triage: one of the smallest workload's (the first by id)
+    assert got[0]["smallest"]["state"] == found[0].to_triage == "seq1-000004/f2"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["results", "bugs", run, "--db", str(db)]) == 0
+    assert "  1: seq1-000004/f2\n" in buf.getvalue()

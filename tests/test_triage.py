@@ -27,7 +27,7 @@ from harness.replay import replayer as replay
 from harness.replay.crashstates import CrashState
 from harness.store.db import RunEnv, Store
 from harness.triage import absent, judge, minimal, opmin, symptom, target, workload, workmin
-from tests.synth import host_only_check_log
+from tests.synth import host_only_check_log, lost
 
 ORACLE = Path(__file__).parent / "data" / "logs" / "ext4-ops-small.oracle.json"
 
@@ -150,22 +150,6 @@ def test_the_minimal_workload_renders_only_its_ops_and_renumbers_the_marks() -> 
     assert body == [workload.render(ops[0]), workload.render(ops[syncs[2]]), "sync"]
     assert script.count("# mark crashlab:sync:") == 2 and "# mark crashlab:sync:2" in script
     assert f"ops 0,{syncs[2]} of the" in script
-
-
-def lost(entry: int, real: Any) -> Any:
-    """A host checker that calls a state unrepairable when ``entry``'s bytes are not on
-    the image, and otherwise asks ``real``."""
-
-    def checked(rp: replay.Replayer, fs: str, scratch: Path, timeout: float) -> CheckResult:
-        e = rp.log.entries[entry]
-        with open(rp.image, "rb") as f:
-            f.seek(e.offset)
-            on_disk = f.read(e.length)
-        if on_disk != bytes(rp.log.data(e)):
-            return CheckResult("host", "stand-in", Outcome.UNREPAIRABLE, 4, 0.0, "lost")
-        return real(rp, fs, scratch, timeout)
-
-    return checked
 
 
 def test_ddmin_finds_the_one_lost_write_that_matters(

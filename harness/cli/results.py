@@ -280,7 +280,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     render.print_detail(console, detail)
     for path in reports:
-        console.print(f"triage of {path.parent.name}: {path}", markup=False, soft_wrap=True)
+        # The folder's name is the state's id made one path component (a search
+        # state's holds a slash): the id to type is the one the report keeps.
+        state = json.loads((path.parent / "triage.json").read_text())["state"]["id"]
+        console.print(f"triage of {state}: {path}", markup=False, soft_wrap=True)
     return 0
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from harness import paths
 from harness.cli import backend, ui
 from harness.config import scenario
-from harness.experiments import lifecycle, summary
+from harness.experiments import lifecycle, statelog, summary
 from harness.experiments.crash import experiment as run
 from harness.report import runlog
 
@@ -91,7 +91,7 @@ def run_and_report(sc: Any, db: Path | None, *, fresh: bool) -> int:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     db = args.db or paths.default_db()
-    out = args.output or Path(f"{args.state_id}.img")
+    out = args.output or Path(f"{statelog.file_name(args.state_id)}.img")
     path, info = run.reproduce(args.state_id, db=db, out=out)
     console.print(
         f"crash state {info['state']['id']} of run {info['run_id']}: {info['description']}",

@@ -30,13 +30,19 @@ class Cluster:
     def smallest(self) -> tuple[str, str]:
         return min(self.workloads.items(), key=lambda w: (w[1].count(";"), len(w[1]), w[0]))
 
+    @property
+    def to_triage(self) -> str:
+        """A state of the smallest workload: what ``scenario triage`` takes apart."""
+        wid = self.smallest[0]
+        return min(s for s in self.states if s.startswith(f"{wid}/"))
+
     def to_json(self) -> dict[str, Any]:
         wid, ops = self.smallest
         return {
             **self.symptom,
             "states": len(self.states),
             "workloads": len(self.workloads),
-            "smallest": {"workload": wid, "ops": ops},
+            "smallest": {"workload": wid, "ops": ops, "state": self.to_triage},
             "state_ids": self.states,
         }
 
@@ -88,6 +94,10 @@ def print_clusters(console: Console, found: list[Cluster], limit: int | None = N
     console.print(t)
     if limit and len(found) > limit:
         console.print(f"... and {len(found) - limit} more clusters", markup=False)
+    shown = found[:limit] if limit else found
+    console.print("a state of each smallest workload, for `scenario triage STATE-ID`:")
+    for i, c in enumerate(shown, 1):
+        console.print(f"  {i}: {c.to_triage}", markup=False)
 
 
 # One row per recorded workload; its states' verdicts are counted per outcome.

@@ -79,6 +79,10 @@ def _derived(
     s: CrashState, prefix: int, dropped: tuple[int, ...], torn: int | None, runs: crashstates.Runs
 ) -> CrashState:
     sid = crashstates.state_id(s.log_hash, prefix, dropped, torn, runs)
+    # A search state's id is its workload's and its own (``seq1-000123/<id>``): a
+    # candidate of it is named the same way, so the one that is the state is its id.
+    head = s.id.rpartition("/")[0]
+    sid = f"{head}/{sid}" if head else sid
     params = json.dumps({"of": s.id}, sort_keys=True, separators=(",", ":"))
     return replace(
         s,

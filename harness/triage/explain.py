@@ -15,7 +15,8 @@ from pathlib import Path
 from harness import proc
 from harness.check.host import copy_image
 from harness.errors import InputError
-from harness.experiments.crash.experiment import device_size, state_log, stored_state
+from harness.experiments import statelog
+from harness.experiments.crash.experiment import stored_state
 from harness.record import logwrites
 from harness.replay import crashstates
 from harness.replay import replayer as replay
@@ -75,8 +76,9 @@ def explain_state(state_id: str, db: Path, span: tuple[int, int] | None = None) 
     run_id, state = stored_state(state_id, db)
     with Store.open(db, create=False) as st:
         fs_type = st.run(run_id).fs or ""
-    size = device_size(run_id)
-    with logwrites.open_log(state_log(run_id, state)) as lg:
+    where = statelog.of(run_id, state)
+    size = where.device_size()
+    with logwrites.open_log(where.log) as lg:
         indices, which = chosen(state, len(lg.entries), span)
         x = explain_writes(lg, state, size, fs_type, indices)
     return Explained(run_id, state, which, x)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from harness import paths
 from harness.errors import HarnessError
+from harness.experiments.statelog import file_name
 from harness.kernel.store import booting
 from harness.record import logwrites
 from harness.replay.crashstates import CrashState
@@ -72,11 +73,12 @@ def triage(
     """
     started = time.monotonic()
     t = target.load(state_id, db)
+    name = file_name(t.state.id)
     with (
         booting(t.kernel),
         logwrites.open_log(t.log_path) as lg,
         # Named for the state: the run's own scratch (named for the run) may be in use.
-        paths.fast_scratch(t.rdir / "triage" / f"scratch-{t.state.id}", 3 * t.size) as fast,
+        paths.fast_scratch(t.rdir / "triage" / f"scratch-{name}", 3 * t.size) as fast,
         Judge(t, lg, fast / "triage") as judge,
     ):
         d = delta.of(lg, t.state, t.start)

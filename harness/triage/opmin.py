@@ -12,8 +12,9 @@ persistence ops before it are gone), by states of the failing state's kind there
 sorted tuple of indices and nothing here is random.
 
 Which workloads: the op generator's (``harness/guest/opgen.py``: its seed draws the
-same ops again, on the host and in the guest) and ACE's (``harness/guest/ace.py``: its
-index). Others are *not minimised*, with a reason (:class:`NotMinimised`).
+same ops again, on the host and in the guest) and ACE's, a search run's workload
+(``harness/guest/ace.py``: its seq and index, base file set included). Others are *not
+minimised*, with a reason (:class:`NotMinimised`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.config.crash import FsSpec
 from harness.guest import ace
 from harness.guest.oracle import AFTER_FINAL, PERSIST_OPS, Model, parent
 from harness.triage import ddmin
@@ -64,36 +66,33 @@ class Plan:
 
 
 def plan(
-    params: Mapping[str, Any], oracle: Mapping[str, Any], mark: str | None, seed: int | None
+    params: Mapping[str, Any],
+    oracle: Mapping[str, Any],
+    mark: str | None,
+    seed: int | None,
+    workload: Mapping[str, Any] | None = None,
 ) -> Plan:
     """The plan for a failing state judged at ``mark`` of a run with ``params`` and
-    ``oracle``.
+    ``oracle``; ``workload``: a search run's workload the state's log recorded (its
+    ``seq`` and ``index``), else the run's own op workload.
 
     :raise NotMinimised: a workload of another kind, one the generator no longer draws
         as recorded, or a state cut before the workload's first persistence point.
     """
     w = params.get("workload") or {}
-    kind = w.get("type", "ops")
-    if kind != "ops" or not oracle.get("ops"):
+    kind = "ace" if workload else w.get("type", "ops")
+    if kind not in ("ops", "ace") or not oracle.get("ops"):
         raise NotMinimised(
             f"a {kind} workload: only the op generator's and ACE's workloads are re-recorded "
             "op by op (a pattern's ops are one program; fio and fsstress keep no op list)"
         )
     ops = tuple(o for o in oracle["ops"] if not o.get("final"))
-    source = {
-        "kind": "opgen",
-        "seed": oracle.get("seed", seed),
-        "ops": oracle.get("ops_requested", w.get("ops")),
-        "files": oracle.get("files", w.get("files")),
-        "max_size": oracle.get("max_size", w.get("max_size")),
-        "extended": bool(w.get("extended")),
-        "fsync_names": bool(oracle.get("fsync_names", True)),
-    }
+    source = _source(params, oracle, seed, workload)
     drawn = [op.describe() for op in ace.source_ops(source)]
     if drawn != [{k: v for k, v in o.items() if k not in _NOT_THE_OP} for o in ops]:
         raise NotMinimised(
-            "the op generator no longer draws the run's ops from its seed (it changed "
-            "since the run): a subset of them cannot be re-recorded"
+            f"the {'ACE grammar' if workload else 'op generator'} no longer draws the run's "
+            "ops (it changed since the run): a subset of them cannot be re-recorded"
         )
     if mark in AFTER_FINAL or (mark is not None and mark == oracle.get("final_mark")):
         return Plan(source, ops, None, mark)
@@ -104,6 +103,35 @@ def plan(
             "point: no op's promise is judged there"
         )
     return Plan(source, ops, point, str(mark))
+
+
+def _source(
+    params: Mapping[str, Any],
+    oracle: Mapping[str, Any],
+    seed: int | None,
+    workload: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """``ace.source_ops``'s argument that draws the workload's ops again."""
+    if workload:
+        # A search records with names fsync'd only where the filesystem journals them
+        # (search/record.py): the model that closes a subset must say the same.
+        journaled = FsSpec.model_validate(params["fs"]).journaled
+        return {
+            "kind": "ace",
+            "seq": int(workload["seq"]),
+            "index": int(workload["index"]),
+            "fsync_names": journaled,
+        }
+    w = params.get("workload") or {}
+    return {
+        "kind": "opgen",
+        "seed": oracle.get("seed", seed),
+        "ops": oracle.get("ops_requested", w.get("ops")),
+        "files": oracle.get("files", w.get("files")),
+        "max_size": oracle.get("max_size", w.get("max_size")),
+        "extended": bool(w.get("extended")),
+        "fsync_names": bool(oracle.get("fsync_names", True)),
+    }
 
 
 def missing(

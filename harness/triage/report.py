@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import paths
+from harness.experiments.statelog import file_name
 from harness.record import logwrites
 from harness.record.logwrites import SECTOR, Log
 from harness.triage import blocks, tree, workload
@@ -40,7 +41,7 @@ WORKLOAD_NOT_ASKED = (
 
 
 def folder(run_id: str, state_id: str) -> Path:
-    return paths.work_dir() / "runs" / run_id / "triage" / state_id
+    return paths.work_dir() / "runs" / run_id / "triage" / file_name(state_id)
 
 
 def triaged(run_id: str) -> list[Path]:
@@ -64,13 +65,14 @@ def write(r: Result, lg: Log) -> Path:
         rows = tree.table(t.oracle, t.state.mark, t.state.exact, r.found.note)
         (out / "tree.md").write_text("\n".join(rows) + "\n")
         files.append("tree.md")
-    script = workload.script(t.params, t.oracle, t.run.seed)
+    ace = t.workload or None  # a search run's workload
+    script = workload.script(t.params, t.oracle, t.run.seed, ace=ace)
     if script is not None:
         (out / "workload.sh").write_text(script)
         files.append("workload.sh")
     w = r.workload
     if w is not None and w.search is not None:
-        small = workload.script(t.params, t.oracle, t.run.seed, keep=w.keep)
+        small = workload.script(t.params, t.oracle, t.run.seed, keep=w.keep, ace=ace)
         if small is not None:
             (out / "minimal-workload.sh").write_text(small)
             files.append("minimal-workload.sh")
@@ -106,6 +108,7 @@ def summary(r: Result) -> dict[str, Any]:
         },
         "seconds": round(r.seconds, 1),
         "workload": _workload(r),
+        **({"search_workload": t.workload["id"]} if t.workload else {}),
         "late": {k: {"entry": e, "after_mark": m} for k, (e, m) in r.late.items()},
     }
 
@@ -286,6 +289,7 @@ def readme(r: Result, files: list[str]) -> str:
         f"| filesystem | {fs.type} on a {t.size}-byte device |",
         f"| mkfs | `{command(fs.mkfs_argv('$DEV'))}` |",
         f"| mount | `{command(fs.mount_argv('$DEV', '$MNT'))}` |",
+        *([f"| workload | `{t.workload['id']}`: {t.workload['ops']} |"] if t.workload else []),
         f"| failing state | {t.state.describe()} |",
         f"| its base | {d.base_text}: {r.base.text()} |",
         f"| differing writes | {len(d.items)} -> {len(s.items)} "

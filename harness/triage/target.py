@@ -1,30 +1,29 @@
 """What triaging one stored crash state needs to know of its run: the log, the filesystem
 and checks as the run made them, the oracle, the kernel, and the state's own verdict.
 
-Only crash-replay and check-log runs keep one log per run (``<run>/log.raw``); their
-settings are read back from the parameters stored with the run, validated by the same
-models that validated the scenario.
+A crash-replay or check-log run keeps one log (``<run>/log.raw``), a search run one per
+workload (``<run>/workloads/<id>/``): ``statelog.of`` says which folder, and the rest is
+read the same way from it. The settings are read back from the parameters stored with
+the run, validated by the same models that validated the scenario (a search run's
+``fs``, ``check`` and ``crash`` are the crash kind's).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.config.crash import CheckSpec, FsSpec
 from harness.errors import InputError
-from harness.experiments import lifecycle
+from harness.experiments import statelog
 from harness.experiments.checklog.source import load_oracle
-from harness.experiments.crash.experiment import state_log, stored_state
+from harness.experiments.crash.experiment import stored_state
 from harness.outcome import FINDINGS, Outcome
 from harness.record import logwrites
 from harness.replay import crashstates
 from harness.store.db import Store
 from harness.store.model import CheckRow, RunRow
-
-KINDS = ("crash", "check-log")
 
 
 class NotAFinding(InputError):
@@ -43,11 +42,11 @@ class Target:
     oracle: dict[str, Any]
     size: int  # the recorded device's bytes
     start: int  # the entry crash states begin after (the mkfs mark)
-    rdir: Path
-
-    @property
-    def log_path(self) -> Path:
-        return self.rdir / "log.raw"
+    rdir: Path  # the run's directory (triage's work and report go under it)
+    log_path: Path  # the log the state was cut from
+    # A search run's workload (its recording facts: ``ace.describe``'s id, seq, index,
+    # ops); empty for a run of one workload.
+    workload: dict[str, Any] = field(default_factory=dict)
 
     @property
     def kernel(self) -> str | None:
@@ -62,15 +61,14 @@ class Target:
 def load(state_id: str, db: Path) -> Target:
     """The stored state ``state_id`` (or an id prefix) and its run.
 
-    :raise InputError: no such state, a run of another kind, or its log is gone.
+    :raise InputError: no such state, a run of another kind (``stored_state`` names the
+        kinds), a recovery's state, or its log is gone.
     :raise NotAFinding: the state's verdict is not a finding (it says which).
     """
     run_id, state = stored_state(state_id, db)
     with Store.open(db, create=False) as st:
         run = st.run(run_id)
         row = next((s for s in st.run_detail(run_id).states if s.id == state.id), None)
-    if run.kind not in KINDS:
-        raise InputError(f"run {run_id} is a {run.kind} run: triage takes {', '.join(KINDS)} runs")
     params = dict(run.params)
     fs = FsSpec.model_validate(params["fs"])
     verdict = Outcome(row.outcome) if row is not None and row.outcome else None
@@ -83,25 +81,25 @@ def load(state_id: str, db: Path) -> Target:
             f"{verdict}{why}",
             hint=f"scenario results show {run_id} lists the run's findings",
         )
-    rdir = lifecycle.run_dir(run_id)
-    if not (rdir / "log.raw").exists() or not (rdir / "recording.json").exists():
+    where = statelog.of(run_id, state)
+    if not where.log.exists() or not where.facts_path.exists():
         raise InputError(
-            f"run {run_id}: its log is gone from {rdir}",
+            f"run {run_id}: the log of crash state {state.id} is gone from {where.folder}",
             hint="the run's work directory was removed",
         )
-    if state_log(run_id, state) != rdir / "log.raw":
+    if where.recovery:
         raise InputError(
             f"crash state {state.id} was cut from a recovery's log (a crash during recovery):"
-            " triage takes the states of the run's own log only, so far",
+            " triage takes the states of the run's own logs only, so far",
             hint=f"scenario reproduce {state.id} and scenario explain {state.id} take it",
         )
-    meta = json.loads((rdir / "recording.json").read_text())
-    with logwrites.open_log(rdir / "log.raw") as lg:
+    meta = where.facts()
+    with logwrites.open_log(where.log) as lg:
         start = meta.get("start")
         if start is None:
             start = lg.find_mark(crashstates.MKFS_MARK)
         if start is None:
-            raise InputError(f"run {run_id}: its log has no {crashstates.MKFS_MARK!r} mark")
+            raise InputError(f"{where.log}: the log has no {crashstates.MKFS_MARK!r} mark")
     return Target(
         run=run,
         state=state,
@@ -110,17 +108,19 @@ def load(state_id: str, db: Path) -> Target:
         fs=fs,
         check=CheckSpec.model_validate(params.get("check", {})),
         corrupt=str(params.get("crash", {}).get("corrupt", "none")),
-        oracle=_oracle(run, rdir),
+        oracle=_oracle(run, where),
         size=int(meta["device_size"]),
         start=int(start),
-        rdir=rdir,
+        rdir=where.rdir,
+        log_path=where.log,
+        workload=meta if where.workload else {},
     )
 
 
-def _oracle(run: RunRow, rdir: Path) -> dict[str, Any]:
-    """The run's oracle: recorded beside its log, or the file a check-log run was given."""
-    if (rdir / "oracle.json").exists():
-        data = json.loads((rdir / "oracle.json").read_text())
-        return data if isinstance(data, dict) else {}
+def _oracle(run: RunRow, where: statelog.StateLog) -> dict[str, Any]:
+    """The oracle: recorded beside the log, or the file a check-log run was given."""
+    recorded = where.oracle()
+    if recorded is not None:
+        return recorded
     given = run.params.get("oracle")
     return load_oracle(Path(given)) if given else {}

@@ -1,6 +1,7 @@
 """A run's workload as a shell script a filesystem developer can read and run.
 
-The op generator's workload (``harness/guest/opgen.py``) is rendered op by op from the
+The op generator's workload (``harness/guest/opgen.py``) and a search run's ACE workload
+(``harness/guest/ace.py``, its base file set first) are rendered op by op from the
 oracle's op list, with fstests' ``xfs_io`` for the calls the shell has no command for.
 The oracle keeps each op's offsets and lengths but not its bytes (the generator draws
 them from its seed), so the script writes ``xfs_io``'s fill pattern: the same calls,
@@ -35,28 +36,20 @@ def script(
     oracle: Mapping[str, Any],
     seed: int | None,
     keep: Sequence[int] | None = None,
+    ace: Mapping[str, Any] | None = None,
 ) -> str | None:
     """The workload of a run with ``params`` as a shell script; None when it has none.
     With ``keep``, only those ops of it (by index in the oracle's list) and its final
-    sync: the minimal workload triage found (``workmin.py``)."""
+    sync: the minimal workload triage found (``workmin.py``). ``ace``: a search run's
+    workload the oracle is of (its ``seq`` and ``index``)."""
     w = params.get("workload") or {}
-    kind = w.get("type", "ops")
+    kind = "ace" if ace else w.get("type", "ops")
     if kind == "fio":
         return _fio(w, seed)
-    if kind != "ops" or not oracle.get("ops"):
+    if kind not in ("ops", "ace") or not oracle.get("ops"):
         return None
     noop = bool(w.get("noop_sync"))
-    # The oracle says how it was generated; a check-log run has no workload settings.
-    seed = oracle.get("seed", seed)
-    count, files = oracle.get("ops_requested", w.get("ops")), oracle.get("files", w.get("files"))
-    exact = (
-        f'python3 harness/guest/opgen.py run --root "$M" --seed {seed} --ops {count} '
-        f"--files {files} --max-size {oracle.get('max_size', w.get('max_size'))} --fsync-names "
-        f"{'yes' if w.get('fsync_names', True) else 'no'}"
-        + (" --noop-sync" if noop else "")
-        + (" --extended" if w.get("extended") else "")
-        + " --mark-cmd none --oracle /tmp/oracle.json"
-    )
+    exact = _exact(w, oracle, seed, noop) if ace is None else _exact_ace(ace, noop)
     ops = list(oracle["ops"])
     which = [
         "# The run's workload, op by op, rendered from its oracle (harness/triage/workload.py)."
@@ -72,7 +65,7 @@ def script(
         "#!/bin/sh",
         *which,
         "# Rendered, not recorded: offsets, lengths and calls are the run's; the bytes are",
-        "# xfs_io's fill pattern (the generator drew its own from the seed). The exact workload:",
+        "# xfs_io's fill pattern (the generator drew its own). The exact workload:",
         f"#   {exact}" + ("  # then ops --keep above only" if keep is not None else ""),
         "# Each '# mark' line is where the run logged a crashlab:sync:N mark in dm-log-writes.",
         "set -e",
@@ -90,6 +83,31 @@ def script(
         else:
             lines.append(line)
     return "\n".join(lines) + "\n"
+
+
+def _exact(w: Mapping[str, Any], oracle: Mapping[str, Any], seed: int | None, noop: bool) -> str:
+    """The op generator's command that runs the exact workload."""
+    # The oracle says how it was generated; a check-log run has no workload settings.
+    seed = oracle.get("seed", seed)
+    count, files = oracle.get("ops_requested", w.get("ops")), oracle.get("files", w.get("files"))
+    return (
+        f'python3 harness/guest/opgen.py run --root "$M" --seed {seed} --ops {count} '
+        f"--files {files} --max-size {oracle.get('max_size', w.get('max_size'))} --fsync-names "
+        f"{'yes' if w.get('fsync_names', True) else 'no'}"
+        + (" --noop-sync" if noop else "")
+        + (" --extended" if w.get("extended") else "")
+        + " --mark-cmd none --oracle /tmp/oracle.json"
+    )
+
+
+def _exact_ace(ace: Mapping[str, Any], noop: bool) -> str:
+    """ACE's command that records the exact workload (``search/record.py`` adds the
+    devices it records on), and the workload in ACE's words."""
+    flag = " --noop-sync" if noop else ""
+    return (
+        f"python3 harness/guest/ace.py record --seq {ace['seq']} --index {ace['index']}{flag}"
+        f" ... (ACE seq-{ace['seq']} workload {ace['index']}: {ace.get('ops', '?')})"
+    )
 
 
 def render(op: Mapping[str, Any]) -> str:

@@ -40,6 +40,7 @@ from typing import Any
 from harness.config.crash import CheckSpec, CrashSpec
 from harness.experiments.crash import states as checking
 from harness.experiments.search import record
+from harness.experiments.statelog import file_name
 from harness.guest import ace
 from harness.outcome import is_harness
 from harness.record import logwrites
@@ -208,19 +209,19 @@ def minimise(
     """
     started = time.monotonic()
     kind = t.params.get("kind", t.run.kind)  # a check-log run is stored as a crash run
-    if kind != "crash":
+    if kind not in ("crash", "search"):
         return Workload(
             not_minimised=f"a {kind} run: its log was recorded elsewhere, by a "
             "workload the lab does not re-record"
         )
     try:
-        p = opmin.plan(t.params, t.oracle, t.state.mark, t.run.seed)
+        p = opmin.plan(t.params, t.oracle, t.state.mark, t.run.seed, t.workload)
     except opmin.NotMinimised as e:
         return Workload(not_minimised=str(e))
     all_ops = ace.source_ops(p.source)
     fsync_names = bool(p.source["fsync_names"])
 
-    work = t.rdir / "triage" / f"workload-{t.state.id}"
+    work = t.rdir / "triage" / f"workload-{file_name(t.state.id)}"
     shutil.rmtree(work, ignore_errors=True)  # a candidate's recording is never reused
 
     def closed(s: opmin.Subset) -> opmin.Subset | None:

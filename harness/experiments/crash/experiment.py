@@ -26,7 +26,7 @@ from harness.config.crash import (
     RecoveryCrashSpec,
     Scenario,
 )
-from harness.experiments import lifecycle
+from harness.experiments import lifecycle, statelog
 from harness.experiments.crash import recoverycrash, reuse, states
 from harness.outcome import Outcome, reduce
 from harness.record import fsstress, logwrites
@@ -393,47 +393,45 @@ def _record_classes(
             )
 
 
+# The run kinds whose crash states are cut from one log each (``crashstates.CrashState``):
+# what reproduce, explain and triage take. A check-log run is stored as a crash run.
+ONE_LOG_KINDS = ("crash", "search")
+ONE_LOG_TEXT = "crash-replay, check-log and search runs"
+
+
 def stored_state(state_id: str, db: Path) -> tuple[str, crashstates.CrashState]:
     """The run and the state a stored crash state id (or a prefix of one) names.
 
-    :raise InputError: no such state in ``db``.
+    :raise InputError: no such state in ``db``, or a state of a run kind whose states
+        are not one log's (a ZFS pool's span several disks).
     """
+    from harness.errors import InputError
+
     st = store.Store.open(db, create=False)
     try:
         found = st.crash_state(state_id)
+        kind = None if found is None else st.run(found[0]).kind
     finally:
         st.close()
     if found is None:
-        from harness.errors import InputError
-
         raise InputError(
             f"no crash state with id {state_id!r} in {db}",
             hint="ids are listed by: scenario results show RUN",
         )
     run_id, params = found
+    if kind not in ONE_LOG_KINDS:
+        raise InputError(
+            f"crash state {state_id} is of run {run_id}, a {kind} run: its states are not "
+            "cut from one dm-log-writes log",
+            hint=f"scenario reproduce, explain and triage take the states of {ONE_LOG_TEXT}",
+        )
     return run_id, crashstates.CrashState.from_dict(json.loads(params))
 
 
-def device_size(run_id: str) -> int:
-    """The size of the device a run's log was recorded on."""
-    meta = json.loads((lifecycle.run_dir(run_id) / "recording.json").read_text())
-    return int(meta["device_size"])
-
-
-def state_log(run_id: str, state: crashstates.CrashState) -> Path:
-    """The log a stored state was cut from: its run's, or for a recovery crash state
-    the recovery log it was cut from (``<run>/recovery/<parent>/log.raw``, by hash)."""
-    rdir = lifecycle.run_dir(run_id)
-    for candidate in sorted(rdir.glob("recovery/*/log.raw")):
-        with logwrites.open_log(candidate) as lg:
-            if lg.hash == state.log_hash:
-                return candidate
-    return rdir / "log.raw"
-
-
 def reproduce(state_id: str, *, db: Path, out: Path) -> tuple[Path, dict[str, Any]]:
-    """Rebuild one stored crash state's image from its run's log."""
+    """Rebuild one stored crash state's image from the log it was cut from."""
     run_id, state = stored_state(state_id, db)
-    with logwrites.open_log(state_log(run_id, state)) as lg:
-        replay.materialize(lg, state, out, device_size(run_id))
+    where = statelog.of(run_id, state)
+    with logwrites.open_log(where.log) as lg:
+        replay.materialize(lg, state, out, where.device_size())
     return out, {"run_id": run_id, "state": state.to_dict(), "description": state.describe()}

@@ -25,15 +25,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
-import signal
 import tempfile
-import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import proc
 from harness.check import host as check
 from harness.check import parallel
 from harness.config.crash import parse_dask_target as parse_target
@@ -58,15 +58,23 @@ def client(target: str) -> Iterator[Any]:
             "--dask needs the 'distributed' package",
             detail=f"{e}; install it with: pip install -e '.[dask]'",
         ) from None
+    # distributed sets its loggers to INFO when imported: two dozen lines of scheduler
+    # chatter on every run's terminal, and at close a worker's heartbeat to the scheduler
+    # it is closing with logs a traceback. A task's failure reaches us through its future;
+    # --debug keeps everything.
+    debug = logging.getLogger().isEnabledFor(logging.DEBUG)
+    if not debug:
+        logging.getLogger("distributed").setLevel(logging.ERROR)
     with contextlib.ExitStack() as stack:
         if kind == "local":
-            with quiet_start():
+            with proc.quiet_start():
                 cluster = stack.enter_context(
                     LocalCluster(
                         n_workers=arg,
                         threads_per_worker=1,
                         processes=True,
                         dashboard_address=None,
+                        silence_logs=logging.DEBUG if debug else logging.CRITICAL,
                     )
                 )
                 c = stack.enter_context(Client(cluster))
@@ -82,32 +90,6 @@ def client(target: str) -> Iterator[Any]:
                     f"`dask worker {arg}`, or use --dask local:N",
                 ) from None
         yield c
-
-
-@contextlib.contextmanager
-def quiet_start() -> Iterator[None]:
-    """Start a LocalCluster's workers deaf to Ctrl-C, and hold a SIGTERM until it is up.
-
-    Ctrl-C signals the terminal's whole process group: every worker printed its own
-    KeyboardInterrupt traceback, while the harness stops its workers itself. A worker
-    started with SIGINT ignored keeps it ignored (Python installs its handler only over the
-    default). A SIGTERM while the cluster starts left it half made, and distributed's exit
-    hook then failed an assertion on the terminal; held, it stops the run once the cluster
-    is on the caller's stack and closed in order. Both seen by bench/chaos.py.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[int] = []
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    old_term = signal.signal(signal.SIGTERM, lambda signum, frame: held.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
-    if held:
-        raise KeyboardInterrupt
 
 
 def host_checks(

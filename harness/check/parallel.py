@@ -104,8 +104,9 @@ def host_checks(
         for i, run in enumerate(runs)
     ]
     by_id = {s.id: s for run in runs for s in run}
-    for p in procs:
-        p.start()
+    with proc.quiet_start():  # forked deaf to Ctrl-C: the parent stops its workers
+        for p in procs:
+            p.start()
     try:
         remaining = len(by_id)
         while remaining:

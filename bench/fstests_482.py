@@ -195,6 +195,11 @@ def main() -> int:
         fst = stage(a.xfstests.resolve(), a.out)
         disks = fresh_disks(a.out)
         summary["generic/482"] = run_482(fst, disks, a.out, a.timeout)
+        if summary["generic/482"]["verdict"] == "harness error":
+            # No check summary: the guest or the script failed before fstests judged.
+            tail = (a.out / "guest.out").read_text()[-3000:]
+            print(f"generic/482 did not run to a verdict; {a.out}/guest.out ends:\n{tail}")
+            return 3
     log = a.out / "logwrites.img"
     summary["log"] = log_facts(log)
     summary["check-log"] = check_log(log, a.out)

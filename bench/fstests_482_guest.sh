@@ -1,6 +1,7 @@
 #!/bin/bash
-# Runs inside a lab guest (bench/fstests_482.py copies it onto the fstests disk): fstests'
-# own `./check generic/482`, unchanged, on the guest's virtio disks found by serial:
+# Runs inside a lab guest from /tmp, disk0 mounted on /fst (bench/fstests_482.py does
+# both): fstests' own `./check generic/482`, unchanged, on the guest's virtio disks found
+# by serial:
 #   disk0  this script, the built xfstests tree and bc (the guest image has no bc, which
 #          fstests' common/config requires)
 #   disk1  TEST_DEV (ext4, made on the host)   disk2  SCRATCH_DEV (dm-thin is built on it)
@@ -10,8 +11,7 @@
 # -n 512 -p <CPUs> (TIME_FACTOR = LOAD_FACTOR = 1), a fsck after every FUA.
 set -u
 dev() { readlink -f "/dev/disk/by-id/virtio-$1"; }
-mkdir -p /fst /mnt/test /mnt/scratch
-mount "$(dev disk0)" /fst || exit 3
+mkdir -p /mnt/test /mnt/scratch
 export PATH="/fst/bin:$PATH"
 cd /fst/xfstests || exit 3
 cat > local.config <<EOF

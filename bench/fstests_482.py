@@ -108,7 +108,9 @@ def run_482(fst: Path, disks: dict[str, Path], out: Path, timeout: float) -> dic
         "mkdir -p /fst && mount /dev/disk/by-id/virtio-disk0 /fst && "
         f"cp /fst/{GUEST_SCRIPT.name} /tmp/ && exec bash /tmp/{GUEST_SCRIPT.name}"
     )
-    argv = ["flock", LOCK, *python(), "vm", "run", "--disk", fst]
+    # --udev: fstests' _dmsetup_create waits for the device with `udevadm wait`, which
+    # without udevd in the guest never returns (seen: check sat in it for minutes).
+    argv = ["flock", LOCK, *python(), "vm", "run", "--udev", "--disk", fst]
     for name in ("test", "scratch", "logwrites"):
         argv += ["--disk", disks[name]]
     argv += ["--timeout", str(timeout), "--", "sh", "-c", inner]

@@ -7,6 +7,7 @@
 #   disk1  TEST_DEV (ext4, made on the host)   disk2  SCRATCH_DEV (dm-thin is built on it)
 #   disk3  LOGWRITES_DEV: generic/482 leaves its log here (its cleanup removes the dm
 #          devices, never the log), for the host to check with `scenario check-log`.
+# The guest runs udevd (vm run --udev): fstests waits for dm devices with `udevadm wait`.
 # Everything else is fstests' defaults: ext4 with mkfs and mount defaults, fsstress
 # -n 512 -p <CPUs> (TIME_FACTOR = LOAD_FACTOR = 1), a fsck after every FUA.
 set -u

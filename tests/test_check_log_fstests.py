@@ -68,6 +68,7 @@ def test_every_fua_after_mkfs_is_a_consistent_state(
     n = meta["fuas_after_mkfs"]
     assert r.status == 0 and r.items == n and dict(r.counts) == {"consistent": n}
     assert f"after mark 'mkfs' (entry {meta['mkfs_entry']})" in r.summary["start"]
+    assert "spread_from" not in r.summary  # every state cut was checked
     with Store.open(db, create=False) as st:
         states = st.run_detail(r.run_id).states
     # The same cuts as fstests' own loop: its `replay-log --limit N+1` for every FUA N it
@@ -90,3 +91,29 @@ def test_a_device_smaller_than_the_thin_volume_is_bad_input(
     err = " ".join(capsys.readouterr().err.split())
     assert "past the end of a 100M" in err and "Traceback" not in err
     assert not Path(db).exists()
+
+
+def test_a_run_capped_by_max_states_says_how_many_it_spread_over(
+    fstests: tuple[Path, dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """check-log's default (crash.max_states 40) checks 40 of this log's 66 FUA states;
+    generic/482 checks all 66, so the run must not read as if it did too."""
+    if not tools.available("e2fsck"):
+        pytest.skip("e2fsprogs not installed")
+    path, meta = fstests
+    monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
+    monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
+    monkeypatch.setattr(lifecycle, "run_env", lambda img: RunEnv(image_hash=img.hash))
+    db = str(tmp_path / "lab.sqlite")
+    assert main(["check-log", str(path), *FSTESTS, "--host-only", "--db", db]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    n = meta["fuas_after_mkfs"]
+    assert f"{meta['fuas']} FUA, 3 marks; 40 crash states" in out
+    assert f"spread over the {n} the generators cut" in out
+    assert f"--set crash.max_states={n} checks them all" in out
+    with Store.open(Path(db), create=False) as st:
+        run = st.runs()[0]
+    assert run.summary["spread_from"] == n and run.summary["states"] == 40

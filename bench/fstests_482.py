@@ -125,8 +125,12 @@ def run_482(fst: Path, disks: dict[str, Path], out: Path, timeout: float) -> dic
     proc.run(["debugfs", "-R", f"rdump /xfstests/results {out}", fst], check=False)
     if (out / "results").exists():
         (out / "results").rename(res)
+    full = res / "generic" / "482.full"
+    # generic/482's loop logs each FUA it replays to (and then fsck's) as "=== replay to N ===".
+    replayed = re.findall(r"=== replay to (\d+) ===", full.read_text()) if full.exists() else []
     return {
         "verdict": verdict,
+        "fsck_states": len(replayed),
         "exit_status": r.returncode,
         "test_seconds": int(took.group(1)) if took else None,
         "wall_seconds_with_lock_wait": round(wall, 1),

@@ -18,7 +18,7 @@ from harness.cli.main import build_parser, main
 from harness.experiments import lifecycle
 from harness.experiments.checklog import source
 from harness.record.logwrites import open_log
-from harness.store.db import RunEnv, Store
+from harness.store.db import Store
 from tests.conftest import real_log
 
 FSTESTS = ["--fs", "ext4", "--device-size", "200M", "--after-mark", "mkfs"]
@@ -27,6 +27,16 @@ FSTESTS = ["--fs", "ext4", "--device-size", "200M", "--after-mark", "mkfs"]
 @pytest.fixture(scope="module")
 def fstests(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     return real_log("fstests-generic-482", tmp_path_factory)
+
+
+@pytest.fixture()
+def host_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run without a guest: the host's e2fsck judges, no guest image is needed."""
+    if not tools.available("e2fsck"):
+        pytest.skip("e2fsprogs not installed")
+    monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
+    img = SimpleNamespace(hash="img", manifest={})
+    monkeypatch.setattr(lifecycle, "require_image", lambda: img)
 
 
 def test_the_log_is_the_one_fstests_left(fstests: tuple[Path, dict[str, Any]]) -> None:
@@ -51,14 +61,9 @@ def test_the_log_is_the_one_fstests_left(fstests: tuple[Path, dict[str, Any]]) -
 
 
 def test_every_fua_after_mkfs_is_a_consistent_state(
-    fstests: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fstests: tuple[Path, dict[str, Any]], tmp_path: Path, host_only: None
 ) -> None:
-    if not tools.available("e2fsck"):
-        pytest.skip("e2fsprogs not installed")
     path, meta = fstests
-    monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
-    monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
-    monkeypatch.setattr(lifecycle, "run_env", lambda img: RunEnv(image_hash=img.hash))
     argv = ["check-log", str(path), *FSTESTS, "--host-only", "--max-states", "100000"]
     sc = checklog.build(build_parser().parse_args(argv))
     db = tmp_path / "lab.sqlite"
@@ -96,17 +101,12 @@ def test_a_device_smaller_than_the_thin_volume_is_bad_input(
 def test_a_run_capped_by_max_states_says_how_many_it_spread_over(
     fstests: tuple[Path, dict[str, Any]],
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    host_only: None,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """check-log's default (crash.max_states 40) checks 40 of this log's 66 FUA states;
     generic/482 checks all 66, so the run must not read as if it did too."""
-    if not tools.available("e2fsck"):
-        pytest.skip("e2fsprogs not installed")
     path, meta = fstests
-    monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
-    monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
-    monkeypatch.setattr(lifecycle, "run_env", lambda img: RunEnv(image_hash=img.hash))
     db = str(tmp_path / "lab.sqlite")
     assert main(["check-log", str(path), *FSTESTS, "--host-only", "--db", db]) == 0
     out = " ".join(capsys.readouterr().out.split())

@@ -25,6 +25,12 @@ def print_body(console: Console, r: lifecycle.Report) -> None:
         f"log: {rec.get('log_entries')} entries, {rec.get('flushes')} flushes, "
         f"{rec.get('fuas')} FUA, {rec.get('marks')} marks; {r.items} crash states"
     )
+    if spread := r.summary.get("spread_from"):
+        console.print(
+            f"  spread over the {spread} the generators cut (crash.max_states; "
+            f"--set crash.max_states={spread} checks them all)",
+            markup=False,
+        )
     if rc := r.summary.get("recovery_crash"):
         console.print(
             f"crash during recovery: {rc['states']} states cut from the recorded recovery of"

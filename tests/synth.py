@@ -247,3 +247,23 @@ def lost(entry: int | Sequence[int], real: Any) -> Any:
         return real(rp, fs, scratch, timeout)
 
     return checked
+
+
+def minimised_twice(db: Path, run_id: str, state: Any, monkeypatch: Any) -> tuple[Any, Any, int]:
+    """Triage a reorder ``state`` of a host-only run twice, its verdict and every
+    candidate's judged by a stand-in that fails exactly when the middle one of its dropped
+    writes is missing: (first, second, that write)."""
+    from harness.experiments.crash import states
+    from harness.experiments.crash.experiment import commit_state
+    from harness.store.db import Store
+    from harness.triage import judge, minimal
+
+    culprit = state.dropped[len(state.dropped) // 2]
+    with Store.open(db, create=False) as st:
+        bad = HostResult("host", "stand-in", Outcome.UNREPAIRABLE, 4, 0.0, "lost")
+        commit_state(st, run_id, states.Checked(state, [bad]))
+    monkeypatch.setattr(judge.parallel, "checked", lost(culprit, judge.parallel.checked))
+    first = minimal.triage(state.id, db)
+    again = minimal.triage(state.id, db)
+    assert first.entries == again.entries == [culprit]
+    return first, again, culprit

@@ -27,7 +27,7 @@ from harness.replay import replayer as replay
 from harness.replay.crashstates import CrashState
 from harness.store.db import RunEnv, Store
 from harness.triage import absent, judge, minimal, opmin, symptom, target, workload, workmin
-from tests.synth import host_only_check_log, lost
+from tests.synth import host_only_check_log, minimised_twice
 
 ORACLE = Path(__file__).parent / "data" / "logs" / "ext4-ops-small.oracle.json"
 
@@ -161,14 +161,7 @@ def test_ddmin_finds_the_one_lost_write_that_matters(
     reorder = [CrashState.from_dict(json.loads(found[1])) for found in raw if found]
     state = max((s for s in reorder if s.generator == "reorder"), key=lambda s: len(s.dropped))
     assert len(state.dropped) >= 4
-    culprit = state.dropped[len(state.dropped) // 2]
-    with Store.open(db, create=False) as st:
-        bad = CheckResult("host", "stand-in", Outcome.UNREPAIRABLE, 4, 0.0, "lost")
-        commit_state(st, run_id, states.Checked(state, [bad]))
-    monkeypatch.setattr(judge.parallel, "checked", lost(culprit, judge.parallel.checked))
-    first = minimal.triage(state.id, db)
-    again = minimal.triage(state.id, db)
-    assert first.entries == again.entries == [culprit]
+    first, again, culprit = minimised_twice(db, run_id, state, monkeypatch)
     assert first.state == again.state and first.state.dropped == (culprit,)
     assert first.delta.kind == "drops" and first.base.outcome is Outcome.CONSISTENT
     assert first.candidates == again.candidates and not first.search.capped

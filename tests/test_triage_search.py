@@ -28,7 +28,7 @@ from harness.outcome import Outcome
 from harness.store.db import CrashState as StoredState
 from harness.store.db import LogInfo, RunKind, Store
 from harness.triage import judge, minimal, opmin, report, target, workload
-from tests.synth import lost, without_image
+from tests.synth import lost, minimised_twice, without_image
 
 FIXTURE = Path(__file__).parent / "data" / "search" / "ext4-ace-noop"
 FACTS = json.loads((FIXTURE / "recording.json").read_text())
@@ -110,14 +110,7 @@ def test_a_search_finding_is_minimised_twice_alike_and_reported(
     found = [stored_state(i, db)[1] for i in ids]
     state = max(found, key=lambda s: len(s.dropped))
     assert state.generator == "reorder" and len(state.dropped) >= 3, [s.id for s in found]
-    culprit = state.dropped[len(state.dropped) // 2]
-    with Store.open(db, create=False) as st:
-        bad = CheckResult("host", "stand-in", Outcome.UNREPAIRABLE, 4, 0.0, "lost")
-        commit_state(st, run_id, states.Checked(state, [bad]))
-    monkeypatch.setattr(judge.parallel, "checked", lost(culprit, judge.parallel.checked))
-    first = minimal.triage(state.id, db)
-    again = minimal.triage(state.id, db)
-    assert first.entries == again.entries == [culprit]
+    first, again, _ = minimised_twice(db, run_id, state, monkeypatch)
     assert first.state == again.state and first.candidates == again.candidates
     assert first.target.log_path.parent.name == WID
     # The CLI: the report folder is one path component per state, the README names the

@@ -61,3 +61,22 @@ def test_every_filesystem_type_has_an_entry_and_a_checker_version() -> None:
         assert known.min_disk > 0 and known.check and known.repair
         if shutil.which(known.version[0]):
             assert host.checker_version(t) not in ("", "missing"), t
+
+
+def test_a_jfs_crash_image_whose_log_replay_fails_is_a_finding(tmp_path: Path) -> None:
+    """The recorded SIGKILL image of docs/findings/jfs-logredo-after-sigkill.md: fsck.jfs's
+    log replay fails (logredo rc -274) yet exits 0 and says clean; the host check goes on
+    to the full check, whose repairs make the state a finding, never consistent."""
+    import gzip
+
+    if shutil.which("fsck.jfs") is None:
+        pytest.skip("fsck.jfs is not installed (package jfsutils)")
+    image, copy = tmp_path / "jfs.img", tmp_path / "copy.img"
+    with gzip.open(Path(__file__).parent / "data" / "jfs" / "sigkill-64m.raw.gz") as src:
+        image.write_bytes(src.read())
+    shutil.copy(image, copy)
+    replay = proc.run(["fsck.jfs", "--replay_journal_only", str(copy)], check=False)
+    assert replay.returncode == 0 and "logredo failed (rc=-274)" in replay.stdout
+    r = host.host_check("jfs", image, tmp_path / "scratch", timeout=120)
+    assert r.outcome is Outcome.REPAIRED, r.output
+    assert "reconnected to /lost+found" in r.output

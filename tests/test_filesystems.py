@@ -80,3 +80,28 @@ def test_a_jfs_crash_image_whose_log_replay_fails_is_a_finding(tmp_path: Path) -
     r = host.host_check("jfs", image, tmp_path / "scratch", timeout=120)
     assert r.outcome is Outcome.REPAIRED, r.output
     assert "reconnected to /lost+found" in r.output
+
+
+@pytest.mark.parametrize("scenario", ["jfs-fsync", "ace-seq1"])
+def test_a_missing_host_checker_stops_the_run_before_any_guest(
+    scenario: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without its host checker every state's host check was a harness error and a run
+    could pass on its guest checks alone (seen: jfs-fsync exited 0 with fsck.jfs gone).
+    Now the run stops before it begins: exit 3, the program and its package named."""
+    from harness import tools
+    from harness.cli.main import main
+
+    fs = "jfs" if scenario == "jfs-fsync" else "ext4"
+    gone = filesystems.get(fs).check[0]
+    real = tools.available
+    monkeypatch.setattr(tools, "available", lambda tool: tool != gone and real(tool))
+    db = tmp_path / "lab.sqlite"
+    assert main(["run", scenario, "--set", f"fs.type={fs}", "--db", str(db)]) == 3
+    err = capsys.readouterr().err
+    assert f"required program {gone!r} was not found" in err
+    assert f"apt-get install {filesystems.get(fs).package}" in err
+    assert "Traceback" not in err

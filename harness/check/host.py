@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness import filesystems, proc
+from harness import filesystems, proc, tools
 from harness.check import e2undo
-from harness.errors import CommandTimeout, HarnessError
+from harness.errors import CommandTimeout, HarnessError, ToolMissing
 from harness.outcome import Outcome
 
 EXT = ("ext2", "ext3", "ext4")
@@ -52,6 +52,19 @@ class CheckResult:
 # not even be opened.
 E2FSCK_HARNESS_BITS = 16 | 32 | 128
 E2FSCK_CANNOT_OPEN = ("No such file or directory", "Permission denied", "Device or resource busy")
+
+
+def require_checker(fs: str) -> None:
+    """The host checker of ``fs`` (check, repair, log replay) is installed: without it every
+    host check would be a harness error, state by state, and a run could still pass on its
+    guest checks alone -- so the run stops before a guest boots, naming the package.
+
+    :raise ToolMissing: a program of the checker, with its Debian package.
+    """
+    known = filesystems.get(fs)
+    for argv in (known.check, known.repair, known.replay):
+        if argv and not tools.available(argv[0]):
+            raise ToolMissing(argv[0], known.package)
 
 
 @functools.cache

@@ -34,6 +34,7 @@ class CheckLog(CrashReplay):
             source.resolve_start(lg, sc.after_mark, sc.after_entry)
             source.require_fits(lg, sc.fs.disk_size)
         source.load_oracle(sc.oracle)
+        super().preflight(sc)  # its host checker
 
     def obtain(self, rdir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         link_log(self.sc.log, rdir / "log.raw")

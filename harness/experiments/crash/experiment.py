@@ -80,6 +80,8 @@ class CrashReplay(lifecycle.Experiment):
         w = getattr(sc, "workload", None)
         if isinstance(w, FsstressWorkload):
             fsstress.require(w.binary)  # before a guest boots for nothing
+        if sc.check.host:
+            check.require_checker(sc.fs.type)
 
     def caveat(self) -> str | None:
         if not self.sc.check.guest:

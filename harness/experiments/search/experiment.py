@@ -47,6 +47,10 @@ class Search(lifecycle.Experiment):
         self.seconds: dict[str, float] = {}
         self.recorded_now = 0  # workloads this process recorded (a resume skips the rest)
 
+    @classmethod
+    def preflight(cls, sc: Any) -> None:
+        crash.CrashReplay.preflight(sc)  # the same host checker, before any guest boots
+
     def prepare(self) -> None:
         w = self.sc.workload
         picked = ace.selection(

@@ -4,6 +4,7 @@ downloads, builds and boots are in tests/test_kernel_vm.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -400,3 +401,20 @@ def test_a_kernel_without_the_scenarios_filesystem_does_not_run_it(cache: Path) 
     kept = _fake(cache, "6.12.9-reiser", every, {"dm-dust": True, "zfs": False})
     (kept.dir / "config").write_text("CONFIG_REISERFS_FS=m\n")
     lifecycle.require_kernel(kept, registry.variant(sc), sc)
+
+
+def test_a_patched_image_kernel_runs_every_filesystem_the_image_kernel_does(
+    cache: Path,
+) -> None:
+    """A mutant or --fs-patch kernel (here of fs/jfs) keeps no config file and only the
+    options the lab tracks: it has every filesystem the image's kernel has, so jfs-fsync
+    runs on a JFS patch (it was refused: "jfs needs CONFIG_JFS_FS, which it lacks")."""
+    from harness.kernel.store import OPTIONS
+
+    k = _fake(cache, "6.1.0-56-amd64+jfs-fix", {o: "m" for o in OPTIONS}, {"dm-dust": True})
+    patched = dataclasses.replace(k, source={"kind": "mutant", "module": "fs/jfs"})
+    sc = scenario.load("jfs-fsync")
+    with pytest.raises(NotRun):
+        lifecycle.require_kernel(k, registry.variant(sc), sc)  # a deb without its config
+    lifecycle.require_kernel(patched, registry.variant(sc), sc)
+    assert patched.config_value("REISERFS_FS") == "m"

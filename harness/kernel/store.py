@@ -84,10 +84,12 @@ class Kernel:
     def config_value(self, option: str) -> str | None:
         """``CONFIG_<option>`` of this kernel: from what the lab keeps of it, else from
         its whole config (kept beside it). The image's kernel is Debian's, which builds
-        every filesystem the lab knows."""
+        every filesystem the lab knows; a mutant (or ``--fs-patch``) is that kernel with
+        one module rebuilt, so it has what the image's has -- it keeps no config of its
+        own, and reading none said JFS was missing from a JFS patch's kernel."""
         if option in self.options:
             return self.options[option]
-        if self.dir is None:
+        if self.dir is None or self.source.get("kind") == "mutant":
             return "m"
         config = self.dir / "config"
         return parse_config(config.read_text()).get(option) if config.exists() else None

@@ -105,3 +105,19 @@ def test_a_missing_host_checker_stops_the_run_before_any_guest(
     assert f"required program {gone!r} was not found" in err
     assert f"apt-get install {filesystems.get(fs).package}" in err
     assert "Traceback" not in err
+
+
+def test_reproduce_shows_the_runs_own_checker_and_jfs_replay_first(tmp_path: Path) -> None:
+    """`scenario reproduce` printed e2fsck for every image, and a bare mount a JFS state's
+    kernel refuses: the lines name the run's filesystem's checker, and the log replay a
+    dirty JFS volume needs before its mount."""
+    from harness.cli.run import inspect_lines
+
+    img = tmp_path / "s.img"
+    jfs = inspect_lines(img, "jfs")
+    assert "fsck.jfs --replay_journal_only /dev/disk/by-id/virtio-disk0 ; mount" in jfs[1]
+    assert jfs[2].split("#")[0].split() == ["fsck.jfs", "-n", str(img)]
+    xfs = inspect_lines(img, "xfs")
+    assert "; mount" not in xfs[1]
+    assert xfs[2].split("#")[0].split() == ["xfs_repair", "-n", "-f", str(img)]
+    assert "e2fsck -fn" in inspect_lines(img, None)[2]

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from harness import paths
+from harness import filesystems, paths
 from harness.cli import backend, ui
 from harness.config import scenario
 from harness.experiments import lifecycle, statelog, summary
@@ -98,17 +98,28 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         markup=False,
     )
     console.print(f"image: {path}", markup=False)
-    console.print("inspect it in a disposable guest, never on the host kernel:")
-    console.print(
-        f"  scenario vm run --disk {path} --"
-        " sh -c 'mount /dev/disk/by-id/virtio-disk0 /mnt && ls -lR /mnt'",
-        markup=False,
-    )
-    console.print(
-        f"  e2fsck -fn {path}   # or xfs_repair -n / btrfs check --readonly (userspace, host)",
-        markup=False,
-    )
+    for line in inspect_lines(path, info.get("fs")):
+        console.print(line, markup=False, soft_wrap=True)
     return 0
+
+
+def inspect_lines(path: Path, fs: str | None) -> list[str]:
+    """How to look at a reproduced image: mounted in a guest (after the log replay a
+    filesystem whose kernel refuses a dirty volume needs, as its boot would run it), and
+    checked read-only on the host by the checker of the run's filesystem."""
+    dev = "/dev/disk/by-id/virtio-disk0"
+    f = filesystems.FILESYSTEMS.get(fs or "")
+    replay = f"{' '.join(f.before_mount)} {dev} ; " if f and f.before_mount else ""
+    check = (
+        f"  {' '.join(f.on_file(f.check))} {path}   # its checker, read-only, on the host"
+        if f
+        else f"  e2fsck -fn {path}   # or xfs_repair -n / btrfs check --readonly (userspace, host)"
+    )
+    return [
+        "inspect it in a disposable guest, never on the host kernel:",
+        f"  scenario vm run --disk {path} -- sh -c '{replay}mount {dev} /mnt && ls -lR /mnt'",
+        check,
+    ]
 
 
 def cmd_record(args: argparse.Namespace) -> int:

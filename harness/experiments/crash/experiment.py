@@ -444,4 +444,14 @@ def reproduce(state_id: str, *, db: Path, out: Path) -> tuple[Path, dict[str, An
     where = statelog.of(run_id, state)
     with logwrites.open_log(where.log) as lg:
         replay.materialize(lg, state, out, where.device_size())
-    return out, {"run_id": run_id, "state": state.to_dict(), "description": state.describe()}
+    st = store.Store.open(db, create=False)
+    try:
+        fs = st.run(run_id).fs  # which checker's command line the user is shown
+    finally:
+        st.close()
+    return out, {
+        "run_id": run_id,
+        "state": state.to_dict(),
+        "description": state.describe(),
+        "fs": fs,
+    }

@@ -35,7 +35,7 @@ DUPLICATES = {
 # content differs from run to run (GUIDs, txgs), so a clean run's ids never recur in a
 # faulted one. Crash states are keyed instead by what made them: generator, mark, and rank
 # among that pair's states by log position, which every run of the element shares.
-_RESULTS = (
+_KEY = (
     "SELECT r.scenario, r.params, r.seed,"
     " CASE WHEN o.source = 'verdicts' THEN ("
     "   SELECT s.generator || '@' || coalesce(s.last_mark, '') || '#' || ("
@@ -43,8 +43,14 @@ _RESULTS = (
     "      AND t.generator = s.generator AND t.last_mark IS s.last_mark"
     "      AND (t.prefix < s.prefix OR (t.prefix = s.prefix AND t.params < s.params)))"
     "   FROM crash_states s WHERE s.run_id = o.run_id AND s.id = o.item)"
-    " ELSE o.item END, o.outcome FROM v_item_outcomes o JOIN runs r ON r.id = o.run_id"
+    " ELSE o.item END"
 )
+_FROM = " FROM v_item_outcomes o JOIN runs r ON r.id = o.run_id"
+_RESULTS = f"{_KEY}, o.outcome{_FROM}"
+# A crash state's content id beside its key: two runs that recorded the element apart (a
+# clean run and a faulted one, a resume that re-recorded) can cut different states at the
+# same mark, and a verdict that depends on the kernel's timing (ext2's, say) may differ.
+_CONTENTS = f"{_KEY}, o.item{_FROM} WHERE o.source = 'verdicts'"
 
 
 def query(db: Path, sql: str) -> list[tuple[Any, ...]]:
@@ -67,6 +73,11 @@ def verdicts(db: Path) -> set[tuple[Any, ...]]:
 def results(db: Path) -> dict[tuple[Any, ...], str]:
     """Every stored item result: (scenario, params, seed, item) -> outcome."""
     return {tuple(row[:4]): row[4] for row in query(db, _RESULTS)}
+
+
+def contents(db: Path) -> dict[tuple[Any, ...], str]:
+    """Every stored crash state's key (as ``results``) -> its content id."""
+    return {tuple(row[:4]): row[4] for row in query(db, _CONTENTS)}
 
 
 def duplicates(db: Path) -> dict[str, int]:

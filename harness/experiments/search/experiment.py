@@ -89,6 +89,7 @@ class Search(lifecycle.Experiment):
                 timeout=self.sc.timeout,
                 noop_sync=self.sc.workload.noop_sync,
                 progress=step,
+                flush_after_sync=self.sc.workload.flush_after_sync,
             )
             for k, v in secs.items():
                 self.seconds[k] = self.seconds.get(k, 0.0) + v

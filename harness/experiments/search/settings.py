@@ -51,6 +51,11 @@ class AceSpec(Settings):
     noop_sync: bool = Field(
         False, description="a positive control: never really sync; expect findings"
     )
+    # As for a crash run (config/crash.py): the write-through model -- each mark then holds
+    # every write completed before it, so a loss is the filesystem's, not the cache's.
+    flush_after_sync: bool = Field(
+        False, description="experiment: fsync the block device after every sync call"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> AceSpec:

@@ -267,3 +267,33 @@ def test_a_run_that_fails_after_a_finding_stays_a_finding(
         (row,) = st.runs()
     assert row.status is RunStatus.FAILED and row.exit_status == want
     assert dict(row.outcome_counts) == {first: 1}
+
+
+def test_an_item_the_lab_failed_is_redone_by_a_resume_and_a_finding_is_kept(
+    tmp_path: Path,
+) -> None:
+    """A killed guest agent left a recovery item `timeout` in a run marked done, and running
+    the command again started over (chaos cycle 14). Now an item with a harness outcome is
+    not done: a resume checks it again, for a crash state and for an observation alike,
+    while a finding stays done and is never redone."""
+    db = tmp_path / "lab.sqlite"
+    with Store.open(db) as st:
+        sc = scenario.load("recovery-vs-size")
+        kind, cls = registry.experiment(sc)
+        run_id = st.begin_run(sc.name, kind.run_kind, sc.resolved(), 1, env=RunEnv())
+        exp = cls(lifecycle.Run(sc, st, db, run_id, 1, None, False, None))  # type: ignore[arg-type]
+        st.record_observation(run_id, "a", {}, {}, Outcome.TIMEOUT)
+        st.record_observation(run_id, "b", {}, {}, Outcome.MOUNT_FAILED)
+        assert exp.done() == {"b"} and exp.retries_harness_items
+        st.record_observation(run_id, "a", {}, {}, Outcome.CONSISTENT)
+        assert exp.done() == {"a", "b"} and len(st.observations(run_id)) == 2
+
+        log = LogInfo("log-x", "/dev/null", 1, 0, 0, 0, 0, 0)
+        st.add_log(log, run_id=run_id)
+        states = [CrashState(f"fua-{i}", log.hash, "fua", prefix=i) for i in (1, 2)]
+        for s, o in zip(states, (Outcome.HARNESS_ERROR, Outcome.DATA_LOSS), strict=True):
+            st.record_state_result(run_id, s, [CheckResult(Stage.HOST, "e2fsck", o, 0.1)], {})
+        assert st.done_state_ids(run_id) == {"fua-2"}
+        # The redo's later harness failure cannot hide the finding of another state.
+        timeout = [CheckResult(Stage.HOST, "e2fsck", Outcome.TIMEOUT, 0.1)]
+        assert st.record_state_result(run_id, states[1], timeout, {}) is Outcome.DATA_LOSS

@@ -128,6 +128,10 @@ class Experiment(ABC):
     def items(self) -> Sequence[Item]:
         """Every item of the run, done earlier or not, in the order they are checked."""
 
+    # Whether done() leaves out items with a harness outcome (so a resume redoes them);
+    # false for a kind whose rows cannot be replaced (ZFS scans are appended).
+    retries_harness_items = True
+
     def done(self) -> set[str]:
         """Ids of the items that already have a result (skipped on resume)."""
         return self.run.store.done_state_ids(self.run.run_id)
@@ -158,7 +162,13 @@ class Observed(Experiment):
     own): an item is done when its row exists."""
 
     def done(self) -> set[str]:
-        return {o["item"] for o in self.run.store.observations(self.run.run_id)}
+        # An item the lab failed (timeout, harness_error) is redone by a resume; its row
+        # is replaced then (record_observation).
+        return {
+            o["item"]
+            for o in self.run.store.observations(self.run.run_id)
+            if o["outcome"] is None or not outcome.is_harness(outcome.Outcome(o["outcome"]))
+        }
 
 
 @dataclass
@@ -278,7 +288,10 @@ def _execute(
             **({"control_failed": a.control_failed} if a.control_failed else {}),
             **exp.summary(),
         }
-        st.finish_run(run_id, RunStatus.DONE, report.summary)
+        # Items the lab failed to judge leave the run unfinished (failed, its summary
+        # kept): running the command again resumes it and redoes only those items.
+        retry = a.harness > 0 and exp.retries_harness_items
+        st.finish_run(run_id, RunStatus.FAILED if retry else RunStatus.DONE, report.summary)
     return report
 
 

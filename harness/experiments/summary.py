@@ -45,6 +45,7 @@ def closing_line(r: lifecycle.Report) -> str:
         return (
             "[yellow]harness failure[/]: some items could not be checked (hang, panic, lab "
             "error); this says nothing about the filesystem"
+            + ("; run it again to check them" if r.experiment.retries_harness_items else "")
         )
     if r.account.expect:
         return f"scenario results show {r.run_id}"

@@ -385,9 +385,13 @@ class Store(StoreReads, StoreQueries, StoreCampaigns):
     # -- resuming
 
     def done_state_ids(self, run_id: str) -> set[str]:
-        """States of ``run_id`` that have a verdict: the ones a resumed run skips."""
-        rows = self._conn.execute("SELECT state_id FROM verdicts WHERE run_id = ?", (run_id,))
-        return {r[0] for r in rows}
+        """States of ``run_id`` that have a verdict: the ones a resumed run skips. A state
+        the lab failed to judge (timeout, panic, harness_error) is not done: the resume
+        checks it again, and only a verdict the filesystem earned replaces that one."""
+        rows = self._conn.execute(
+            "SELECT state_id, outcome FROM verdicts WHERE run_id = ?", (run_id,)
+        )
+        return {r[0] for r in rows if not is_harness(Outcome(r[1]))}
 
     def find_resumable_run(
         self, scenario: str, params: Mapping[str, Any], seed: int | None

@@ -145,6 +145,8 @@ class ZfsScan(lifecycle.Experiment):
     def items(self) -> Sequence[Rep]:
         return self.reps
 
+    retries_harness_items = False  # a scan's row is appended, never replaced
+
     def done(self) -> set[str]:
         return self.run.store.scanned_items(self.run.run_id)
 

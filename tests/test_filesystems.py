@@ -80,9 +80,9 @@ def _kept_jfs_image(tmp_path: Path, *tools_needed: str) -> Path:
 
 
 def test_a_jfs_crash_image_whose_log_replay_fails_is_a_finding(tmp_path: Path) -> None:
-    """The recorded SIGKILL image: fsck.jfs's log replay fails (logredo rc -274) yet exits 0
-    and says clean; the host check goes on to the full check, whose repairs make the state
-    a finding, never consistent."""
+    """The recorded SIGKILL image: Debian's fsck.jfs's log replay fails (logredo rc -274,
+    its build's bug) yet exits 0 and says clean; the host check goes on to the full check,
+    whose repairs make the state a finding, never consistent."""
     image = _kept_jfs_image(tmp_path)
     copy = tmp_path / "copy.img"
     shutil.copy(image, copy)

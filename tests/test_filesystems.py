@@ -6,13 +6,18 @@ checked in userspace; nothing is mounted."""
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import hashlib
+import os
+import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from harness import filesystems, proc
+from harness import filesystems, proc, tools
 from harness.check import host
 from harness.config.crash import FsSpec, FsType
 from harness.outcome import Outcome, is_finding
@@ -63,23 +68,93 @@ def test_every_filesystem_type_has_an_entry_and_a_checker_version() -> None:
             assert host.checker_version(t) not in ("", "missing"), t
 
 
-def test_a_jfs_crash_image_whose_log_replay_fails_is_a_finding(tmp_path: Path) -> None:
-    """The recorded SIGKILL image of docs/findings/jfs-logredo-after-sigkill.md: fsck.jfs's
-    log replay fails (logredo rc -274) yet exits 0 and says clean; the host check goes on
-    to the full check, whose repairs make the state a finding, never consistent."""
-    import gzip
-
-    if shutil.which("fsck.jfs") is None:
-        pytest.skip("fsck.jfs is not installed (package jfsutils)")
-    image, copy = tmp_path / "jfs.img", tmp_path / "copy.img"
+def _kept_jfs_image(tmp_path: Path, *tools_needed: str) -> Path:
+    """The recorded SIGKILL image of docs/findings/jfs-logredo-after-sigkill.md, unpacked."""
+    for tool in ("fsck.jfs", *tools_needed):
+        if not tools.available(tool):
+            pytest.skip(f"{tool} is not installed (package {tools.PACKAGES[tool]})")
+    image = tmp_path / "jfs.img"
     with gzip.open(Path(__file__).parent / "data" / "jfs" / "sigkill-64m.raw.gz") as src:
         image.write_bytes(src.read())
+    return image
+
+
+def test_a_jfs_crash_image_whose_log_replay_fails_is_a_finding(tmp_path: Path) -> None:
+    """The recorded SIGKILL image: Debian's fsck.jfs's log replay fails (logredo rc -274,
+    its build's bug) yet exits 0 and says clean; the host check goes on to the full check,
+    whose repairs make the state a finding, never consistent."""
+    image = _kept_jfs_image(tmp_path)
+    copy = tmp_path / "copy.img"
     shutil.copy(image, copy)
     replay = proc.run(["fsck.jfs", "--replay_journal_only", str(copy)], check=False)
     assert replay.returncode == 0 and "logredo failed (rc=-274)" in replay.stdout
     r = host.host_check("jfs", image, tmp_path / "scratch", timeout=120)
     assert r.outcome is Outcome.REPAIRED, r.output
     assert "reconnected to /lost+found" in r.output
+
+
+@contextlib.contextmanager
+def _read_only_loop(image: Path) -> Iterator[str]:
+    """jfs_logdump opens only block devices: a read-only loop device, always detached."""
+    if os.geteuid() != 0:
+        pytest.skip("a loop device for jfs_logdump needs root")
+    dev = proc.run(["losetup", "--read-only", "--find", "--show", str(image)]).stdout.strip()
+    try:
+        yield dev
+    finally:
+        proc.run(["losetup", "--detach", dev])
+
+
+def _logdump(image: Path, out: Path) -> str:
+    """Debian's jfs_logdump over ``image``'s log: it writes ./jfslog.dmp, so ``out`` is its cwd."""
+    out.mkdir()
+    with _read_only_loop(image) as dev:
+        proc.run(["jfs_logdump", dev], cwd=out)
+    return (out / "jfslog.dmp").read_text()
+
+
+def _field(record: str, name: str) -> int:
+    found = re.search(rf"{name} = d (\d+)", record)
+    assert found, (name, record)
+    return int(found.group(1))
+
+
+def test_the_log_record_fsck_jfs_rejects_is_well_formed(tmp_path: Path) -> None:
+    """logredo walks the log back from its end; the first after-image it applies is record 1
+    at log address 0x6c46c, and Debian's fsck.jfs rejects it (UPDATEPAGE_BAD_RANGE). The
+    record is whole: an INODE after-image of one 128-byte line whose segment descriptor
+    (the data's last 4 bytes: offset, then length, in lines) is offset 0, length 1 -- inside
+    its page, so logredo's range check passes on it. The rejection is the Debian build's
+    split `afterdata` (docs/findings/jfs-logredo-after-sigkill.md), not the kernel's log."""
+    dump = _logdump(_kept_jfs_image(tmp_path, "jfs_logdump", "losetup"), tmp_path / "dump")
+    records = dump.split("-" * 70)
+    assert "Logaddr= x 6c490" in records[0] and "LOG_COMMIT" in records[0]
+    rec = records[1]
+    assert "logrec d 1   Logaddr= x 6c46c" in rec and "LOG_REDOPAGE" in rec
+    assert "logtid = d 4623" in records[0] and "logtid = d 4623" in rec
+    assert "type = d 1 REDOPAGE:INODE" in rec
+    length, l2line = _field(rec, "data length"), _field(rec, "l2linesize")
+    # The hex dump's last word: 132 bytes end on a whole word (repeated lines show as "*").
+    rows = re.findall(r"^\s*0x[0-9a-f]+\s+((?:[0-9A-F]{2,8} ?)+)", rec, re.M)
+    tail = bytes.fromhex(rows[-1].split()[-1])
+    assert len(tail) == 4, rows
+    off, ln = int.from_bytes(tail[:2], "little"), int.from_bytes(tail[2:], "little")
+    assert (off, ln, l2line, length) == (0, 1, 7, 132)
+    assert (ln << l2line) + 4 == length and (off + ln) << l2line <= 4096
+
+
+def test_a_failed_jfs_log_replay_leaves_the_log_unredone_under_a_clean_superblock(
+    tmp_path: Path,
+) -> None:
+    """Why the kernel refuses the volume after fsck.jfs said clean: the failed replay marks
+    the aggregate's superblock clean but leaves the log's superblock at LOGMOUNT (state 0,
+    its end unmoved), and the kernel's lmLogInit refuses a log not LOGREDONE (state 1)."""
+    image = _kept_jfs_image(tmp_path, "jfs_logdump", "losetup", "jfs_tune")
+    replay = proc.run(["fsck.jfs", "--replay_journal_only", str(image)], check=False)
+    assert "logredo failed (rc=-274)" in replay.stdout
+    assert re.search(r"JFS state:\s+clean", proc.run(["jfs_tune", "-l", str(image)]).stdout)
+    head = _logdump(image, tmp_path / "dump").split("=" * 54)[0]
+    assert re.search(r"state\s+: x 0 ", head) and re.search(r"end\s+: x 202c ", head), head
 
 
 @pytest.mark.parametrize("scenario", ["jfs-fsync", "ace-seq1"])
@@ -92,7 +167,6 @@ def test_a_missing_host_checker_stops_the_run_before_any_guest(
     """Without its host checker every state's host check was a harness error and a run
     could pass on its guest checks alone (seen: jfs-fsync exited 0 with fsck.jfs gone).
     Now the run stops before it begins: exit 3, the program and its package named."""
-    from harness import tools
     from harness.cli.main import main
 
     fs = "jfs" if scenario == "jfs-fsync" else "ext4"

@@ -396,19 +396,22 @@ class LibvirtBackend:
     def machine(self, image: Image) -> Machine:
         with contextlib.closing(libvirtd.connect(self.uri)) as conn:
             return Machine(
-                libvirt_accel.probe(conn, self.uri, image).accelerator,
+                libvirt_accel.probe(conn, self.uri, image, self._pool(conn)).accelerator,
                 libvirt_accel.emulator(conn, self.uri),
             )
+
+    def _pool(self, conn: Any) -> Any:
+        return libvirt_storage.open_pool(conn, self.uri, self.pool) if self.pool else None
 
     @contextlib.contextmanager
     def start(self, spec: GuestSpec, image: Image | None = None) -> Iterator[LibvirtGuest]:
         image = image or require_image()
         conn = libvirtd.connect(self.uri)
         try:
-            accelerator = libvirt_accel.probe(conn, self.uri, image).accelerator
-            pool = None
-            if self.pool:
-                pool = libvirt_storage.open_pool(conn, self.uri, self.pool)
+            pool = self._pool(conn)
+            # The probe boots our kernel there (uploaded into the pool if there is one).
+            accelerator = libvirt_accel.probe(conn, self.uri, image, pool).accelerator
+            if pool is not None:
                 image = libvirt_storage.stage_image(pool, image)
             there = image
             with workdir_for(spec) as workdir:

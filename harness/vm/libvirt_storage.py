@@ -93,13 +93,15 @@ def stage_image(pool: Any, image: Image) -> Image:
     paths on the libvirt host), uploading the ones the pool does not hold yet."""
     return replace(
         image,
-        kernel=Path(_content_volume(pool, image.kernel)),
-        initrd=Path(_content_volume(pool, image.initrd)),
-        rootfs=Path(_content_volume(pool, image.rootfs)),
+        kernel=Path(content_volume(pool, image.kernel)),
+        initrd=Path(content_volume(pool, image.initrd)),
+        rootfs=Path(content_volume(pool, image.rootfs)),
     )
 
 
-def _content_volume(pool: Any, path: Path) -> str:
+def content_volume(pool: Any, path: Path) -> str:
+    """The path on the libvirt host of ``pool``'s volume with ``path``'s content, uploaded
+    unless the pool has it."""
     libvirt = libvirtd.module()
     name = f"crashlab-{content_hash(path)[:24]}-{path.name}"
     if _lookup(pool, name + ".ok") is None:

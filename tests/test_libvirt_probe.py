@@ -5,6 +5,7 @@ with the local probe boot (harness/vm/accel.py) on the same host. About 15 s her
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from harness.image import build as image
 from harness.vm import accel, libvirt_accel, libvirtd
+from tests.test_cli import scenario
 from tests.test_vm import crashlab_domains
 
 pytestmark = pytest.mark.vm
@@ -67,3 +69,14 @@ def test_a_kvm_boot_that_hangs_is_given_up_at_its_timeout(
     assert "SeaBIOS" in seen.console  # the firmware ran; the kernel never spoke
     assert 8 <= seen.seconds < 10
     assert crashlab_domains() == []
+
+
+def test_doctor_shows_the_libvirt_hosts_accelerator(guest_image: image.Image) -> None:
+    r = scenario("doctor", "--libvirt-uri", URI, "--json")
+    assert r.returncode == 0, r.stderr
+    checks = {c["check"]: c for c in json.loads(r.stdout)["checks"]}
+    there = checks[f"accelerator on {URI}"]
+    assert there["status"] == checks["accelerator"]["status"]
+    assert there["detail"].startswith(f"libvirt on {URI} ") or there["detail"].startswith(
+        f"a test boot under KVM through libvirt on {URI} "
+    ), there

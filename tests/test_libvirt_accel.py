@@ -85,7 +85,7 @@ def test_kvm_is_chosen_only_when_the_probes_initramfs_spoke() -> None:
     # A boot whose initramfs spoke (recorded under TCG: there is no working KVM here).
     works = libvirt_accel.judge(_recorded("tcg"), URI, 15)
     assert works == ProbeResult(
-        "kvm", True, "a test boot under KVM through libvirt on qemu:///system took 5.4 s"
+        "kvm", True, "a test boot under KVM through libvirt on qemu:///system took 5.3 s"
     )
 
 
@@ -143,3 +143,15 @@ def test_a_probe_answer_is_kept_per_key(tmp_path: Path) -> None:
     cache.write_text("{not json")
     assert accel.cached(cache, "uri|host|kernel-b", probe_now).reason == "hung #4"
     assert len(boots) == 4
+
+
+def test_a_probe_file_the_host_cannot_open_is_named_not_taken_for_no_kvm() -> None:
+    """QEMU's refusals of a missing kernel and initramfs, as recorded; the probe raises
+    for these (not cached), since the guest would fail the same way."""
+    kernel, initrd = "/nonexistent/crashlab-probe", "/var/lib/crashlab/probe.cpio"
+    assert libvirt_accel.unopened(_recorded("missing-kernel"), (kernel, initrd)) == kernel
+    assert libvirt_accel.unopened(_recorded("missing-initrd"), (initrd, kernel)) == kernel
+    # A path that only begins like the one named is not it.
+    assert libvirt_accel.unopened(_recorded("missing-kernel"), ("/nonexistent/crash",)) is None
+    # QEMU's abort under this host's KVM names no file: that one is an answer (TCG).
+    assert libvirt_accel.unopened(_recorded("kvm-passthrough"), (kernel, initrd)) is None

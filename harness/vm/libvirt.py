@@ -280,13 +280,7 @@ class LibvirtGuest(AgentGuest):
         """The usual cause on another host: a path of ours that it does not have."""
         if libvirtd.is_local_system(self.uri) or self.volumes is not None:
             return None
-        return (
-            "a libvirt host opens the kernel, the disks and the root image at the paths "
-            "they have here: they must be on a filesystem it shares at the same paths (the "
-            "lab's cache, with the images and the guests' root overlays, and the run's "
-            "disks), or give it a storage pool to upload them into "
-            "(--libvirt-pool NAME)"
-        )
+        return libvirt_storage.SHARE_HINT
 
     def _alive(self) -> bool:
         if self.domain is None:

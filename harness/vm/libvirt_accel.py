@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import paths
+from harness.errors import HarnessError
 from harness.image.build import Image
 from harness.vm import accel, libvirt_storage, libvirt_xml, libvirtd
 from harness.vm.accel import ProbeResult
@@ -101,6 +102,13 @@ def judge(boot: Boot, uri: str, timeout: float) -> ProbeResult:
         f"a test boot under KVM through {where} hung: no {accel.PROBE_OK!r} on its console "
         f"in {timeout:g} s ({last})",
     )
+
+
+def unopened(boot: Boot, files: tuple[str, ...]) -> str | None:
+    """Which of ``files`` (the probe's kernel and initramfs, on the libvirt host) QEMU
+    there could not open: its refusal names the path ("could not open kernel file
+    'PATH'", "error reading initrd PATH: ..."); None if it names none of them."""
+    return next((f for f in files if re.search(re.escape(f) + r"(?![\w./-])", boot.refused)), None)
 
 
 def _last_line(console: str) -> str:
@@ -211,7 +219,14 @@ def probe(
     )
 
     def probe_now() -> ProbeResult:
-        seen = boot(conn, uri, _there(pool, image.kernel), _there(pool, initrd))
+        files = (_there(pool, image.kernel), _there(pool, initrd))
+        seen = boot(conn, uri, *files)
+        if (path := unopened(seen, files)) is not None:
+            # Not an answer about KVM (and not to be cached): the guest would fail alike.
+            raise HarnessError(
+                f"libvirt on {uri} cannot open {path} for the KVM probe boot: {seen.refused}",
+                hint=libvirt_storage.SHARE_HINT if pool is None else None,
+            )
         return judge(seen, uri, accel.PROBE_TIMEOUT)
 
     return accel.cached(cache, key, probe_now, refresh=refresh)

@@ -44,6 +44,14 @@ log = logging.getLogger("crashlab.libvirt")
 _FILE_POOLS = ("dir", "fs", "netfs")
 # How long a run waits for another run's upload of the same image to complete.
 UPLOAD_WAIT = 600.0
+# What to do when a libvirt host without a pool cannot open a file of ours.
+SHARE_HINT = (
+    "a libvirt host opens the kernel, the disks and the root image at the paths "
+    "they have here: they must be on a filesystem it shares at the same paths (the "
+    "lab's cache, with the images and the guests' root overlays, and the run's "
+    "disks), or give it a storage pool to upload them into "
+    "(--libvirt-pool NAME)"
+)
 
 
 def open_pool(conn: Any, uri: str, name: str) -> Any:

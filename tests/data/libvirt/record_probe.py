@@ -31,6 +31,11 @@ def main() -> None:
     as_kvm = libvirt_accel.probe_xml
     libvirt_accel.probe_xml = lambda *a: as_kvm(*a).replace('type="kvm"', 'type="qemu"')  # type: ignore[assignment]
     boots["tcg"] = libvirt_accel.boot(conn, URI, kernel, initrd, cpu="maximum", timeout=60)
+    # What QEMU says of a kernel or an initramfs the host does not have (under TCG: this
+    # host's KVM aborts before QEMU opens them).
+    missing = "/nonexistent/crashlab-probe"
+    boots["missing-kernel"] = libvirt_accel.boot(conn, URI, missing, initrd, cpu="maximum")
+    boots["missing-initrd"] = libvirt_accel.boot(conn, URI, kernel, missing, cpu="maximum")
     conn.close()
     for name, b in boots.items():
         (HERE / f"probe-{name}.json").write_text(json.dumps(asdict(b), indent=2) + "\n")

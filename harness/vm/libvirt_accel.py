@@ -85,11 +85,8 @@ def judge(boot: Boot, uri: str, timeout: float) -> ProbeResult:
         return ProbeResult(
             "kvm", True, f"a test boot under KVM through {where} took {boot.seconds:.1f} s"
         )
-    last = (
-        f"last console line {_last_line(boot.console)!r}"
-        if boot.console.strip()
-        else "its console stayed empty"
-    )
+    said = _last_line(boot.console)
+    last = f"last console line {said!r}" if said else "its console stayed empty"
     if boot.ended:
         return ProbeResult(
             "tcg",
@@ -112,9 +109,9 @@ def unopened(boot: Boot, files: tuple[str, ...]) -> str | None:
 
 
 def _last_line(console: str) -> str:
-    """The console's last line, without SeaBIOS's terminal escapes."""
+    """The console's last line, without SeaBIOS's terminal escapes ("" if none)."""
     plain = re.sub(r"\x1b(\[[0-9;?]*[A-Za-z]|.)", "", console)
-    return [ln.strip() for ln in plain.splitlines() if ln.strip()][-1]
+    return next((ln.strip() for ln in reversed(plain.splitlines()) if ln.strip()), "")
 
 
 def probe_xml(name: str, kernel: str, initrd: str, cpu: str | None) -> str:

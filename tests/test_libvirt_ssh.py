@@ -29,7 +29,7 @@ import pytest
 from harness import proc
 from harness.errors import GuestPanic
 from harness.image import build as image
-from harness.vm import backend, libvirtd
+from harness.vm import accel, backend, libvirtd
 from harness.vm.backend import Disk, GuestSpec, start_guest
 from harness.vm.libvirt import LibvirtGuest
 from tests.test_libvirt_storage import dir_pool, volumes
@@ -244,8 +244,10 @@ def test_guest_on_a_storage_pool_over_qemu_ssh(
     assert r.stdout == "written-on-the-pool\n"
     left = _pool_volumes(pool)
     assert not [v for v in left if v.startswith(guest.name)]
-    # The image's three volumes and their markers; no overlay or other file either.
-    assert len(left) == 6 and set(os.listdir(pool.dir)) == left
+    # The image's three volumes, the KVM probe's initramfs (libvirt_accel: it boots the
+    # image's kernel volume) and their markers; no overlay or other file either.
+    assert len(left) == 8 and set(os.listdir(pool.dir)) == left
+    assert [v for v in left if v.endswith(accel.probe_initramfs().name)]
     assert crashlab_domains() == []
     print(f"pool guest: start (incl. uploads) to agent {started:.1f} s "
           f"(boot {guest.boot_seconds():.1f} s), first command {command:.2f} s")  # fmt: skip

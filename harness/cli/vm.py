@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -21,7 +22,8 @@ from harness.image import build as image
 from harness.kernel import store as kernel_store
 from harness.kernel.store import booting
 from harness.report.markup import esc
-from harness.vm import accel
+from harness.vm import accel, libvirt_accel, libvirt_storage, libvirtd
+from harness.vm.accel import ProbeResult
 from harness.vm.backend import Disk, GuestSpec, start_guest
 
 REQUIRED = [
@@ -47,6 +49,16 @@ def register(sub: Any) -> None:
     d = sub.add_parser("doctor", help="check the host: QEMU, KVM or TCG, mmdebstrap, fs tools")
     d.add_argument(
         "--reprobe", action="store_true", help="probe KVM again instead of using the cached answer"
+    )
+    d.add_argument(
+        "--libvirt-uri",
+        metavar="URI",
+        help="also the accelerator of this libvirt host's guests, by a probe boot there",
+    )
+    d.add_argument(
+        "--libvirt-pool",
+        metavar="NAME",
+        help="its storage pool, for a host that does not share this host's files",
     )
     d.add_argument("--json", action="store_true", help="the checks as JSON")
     d.set_defaults(func=cmd_doctor)
@@ -120,6 +132,12 @@ def cmd_vm_run(args: argparse.Namespace) -> int:
         return r.exitcode
 
 
+def _libvirt_accel(uri: str, pool: str | None, img: image.Image, refresh: bool) -> ProbeResult:
+    with contextlib.closing(libvirtd.connect(uri)) as conn:
+        there = libvirt_storage.open_pool(conn, uri, pool) if pool else None
+        return libvirt_accel.probe(conn, uri, img, there, refresh=refresh)
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     console = ui.console()
     rows: list[tuple[str, str, str, str]] = []  # check, status, its style, detail (plain)
@@ -152,6 +170,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             res = accel.probe(img, refresh=args.reprobe)
             again = " (cached probe; --reprobe to redo)" if res.cached else ""
             add("accelerator", res.accelerator, "bold", res.reason + again)
+        if args.libvirt_uri:
+            res = _libvirt_accel(args.libvirt_uri, args.libvirt_pool, img, args.reprobe)
+            again = " (cached probe; --reprobe to redo)" if res.cached else ""
+            add(f"accelerator on {args.libvirt_uri}", res.accelerator, "bold", res.reason + again)
     for k in kernel_store.cached():
         add("kernel", "cached", "green", f"{k.name}: {kernel_store.describe(k.source)}")
     if args.json:

@@ -15,6 +15,7 @@ import platform
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from harness.image.build import Image
 
 PROBE_OK = "crashlab-probe-ok"
 PROBE_TIMEOUT = 30.0
+PROBE_CMDLINE = "console=ttyS0 loglevel=4 panic=-1 rdinit=/init"
 
 _INIT = f"""#!/bin/busybox sh
 /bin/busybox mkdir -p /proc
@@ -97,7 +99,7 @@ def floor_boot(kernel: Path, accelerator: str, timeout: float = PROBE_TIMEOUT) -
             accelerator,
             kernel,
             initrd,
-            "console=ttyS0 loglevel=4 panic=-1 rdinit=/init",
+            PROBE_CMDLINE,
             con,
             memory_mb=512,
         )
@@ -133,18 +135,23 @@ def forced() -> ProbeResult | None:
 def probe(image: Image, *, refresh: bool = False) -> ProbeResult:
     if (chosen := forced()) is not None:
         return chosen
-    key = _cache_key(image)
-    cf = _cache_file()
-    if not refresh and cf.exists():
+    return cached(_cache_file(), _cache_key(image), lambda: _probe_now(image), refresh=refresh)
+
+
+def cached(
+    cache: Path, key: str, probe_now: Callable[[], ProbeResult], *, refresh: bool = False
+) -> ProbeResult:
+    """The answer ``cache`` holds for ``key``; else ``probe_now()``'s, kept there."""
+    if not refresh and cache.exists():
         with _ignore_bad_cache():
-            data = json.loads(cf.read_text())
+            data = json.loads(cache.read_text())
             if data.get("key") == key:
                 return ProbeResult(
                     data["accelerator"], data["kvm_works"], data["reason"], cached=True
                 )
-    result = _probe_now(image)
-    cf.parent.mkdir(parents=True, exist_ok=True)
-    cf.write_text(
+    result = probe_now()
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(
         json.dumps(
             {
                 "key": key,

@@ -32,11 +32,20 @@ from typing import Any
 
 from harness.errors import GuestAgentError, GuestBootFailed, GuestError, GuestTimeout, HarnessError
 from harness.image.build import Image, require_image
-from harness.vm import console, libvirt_accel, libvirt_storage, libvirtd, media, overlays
+from harness.vm import (
+    console,
+    libvirt_accel,
+    libvirt_storage,
+    libvirt_xml,
+    libvirtd,
+    media,
+    overlays,
+)
 from harness.vm.agent import Agent
 from harness.vm.base import Disk, GuestSpec, Machine
 from harness.vm.guest import AgentGuest, boot, kernel_cmdline, workdir_for
 from harness.vm.libvirt_console import ConsoleStream
+from harness.vm.libvirt_xml import el, pci
 
 # As in qemu.py: the first disks sit on the root PCIe bus, the rest behind
 # PCIe-to-PCI bridges of 31 slots each (slots 1-3: agent channel, RNG, root disk); each
@@ -52,44 +61,31 @@ def domain_xml(
     the libvirt host's: ours, or a storage pool's volumes (``libvirt_storage``). The root
     disk is the overlay ``root`` over ``image.rootfs`` (``harness.vm.overlays``; by
     default the domain's overlay file here)."""
-    kvm = accelerator == "kvm"
-    dom = ET.Element("domain", type="kvm" if kvm else "qemu")
-    _el(dom, "name", name)
-    _el(dom, "memory", str(spec.memory_mb), unit="MiB")
-    _el(dom, "vcpu", str(spec.cpus))
-    os_ = _el(dom, "os")
-    _el(os_, "type", "hvm", arch="x86_64", machine="q35")
-    _el(os_, "kernel", str(image.kernel))
-    _el(os_, "initrd", str(image.initrd))
-    _el(os_, "cmdline", kernel_cmdline(spec))
-    features = _el(dom, "features")
-    _el(features, "acpi")
-    _el(features, "apic")
-    # -cpu host under KVM, -cpu max under TCG, as accel.machine_argv does.
-    _el(dom, "cpu", mode="host-passthrough" if kvm else "maximum")
-    # -no-reboot: panic=-1 reboots at once, and a reboot ends the domain.
-    for event in ("on_poweroff", "on_reboot", "on_crash"):
-        _el(dom, event, "destroy")
-    dev = _el(dom, "devices")
-    _el(dev, "controller", type="usb", model="none")
-    _pci(_el(dev, "controller", type="virtio-serial", index="0"), 0, 1)
-    # A pty, read through libvirt (libvirt_console): a file would be on the libvirt host.
-    serial = _el(dev, "serial", type="pty")
-    _el(serial, "target", port="0")
-    agent = _el(dev, "channel", type="unix")
-    _el(agent, "source", mode="bind")
-    _el(agent, "target", type="virtio", name="org.qemu.guest_agent.0")
-    rng = _el(dev, "rng", model="virtio")
-    _el(rng, "backend", "/dev/urandom", model="random")
-    _pci(rng, 0, 2)
+    dom, dev = libvirt_xml.machine(
+        name,
+        accelerator,
+        memory_mb=spec.memory_mb,
+        cpus=spec.cpus,
+        kernel=str(image.kernel),
+        initrd=str(image.initrd),
+        cmdline=kernel_cmdline(spec),
+        cpu=libvirt_xml.cpu_mode(accelerator),
+    )
+    pci(el(dev, "controller", type="virtio-serial", index="0"), 0, 1)
+    agent = el(dev, "channel", type="unix")
+    el(agent, "source", mode="bind")
+    el(agent, "target", type="virtio", name="org.qemu.guest_agent.0")
+    rng = el(dev, "rng", model="virtio")
+    el(rng, "backend", "/dev/urandom", model="random")
+    pci(rng, 0, 2)
     root = root or overlays.overlay_dir() / overlays.name(name)
     _disk(dev, Disk(root, overlays.ROOT_SERIAL, format="qcow2"), "vda", bus=0, slot=3)
     # Named, so that libvirt opens the image read-only under the overlay whatever the
     # overlay's header says; the empty element: the image has no backing file itself.
-    backing = _el(dev[-1], "backingStore", type="file")
-    _el(backing, "format", type="qcow2")
-    _el(backing, "source", file=str(image.rootfs))
-    _el(backing, "backingStore")
+    backing = el(dev[-1], "backingStore", type="file")
+    el(backing, "format", type="qcow2")
+    el(backing, "source", file=str(image.rootfs))
+    el(backing, "backingStore")
     for i, d in enumerate(spec.disks):
         if d.blklogwrites is not None:
             raise HarnessError(
@@ -104,38 +100,19 @@ def domain_xml(
             bus, slot = 2 * bridge + 2, index + 1
             if index == 0:
                 # libvirt plugs a pcie-to-pci-bridge into a root port, not into pcie.0.
-                port = _el(
-                    dev, "controller", type="pci", index=str(bus - 1), model="pcie-root-port"
-                )
-                _pci(port, 0, _FIRST_DISK_SLOT + _ROOT_BUS_DISKS + bridge)
-                ctl = _el(dev, "controller", type="pci", index=str(bus), model="pcie-to-pci-bridge")
-                _pci(ctl, bus - 1, 0)
+                port = el(dev, "controller", type="pci", index=str(bus - 1), model="pcie-root-port")
+                pci(port, 0, _FIRST_DISK_SLOT + _ROOT_BUS_DISKS + bridge)
+                ctl = el(dev, "controller", type="pci", index=str(bus), model="pcie-to-pci-bridge")
+                pci(ctl, bus - 1, 0)
         _disk(dev, d, _target(i + 1), bus=bus, slot=slot)
     # Spare root ports for disks plugged while the guest runs (the root bus has no
     # hotplug), after the bridges' controllers; libvirt gives them free slots, so every
     # device above keeps its address.
     first = 2 * _bridges(len(spec.disks)) + 1
     for n in range(spec.hotplug_ports):
-        _el(dev, "controller", type="pci", index=str(first + n), model="pcie-root-port")
-    _el(dev, "memballoon", model="none")
-    # QEMU runs as root, as the qemu backend's does: the cached image and the disks are
-    # root's files, and relabelling them for a libvirt-qemu user would change them for
-    # every other guest sharing them.
-    seclabel = _el(dom, "seclabel", type="static", model="dac", relabel="no")
-    _el(seclabel, "label", "+0:+0")
-    ET.indent(dom)
-    return ET.tostring(dom, encoding="unicode")
-
-
-def _el(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
-    e = ET.SubElement(parent, tag, attrs)
-    if text is not None:
-        e.text = text
-    return e
-
-
-def _pci(parent: ET.Element, bus: int, slot: int) -> None:
-    _el(parent, "address", type="pci", domain="0x0000", bus=f"{bus:#04x}", slot=f"{slot:#04x}")
+        el(dev, "controller", type="pci", index=str(first + n), model="pcie-root-port")
+    el(dev, "memballoon", model="none")
+    return libvirt_xml.text(dom)
 
 
 def _target(i: int) -> str:
@@ -151,7 +128,7 @@ def _target(i: int) -> str:
 def _disk(dev: ET.Element, d: Disk, target: str, *, bus: int, slot: int) -> None:
     disk = disk_element(d, target)
     dev.append(disk)
-    _pci(disk, bus, slot)
+    pci(disk, bus, slot)
 
 
 def _bridges(disks: int) -> int:
@@ -163,7 +140,7 @@ def disk_element(d: Disk, target: str) -> ET.Element:
     """A ``<disk>`` without an address: a boot-time disk gets one from ``_disk``, a
     hot-plugged one from libvirt (a free root port)."""
     disk = ET.Element("disk", type="file", device="disk")
-    _el(
+    el(
         disk,
         "driver",
         name="qemu",
@@ -171,17 +148,17 @@ def disk_element(d: Disk, target: str) -> ET.Element:
         cache="none" if d.direct else "writeback",  # Disk.direct says why
         io="threads",
     )
-    _el(disk, "source", file=str(d.path))
-    _el(disk, "target", dev=target, bus="virtio")
-    _el(disk, "serial", d.serial)
+    el(disk, "source", file=str(d.path))
+    el(disk, "target", dev=target, bus="virtio")
+    el(disk, "serial", d.serial)
     if d.readonly:
-        _el(disk, "readonly")
+        el(disk, "readonly")
     if d.snapshot:
-        _el(disk, "transient")
+        el(disk, "transient")
     if caps := media.limits(d.media):
-        tune = _el(disk, "iotune")
-        _el(tune, "total_iops_sec", str(caps.iops))
-        _el(tune, "total_bytes_sec", str(caps.bps))
+        tune = el(disk, "iotune")
+        el(tune, "total_iops_sec", str(caps.iops))
+        el(tune, "total_bytes_sec", str(caps.bps))
     return disk
 
 
@@ -303,13 +280,7 @@ class LibvirtGuest(AgentGuest):
         """The usual cause on another host: a path of ours that it does not have."""
         if libvirtd.is_local_system(self.uri) or self.volumes is not None:
             return None
-        return (
-            "a libvirt host opens the kernel, the disks and the root image at the paths "
-            "they have here: they must be on a filesystem it shares at the same paths (the "
-            "lab's cache, with the images and the guests' root overlays, and the run's "
-            "disks), or give it a storage pool to upload them into "
-            "(--libvirt-pool NAME)"
-        )
+        return libvirt_storage.SHARE_HINT
 
     def _alive(self) -> bool:
         if self.domain is None:
@@ -419,19 +390,22 @@ class LibvirtBackend:
     def machine(self, image: Image) -> Machine:
         with contextlib.closing(libvirtd.connect(self.uri)) as conn:
             return Machine(
-                libvirt_accel.probe(conn, self.uri, image).accelerator,
+                libvirt_accel.probe(conn, self.uri, image, self._pool(conn)).accelerator,
                 libvirt_accel.emulator(conn, self.uri),
             )
+
+    def _pool(self, conn: Any) -> Any:
+        return libvirt_storage.open_pool(conn, self.uri, self.pool) if self.pool else None
 
     @contextlib.contextmanager
     def start(self, spec: GuestSpec, image: Image | None = None) -> Iterator[LibvirtGuest]:
         image = image or require_image()
         conn = libvirtd.connect(self.uri)
         try:
-            accelerator = libvirt_accel.probe(conn, self.uri, image).accelerator
-            pool = None
-            if self.pool:
-                pool = libvirt_storage.open_pool(conn, self.uri, self.pool)
+            pool = self._pool(conn)
+            # The probe boots our kernel there (uploaded into the pool if there is one).
+            accelerator = libvirt_accel.probe(conn, self.uri, image, pool).accelerator
+            if pool is not None:
                 image = libvirt_storage.stage_image(pool, image)
             there = image
             with workdir_for(spec) as workdir:

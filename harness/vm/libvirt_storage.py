@@ -44,6 +44,14 @@ log = logging.getLogger("crashlab.libvirt")
 _FILE_POOLS = ("dir", "fs", "netfs")
 # How long a run waits for another run's upload of the same image to complete.
 UPLOAD_WAIT = 600.0
+# What to do when a libvirt host without a pool cannot open a file of ours.
+SHARE_HINT = (
+    "a libvirt host opens the kernel, the disks and the root image at the paths "
+    "they have here: they must be on a filesystem it shares at the same paths (the "
+    "lab's cache, with the images and the guests' root overlays, and the run's "
+    "disks), or give it a storage pool to upload them into "
+    "(--libvirt-pool NAME)"
+)
 
 
 def open_pool(conn: Any, uri: str, name: str) -> Any:
@@ -93,13 +101,15 @@ def stage_image(pool: Any, image: Image) -> Image:
     paths on the libvirt host), uploading the ones the pool does not hold yet."""
     return replace(
         image,
-        kernel=Path(_content_volume(pool, image.kernel)),
-        initrd=Path(_content_volume(pool, image.initrd)),
-        rootfs=Path(_content_volume(pool, image.rootfs)),
+        kernel=Path(content_volume(pool, image.kernel)),
+        initrd=Path(content_volume(pool, image.initrd)),
+        rootfs=Path(content_volume(pool, image.rootfs)),
     )
 
 
-def _content_volume(pool: Any, path: Path) -> str:
+def content_volume(pool: Any, path: Path) -> str:
+    """The path on the libvirt host of ``pool``'s volume with ``path``'s content, uploaded
+    unless the pool has it."""
     libvirt = libvirtd.module()
     name = f"crashlab-{content_hash(path)[:24]}-{path.name}"
     if _lookup(pool, name + ".ok") is None:

@@ -25,7 +25,7 @@ from harness.campaign import runner as campaign
 from harness.campaign.runner import ElementContext, ElementStatus, Engine
 from harness.config import campaign as config_campaign
 from harness.config.campaign import Element
-from harness.errors import HarnessError, InputError
+from harness.errors import HarnessError, InputError, ToolMissing
 from harness.outcome import Outcome
 from harness.store.db import CheckResult, CrashState, LogInfo, RunKind, RunStatus, Stage, Store
 
@@ -166,6 +166,29 @@ def test_failing_element_is_quarantined_not_looped(tmp_path: Path) -> None:
     assert [r.element.seed for r in q] == [2]
     assert q[0].failures == 3 and "did not boot" in (q[0].last_error or "")
     assert len(report.by_status(ElementStatus.DONE)) == 2
+
+
+def test_a_missing_host_tool_stops_the_campaign_and_quarantines_nothing(tmp_path: Path) -> None:
+    """chaos.py took QEMU off PATH during a campaign: the element failed three times within
+    a second and was quarantined, and so would every element after it. A missing tool is
+    the host's: the campaign stops with it (exit 3), the element stays pending with no
+    failure counted, and the rerun does it."""
+    db = tmp_path / "lab.sqlite"
+    c = small(tmp_path, extra="max_failures = 3")
+    calls: list[int | None] = []
+
+    def runner(el: Element, ctx: ElementContext) -> str:
+        calls.append(el.seed)
+        if el.seed == 2:
+            raise ToolMissing("qemu-system-x86_64", "qemu-system-x86")
+        return fake_runner(el, ctx)
+
+    with pytest.raises(ToolMissing) as e:
+        Engine(c, db, runner=runner).run()
+    assert e.value.exit_status == 3 and calls == [1, 2]
+    report = Engine(c, db, runner=fake_runner).run()
+    assert report.resumed and len(report.by_status(ElementStatus.DONE)) == 3
+    assert all(r.failures == 0 for r in report.rows)
 
 
 def test_killed_element_counts_as_interruption(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ from typing import Any, Protocol
 from harness import paths
 from harness.config import scenario
 from harness.config.campaign import Campaign, Element
-from harness.errors import CrashlabError, InputError, NotRun
+from harness.errors import CrashlabError, InputError, NotRun, ToolMissing
 from harness.experiments import lifecycle
 from harness.experiments.lifecycle import Stalled, stall_budget
 from harness.store.campaigns import ElementUpdate, element_update
@@ -340,8 +340,12 @@ class Engine:
         try:
             with stall_budget(budget):
                 run_id = self.runner(el, ctx)
-        except KeyboardInterrupt:
-            # A person stopped it: not the element's fault, so not an interruption either.
+        except (KeyboardInterrupt, ToolMissing):
+            # A person stopped it, or the host lacks a program every element would need
+            # (QEMU gone from PATH): not the element's fault, so neither a failure nor an
+            # interruption. Retried at once it failed again and was quarantined, and so
+            # would every element after it; now the campaign stops (exit 3) and a rerun
+            # takes the element up again.
             self._set(st, cid, el, status="pending", pid=None)
             raise
         except NotRun as e:

@@ -50,10 +50,12 @@ def run(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     logfile: Path | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> Result:
     """Run ``argv`` to completion (killed after ``timeout`` seconds).
 
     With ``logfile``, stdout and stderr go to that file (for long builds) instead of memory.
+    ``pass_fds``: file descriptors the command inherits (a pipe it writes a log into).
 
     :raise CommandFailed: ``check`` and it exited non-zero.
     :raise CommandTimeout: it ran past ``timeout`` (argv, timeout and its output's tail).
@@ -85,6 +87,7 @@ def run(
                     timeout=timeout,
                     check=False,
                     process_group=0,
+                    pass_fds=pass_fds,
                 )
             stdout, stderr = "", ""
         else:
@@ -97,6 +100,7 @@ def run(
                 timeout=timeout,
                 check=False,
                 process_group=0,
+                pass_fds=pass_fds,
             )
             stdout = cp.stdout.decode(errors="replace")
             stderr = cp.stderr.decode(errors="replace")

@@ -1,34 +1,31 @@
 """Judging one crash image with the filesystem's own userspace checker, on the host.
 
 ``host_check(fs, image, scratch)`` is a pure function of a crash image: it leaves the image
-exactly as it found it (ext journal replay is undone from e2fsck's undo file; xfs_repair -n and
-btrfs check --readonly write nothing; a repair attempt runs on a sparse copy), so checks
-can run anywhere — a second core, or later a Dask worker — given the state and its image.
+exactly as it found it (what an ext journal replay writes is saved first and put back,
+``extjournal``; xfs_repair -n and btrfs check --readonly write nothing; a repair attempt
+runs on a sparse copy), so checks can run anywhere — a second core, or later a Dask
+worker — given the state and its image.
 Nothing here mounts anything: the host kernel never sees a crash image.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from harness import filesystems, proc, tools
-from harness.check import e2undo
+from harness.check import extjournal
 from harness.errors import CommandTimeout, HarnessError, ToolMissing
 from harness.outcome import Outcome
 
 EXT = ("ext2", "ext3", "ext4")
 EXCERPT = 1500
-# e2fsck -z fsyncs its undo file five times per check (e2fsprogs 1.47): in a scratch
-# directory on disk that costs more than the check itself (bench/README.md), on a tmpfs
-# nothing. The file holds only what the journal replay overwrote and lives for one check.
-UNDO_DIR = Path("/dev/shm")
 
 
 @dataclass(frozen=True)
@@ -112,23 +109,22 @@ def host_check(fs: str, image: Path, scratch: Path, *, timeout: float | None = N
     return r
 
 
-Runner = Callable[..., proc.Result]
+Runner = extjournal.Runner
 
 
 def _check_ext(fs: str, image: Path, scratch: Path, run: Runner) -> CheckResult:
     phases: dict[str, float] = {}
     out: list[str] = []
-    undo = _undo_file(scratch)
-    undo.unlink(missing_ok=True)
-    try:
+    with contextlib.ExitStack() as stack:
         if fs != "ext2":
-            # e2fsck -fn exits 4 on an image whose journal needs recovery: replay it first,
-            # recording what it overwrites so the image can be put back.
+            # e2fsck -fn exits 4 on an image whose journal needs recovery: replay it first;
+            # the image is put back when the stack closes, also after a timeout, since the
+            # working image is replayed incrementally for the next state.
             # -p, not -y: with a corrupt journal, -y "clears" it and restarts as a full
             # repair, so the read-only check after it would see a repaired image and call
             # a broken state consistent. Preen replays a sound journal and stops at
             # anything else.
-            j = run(["e2fsck", "-E", "journal_only", "-p", "-z", undo, image])
+            j = stack.enter_context(extjournal.replayed(image, scratch, run))
             phases["journal_replay"] = j.seconds
             out.append(j.stdout + j.stderr)
             _e2fsck_operational(j)
@@ -156,10 +152,6 @@ def _check_ext(fs: str, image: Path, scratch: Path, run: Runner) -> CheckResult:
             phases["repair"] = rep.seconds
             out.append(rep.stdout + rep.stderr)
             status = f.returncode
-    finally:
-        # Also after a timeout: the working image is replayed incrementally for the next
-        # state, so whatever the journal replay wrote must be put back.
-        _undo(undo, image)
     return CheckResult(
         "host", "e2fsck", outcome, status, sum(phases.values()), _excerpt(out), phases
     )
@@ -264,22 +256,6 @@ def _repair_copy(
         )
     finally:
         copy.unlink(missing_ok=True)
-
-
-def _undo_file(scratch: Path) -> Path:
-    """A name no other check running now uses (workers may share a scratch directory)."""
-    name = f"crashlab-{os.getpid()}-{threading.get_ident()}.e2undo"
-    if UNDO_DIR.is_dir() and os.access(UNDO_DIR, os.W_OK | os.X_OK):
-        return UNDO_DIR / name
-    return scratch / name
-
-
-def _undo(undo: Path, image: Path) -> None:
-    # In this process when the file is one e2undo.restore fully understands (always, so
-    # far); e2undo itself otherwise, whose refusal is a harness error.
-    if e2undo.keys(undo) and e2undo.restore(undo, image) is None:
-        proc.run(["e2undo", undo, image])
-    undo.unlink(missing_ok=True)
 
 
 def _excerpt(parts: list[str]) -> str:

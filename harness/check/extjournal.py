@@ -52,7 +52,7 @@ def replayed(image: Path, scratch: Path, run: Runner) -> Iterator[proc.Result]:
     try:
         with open(image, "rb") as f:
             ranges = jbd2.replay_writes(f.fileno())
-    except jbd2.Unsure:
+    except (jbd2.Unsure, OSError):  # an image it cannot read: e2fsck says why, as before
         undo = _undo_file(scratch)
         undo.unlink(missing_ok=True)
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -17,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.check import extjournal, jbd2
 from harness.check import host as check
-from harness.check import jbd2
 from harness.outcome import Outcome
 from harness.record.logwrites import open_log
 from harness.replay import crashstates
@@ -27,6 +28,13 @@ from harness.replay.replayer import Replayer
 DATA = Path(__file__).parent / "data" / "logs"
 pytestmark = pytest.mark.skipif(shutil.which("e2fsck") is None, reason="needs e2fsprogs")
 SPECS = [{"kind": "fua"}, {"kind": "torn"}, {"kind": "reorder"}]
+
+
+@pytest.fixture(autouse=True)
+def guard_every_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Here the guard watches every replay (runs watch a sample: extjournal.GUARD_EVERY),
+    so a write outside the set fails the test even where no diff would show it."""
+    monkeypatch.setattr(extjournal, "GUARD_EVERY", 1)
 
 
 def changed(a: Path, b: Path) -> list[int]:
@@ -246,3 +254,11 @@ def test_a_write_outside_the_set_is_a_harness_error(
     monkeypatch.setattr(jbd2, "replay_writes", lambda fd: [(1024, 1024)])
     r = check.host_check("ext4", img, tmp_path / "scratch")
     assert r.outcome is Outcome.HARNESS_ERROR and "had not saved" in r.output
+
+
+def test_runs_watch_the_first_replays_then_a_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(extjournal, "_replays", itertools.count())
+    monkeypatch.setattr(extjournal, "GUARD_FIRST", 3)
+    monkeypatch.setattr(extjournal, "GUARD_EVERY", 4)
+    watched = [n for n in range(20) if extjournal._guard_this()]
+    assert watched == [0, 1, 2, 4, 8, 12, 16]

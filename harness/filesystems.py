@@ -2,10 +2,10 @@
 (JFS, ReiserFS and F2FS joined seed 002's ext2/ext3/XFS here) is one entry, not a branch
 in every module that makes, checks or mounts a filesystem.
 
-Host checks of ext* keep their own path (``harness/check/host.py``: journal replay with
-an undo file); every other filesystem is checked on a sparse copy of the state (replay,
-read-only check, repair), so a checker that replays its log before it checks -- fsck.jfs,
-reiserfsck -- never writes to the state itself.
+Host checks of ext* keep their own path (``harness/check/host.py``: journal replay on
+the state, put back after it, ``extjournal``); every other filesystem is checked on a
+sparse copy of the state (replay, read-only check, repair), so a checker that replays its
+log before it checks -- fsck.jfs, reiserfsck -- never writes to the state itself.
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ from harness.errors import GuestAgentError, GuestTimeout
 # replies left in the channel by an earlier client or an earlier boot.
 _DELIMITER = b"\xff"
 _CHUNK = 1 << 20
+# A healthy agent answers guest-exec-status at once, whatever the command is doing. One
+# that stays silent this long is gone (its port unplugged, the guest wedged): waiting out
+# the command's own timeout (up to the check's 900 s) looked like a hang to chaos.py.
+REPLY_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -121,9 +125,16 @@ class Agent:
         pid = self.call("guest-exec", args, timeout=timeout)["pid"]
         delay = 0.002
         while True:
-            st = self.call(
-                "guest-exec-status", {"pid": pid}, timeout=max(1.0, deadline - time.monotonic())
-            )
+            left = max(1.0, deadline - time.monotonic())
+            try:
+                st = self.call("guest-exec-status", {"pid": pid}, timeout=min(left, REPLY_SECONDS))
+            except GuestTimeout:
+                if left <= REPLY_SECONDS:
+                    raise
+                raise GuestAgentError(
+                    f"guest agent stopped answering ({REPLY_SECONDS:g} s without a reply)"
+                    f" while running: {' '.join(argv)}"
+                ) from None
             if st.get("exited"):
                 break
             if time.monotonic() > deadline:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -149,17 +150,25 @@ def test_runs_every_element_once_and_skips_finished(tmp_path: Path) -> None:
     assert again.campaign_id != report.campaign_id and len(calls) == 6
 
 
-def test_failing_element_is_quarantined_not_looped(tmp_path: Path) -> None:
-    db = tmp_path / "lab.sqlite"
-    c = small(tmp_path, extra="max_failures = 3")
-    calls: list[int | None] = []
+def failing_on_seed_2(
+    error: Exception, calls: list[int | None]
+) -> Callable[[Element, ElementContext], str]:
+    """fake_runner, except that the element of seed 2 raises ``error``; seeds in ``calls``."""
 
     def runner(el: Element, ctx: ElementContext) -> str:
         calls.append(el.seed)
         if el.seed == 2:
-            raise HarnessError("guest did not boot")
+            raise error
         return fake_runner(el, ctx)
 
+    return runner
+
+
+def test_failing_element_is_quarantined_not_looped(tmp_path: Path) -> None:
+    db = tmp_path / "lab.sqlite"
+    c = small(tmp_path, extra="max_failures = 3")
+    calls: list[int | None] = []
+    runner = failing_on_seed_2(HarnessError("guest did not boot"), calls)
     report = Engine(c, db, runner=runner).run()
     assert calls == [1, 2, 2, 2, 3]
     q = report.by_status(ElementStatus.QUARANTINED)
@@ -176,13 +185,7 @@ def test_a_missing_host_tool_stops_the_campaign_and_quarantines_nothing(tmp_path
     db = tmp_path / "lab.sqlite"
     c = small(tmp_path, extra="max_failures = 3")
     calls: list[int | None] = []
-
-    def runner(el: Element, ctx: ElementContext) -> str:
-        calls.append(el.seed)
-        if el.seed == 2:
-            raise ToolMissing("qemu-system-x86_64", "qemu-system-x86")
-        return fake_runner(el, ctx)
-
+    runner = failing_on_seed_2(ToolMissing("qemu-system-x86_64", "qemu-system-x86"), calls)
     with pytest.raises(ToolMissing) as e:
         Engine(c, db, runner=runner).run()
     assert e.value.exit_status == 3 and calls == [1, 2]

@@ -338,3 +338,19 @@ def test_ext4_without_a_journal_has_no_data_mode() -> None:
             "ext4-ordered-fsync",
             ('fs.mkfs_options=["-O", "^has_journal"]', "fs.data_mode=ordered"),
         )
+
+
+def test_a_toml_outside_the_scenarios_folder_extends_a_shipped_one(
+    sdir: Path, tmp_path: Path
+) -> None:
+    """A user's own file in any folder extends a lab scenario by name (it said "no such
+    scenario" unless the parent sat beside it); a sibling of that name still comes first."""
+    write(sdir, "base", MINIMAL + "[workload]\nops = 10\n")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    s = scenario.load(write(mine, "big", 'extends = "base"\n[workload]\nops = 99\n'))
+    assert s.extends == ("base",) and isinstance(s.workload, OpsWorkload)
+    assert s.workload.ops == 99
+    write(mine, "base", MINIMAL + "[workload]\nops = 10\nfiles = 7\n")
+    s = scenario.load(mine / "big.toml")
+    assert isinstance(s.workload, OpsWorkload) and s.workload.files == 7

@@ -165,7 +165,11 @@ def _raw(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], tuple[str,
         return data, ()
     if not isinstance(parent, str):
         raise InputError(f"{path}: key 'extends' = {parent!r}: expected a scenario name")
+    # A sibling first (a folder of one's own scenarios), then the lab's: a user's TOML
+    # anywhere may extend a shipped scenario by name.
     ppath = path.parent / f"{parent}.toml"
+    if not ppath.is_file():
+        ppath = paths.scenarios_dir() / f"{parent}.toml"
     if not ppath.is_file():
         close = difflib.get_close_matches(parent, names(path.parent), n=1)
         hint = f"did you mean {close[0]!r}?" if close else None

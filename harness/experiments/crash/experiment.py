@@ -444,11 +444,8 @@ def reproduce(state_id: str, *, db: Path, out: Path) -> tuple[Path, dict[str, An
     where = statelog.of(run_id, state)
     with logwrites.open_log(where.log) as lg:
         replay.materialize(lg, state, out, where.device_size())
-    st = store.Store.open(db, create=False)
-    try:
+    with store.Store.open(db, create=False) as st:
         fs = st.run(run_id).fs  # which checker's command line the user is shown
-    finally:
-        st.close()
     return out, {
         "run_id": run_id,
         "state": state.to_dict(),

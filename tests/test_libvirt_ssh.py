@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import proc
+from harness import paths, proc
 from harness.errors import GuestPanic
 from harness.image import build as image
 from harness.vm import accel, backend, libvirtd
@@ -200,6 +200,9 @@ def test_guest_on_a_storage_pool_over_qemu_ssh(
     in our disk file once it has stopped, and what it writes to a hot-plugged disk once
     that is unplugged; the guest's own volumes are gone."""
     pool = on_remote_pool
+    # The KVM probe's answer is cached per URI; a port this test used before would skip
+    # the probe boot and its uploads (6 volumes, not 8): forget the cached answers.
+    shutil.rmtree(paths.cache_dir() / "accel-libvirt", ignore_errors=True)
     disk = _scratch(tmp_path / "data.raw")
     hot = _scratch(tmp_path / "hot.raw")
     t = time.monotonic()

@@ -45,3 +45,32 @@ def test_every_guest_program_that_runs_commands_uses_the_runner() -> None:
         text = path.read_text()
         if path.name != "runner.py" and "subprocess.run(" in text:
             raise AssertionError(f"{path.name} runs a command itself; use runner.run")
+
+
+# Kernel lines in the 6.1 kernel's own formats (block/blk-mq.c blk_print_req_error,
+# fs/buffer.c buffer_io_error, drivers/md/dm-log-writes.c log_end_io), as dmesg prints them.
+REQ = "op 0x1:(WRITE) flags 0x800 phys_seg 1 prio class 2"
+HOST_FAILED = f"[   41.200311] I/O error, dev vdc, sector 3 {REQ}"
+BUFFER = "[   41.200420] Buffer I/O error on dev vdb, logical block 0, async page read"
+LOST_LOG = "[   41.200500] device-mapper: log-writes: Error writing log block, error=10"
+FAULT = f"[   41.300000] I/O error, dev dm-0, sector 8 {REQ}"
+FS_ERROR = (
+    "[   41.400000] EXT4-fs error (device vdb): ext4_lookup:1855: inode #2: comm ls: bad inode"
+)
+
+
+def test_a_virtio_disk_the_host_failed_is_told_apart_from_injected_faults_and_fs_errors() -> None:
+    kmsg = [FAULT, HOST_FAILED, FS_ERROR, BUFFER, LOST_LOG]
+    assert runner.disk_errors(kmsg) == [HOST_FAILED, BUFFER]
+    assert runner.log_writes_errors(kmsg) == [LOST_LOG]
+    assert runner.disk_errors([FAULT, FS_ERROR]) == []
+
+
+def test_a_check_under_a_failed_disk_is_the_lab_s_failure_even_if_the_mount_failed() -> None:
+    from harness.check.guest import judge
+    from harness.outcome import Outcome
+
+    refused = {"mount": {"rc": 32, "seconds": 0.1, "output": "mount: wrong fs type"}}
+    assert judge(refused).outcome is Outcome.MOUNT_FAILED
+    r = judge({**refused, "disk_errors": [HOST_FAILED]})
+    assert r.outcome is Outcome.HARNESS_ERROR and "dev vdc" in r.output

@@ -179,6 +179,11 @@ def on_remote_pool(remote_pool: RemotePool) -> Iterator[RemotePool]:
         backend._selected = None
 
 
+# The image's three volumes, the KVM probe's initramfs (libvirt_accel: it boots the
+# image's kernel volume) and a marker for each.
+IMAGE_VOLUMES = 8
+
+
 def _pool_volumes(pool: RemotePool) -> set[str]:
     conn = libvirtd.connect()
     try:
@@ -249,7 +254,7 @@ def test_guest_on_a_storage_pool_over_qemu_ssh(
     assert not [v for v in left if v.startswith(guest.name)]
     # The image's three volumes, the KVM probe's initramfs (libvirt_accel: it boots the
     # image's kernel volume) and their markers; no overlay or other file either.
-    assert len(left) == 8 and set(os.listdir(pool.dir)) == left
+    assert len(left) == IMAGE_VOLUMES and set(os.listdir(pool.dir)) == left
     assert [v for v in left if v.endswith(accel.probe_initramfs().name)]
     assert crashlab_domains() == []
     print(f"pool guest: start (incl. uploads) to agent {started:.1f} s "
@@ -269,5 +274,6 @@ def test_panic_seen_through_the_streamed_console(
     assert "sysrq" in exc.value.console.lower()
     uploaded = [r.message for r in caplog.records if r.message.startswith("uploaded")]
     assert len(uploaded) == 1 and str(disk.path) in uploaded[0]
-    assert len(_pool_volumes(on_remote_pool)) == 6
+    # The first test's image and probe volumes, reused; this guest's own are gone.
+    assert len(_pool_volumes(on_remote_pool)) == IMAGE_VOLUMES
     assert crashlab_domains() == []

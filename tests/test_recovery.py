@@ -362,6 +362,10 @@ def test_a_crashed_jfs_volume_is_mounted_after_its_log_replay(
     with Store.open(db, create=False) as st:
         rows = {o["cell"]["method"]: o for o in st.observations(r.run_id)}
     for o in rows.values():
+        # A harness failure (hang, panic) is no answer about JFS: say which it was.
+        assert "replay" in o["metrics"], {
+            k: o["metrics"].get(k) for k in ("outcome", "error", "detail", "console")
+        }
         before = o["metrics"]["replay"]["before_mount"]
         assert before["argv"][:2] == ["fsck.jfs", "--replay_journal_only"], before
         assert "log_replay" in o["metrics"]["phases"]

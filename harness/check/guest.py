@@ -186,7 +186,15 @@ def judge(facts: dict[str, Any]) -> CheckResult:
     clean mount, a passing oracle, a clean umount and a clean fsck make a state
     consistent. What the lab itself could not do (a missing fs driver, a verifier bug,
     an umount that failed) is a harness outcome -- unless the state had already shown a
-    finding, which it keeps."""
+    finding, which it keeps. A disk the host failed under the check voids it all."""
+    if failed := facts.get("disk_errors"):
+        # The mount, the oracle and fsck read what the host's file failed to give or
+        # keep: no verdict of this state stands, not even a finding (exit 3, redone).
+        text = "the guest's disk failed a request (the host's file, not the filesystem):"
+        return CheckResult(
+            "guest", "mount+verify", Outcome.HARNESS_ERROR, None, 0.0,
+            "\n".join([text, *failed])[-1500:], note="host disk error",
+        )  # fmt: skip
     phases: dict[str, float] = {}
     out = []
     before = facts.get("before_mount")

@@ -393,10 +393,6 @@ def describe(seq: int, index: int) -> dict[str, Any]:
 
 
 UNSUPPORTED = (errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL)
-# What dm-log-writes says when it stops logging (its DMERRs; harness/record/recorder.py
-# reads the same words at the end of a recording).
-LOG_ERRORS = ("error", "couldn't", "ran out of space")
-BLOCK_WORDS = ("I/O error", "blk_", "virtio", "beyond end", "critical", "Buffer I/O")
 
 
 def cmd_record(a: argparse.Namespace) -> int:
@@ -463,18 +459,14 @@ def cmd_record(a: argparse.Namespace) -> int:
         # dm-log-writes says it lost entries only in the kernel log: read it (and clear
         # it) per workload, so a lost log fails this workload, not its whole batch.
         kmsg = runner.run(["dmesg", "-c"], a.timeout).stdout.splitlines()
-        said = [
-            line
-            for line in kmsg
-            if "log-writes" in line and any(w in line.lower() for w in LOG_ERRORS)
-        ]
-        if said:
+        said = runner.log_writes_errors(kmsg)
+        disks = runner.disk_errors(kmsg)
+        if said or disks:
+            # A lost log, or a disk the host failed: this workload is a harness outcome
+            # alone, with the kernel's own lines (the block layer's first) kept.
             result["status"] = "failed"
-            result["error"] = "dm-log-writes: " + " | ".join(said[:5])
-            # The log's own device may say why first (an I/O error, a request past its
-            # end): the cause of dm-log-writes' error=10 is still open (docs/search.md).
-            block = [ln for ln in kmsg if any(w in ln for w in BLOCK_WORDS)]
-            result["kernel"] = block[:20]
+            result["error"] = "dm-log-writes: " + " | ".join(said[:5]) if said else "a disk failed"
+            result["kernel"] = [*disks, *said][:20]
     result["seconds"] = round(time.monotonic() - start, 3)
     print(json.dumps(result))
     return 0

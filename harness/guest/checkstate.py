@@ -56,8 +56,17 @@ def parser() -> argparse.ArgumentParser:
 
 
 def check(argv: list[str]) -> dict[str, Any]:
-    """The facts of one state, checked as ``argv`` (``parser()``'s options) says."""
+    """The facts of one state, checked as ``argv`` (``parser()``'s options) says, and
+    whether the guest's disk failed under them (``disk_errors``: then they are void)."""
     a = parser().parse_args(argv)
+    facts = _check(a)
+    said = runner.run(["dmesg"], a.timeout).stdout.splitlines()
+    if failed := runner.disk_errors(said):
+        facts["disk_errors"] = failed
+    return facts
+
+
+def _check(a: argparse.Namespace) -> dict[str, Any]:
     os.makedirs(a.mountpoint, exist_ok=True)
     dev = os.path.realpath(a.dev)
     facts: dict[str, Any] = {"dev": dev}

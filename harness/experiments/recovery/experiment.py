@@ -198,6 +198,11 @@ class Recovery(lifecycle.Observed):
                 args += ["--mount-opts", ",".join(it.cell.mount_options)]
                 args += ["--timeout", str(self.sc.timeout)]
                 facts = program(g, "replay", args, self.sc.timeout + 60)
+                if "disk_errors" in facts:  # the host's file failed: no recovery measured
+                    raise HarnessError(
+                        "a disk failed under the recovery (the host's file, not the filesystem)",
+                        detail="\n".join(facts["disk_errors"]),
+                    )
                 m = ms[method]
                 m["replay_boot_seconds"] = boot
                 m["replay"] = facts

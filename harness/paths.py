@@ -32,6 +32,12 @@ def images_dir() -> Path:
     return cache_dir() / "images"
 
 
+def lab_bin() -> Path:
+    """Host programs the lab built itself, found before the system's (tools.require):
+    the image build's fsck.jfs (images/jfsutils: Debian 12's cannot replay a JFS log)."""
+    return cache_dir() / "bin"
+
+
 def recipe_dir() -> Path:
     return REPO / "images"
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+from pathlib import Path
 
+from harness import paths
 from harness.errors import ToolMissing
 
 PACKAGES: dict[str, str] = {
@@ -66,10 +69,14 @@ def available(tool: str) -> bool:
     return shutil.which(tool, path=_search_path()) is not None
 
 
-def _search_path() -> str:
-    import os
+def lab_built(path: str) -> bool:
+    """``path`` (a resolved program) is one the lab built (paths.lab_bin), not Debian's."""
+    return Path(path).parent == paths.lab_bin()
 
-    # fsck tools live in /usr/sbin, which a non-login root shell may not have on PATH.
+
+def _search_path() -> str:
+    # The lab's own builds first (paths.lab_bin says which); fsck tools live in
+    # /usr/sbin, which a non-login root shell may not have on PATH.
     extra = ["/usr/sbin", "/sbin"]
     parts = os.environ.get("PATH", "").split(os.pathsep)
-    return os.pathsep.join(parts + [p for p in extra if p not in parts])
+    return os.pathsep.join([str(paths.lab_bin()), *parts, *(p for p in extra if p not in parts)])

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import filesystems, proc, tools
+from harness import filesystems, paths, proc, tools
 from harness.check import host
 from harness.config.crash import FsSpec, FsType
 from harness.outcome import Outcome, is_finding
@@ -79,6 +79,13 @@ def _kept_jfs_image(tmp_path: Path, *tools_needed: str) -> Path:
     return image
 
 
+@pytest.fixture
+def debian_jfsutils(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Debian's own fsck.jfs, not the lab's build of it (paths.lab_bin)."""
+    monkeypatch.setattr(paths, "lab_bin", lambda: tmp_path / "no-lab-bin")
+
+
+@pytest.mark.usefixtures("debian_jfsutils")
 def test_a_jfs_crash_image_whose_log_replay_fails_is_a_finding(tmp_path: Path) -> None:
     """The recorded SIGKILL image: Debian's fsck.jfs's log replay fails (logredo rc -274,
     its build's bug) yet exits 0 and says clean; the host check goes on to the full check,
@@ -91,6 +98,23 @@ def test_a_jfs_crash_image_whose_log_replay_fails_is_a_finding(tmp_path: Path) -
     r = host.host_check("jfs", image, tmp_path / "scratch", timeout=120)
     assert r.outcome is Outcome.REPAIRED, r.output
     assert "reconnected to /lost+found" in r.output
+
+
+def test_the_lab_s_fsck_jfs_replays_the_log_and_the_state_is_consistent(tmp_path: Path) -> None:
+    """The same image with the fsck.jfs the image build made (images/jfsutils, exported
+    to paths.lab_bin for the host): the log replays and the full check finds nothing."""
+    if not (paths.lab_bin() / "fsck.jfs").exists():
+        pytest.skip("no lab build of fsck.jfs: `scenario image build` makes it")
+    image = _kept_jfs_image(tmp_path)
+    copy = tmp_path / "copy.img"
+    shutil.copy(image, copy)
+    replay = proc.run(["fsck.jfs", "--replay_journal_only", str(copy)], check=False)
+    assert replay.returncode == 0 and "logredo failed" not in replay.stdout, replay.stdout
+    assert host.checker_version("jfs").endswith("(lab build)")
+    r = host.host_check("jfs", image, tmp_path / "scratch", timeout=120)
+    assert r.outcome is Outcome.CONSISTENT, r.output
+    full = proc.run(["fsck.jfs", "-f", "-n", str(copy)], check=False)
+    assert full.returncode == 0 and "lost+found" not in full.stdout, full.stdout
 
 
 @contextlib.contextmanager
@@ -143,6 +167,7 @@ def test_the_log_record_fsck_jfs_rejects_is_well_formed(tmp_path: Path) -> None:
     assert (ln << l2line) + 4 == length and (off + ln) << l2line <= 4096
 
 
+@pytest.mark.usefixtures("debian_jfsutils")
 def test_a_failed_jfs_log_replay_leaves_the_log_unredone_under_a_clean_superblock(
     tmp_path: Path,
 ) -> None:

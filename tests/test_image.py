@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import paths
+from harness import paths, proc, tools
 from harness.cli import main as cli
 from harness.image import build as image
 
@@ -75,3 +75,29 @@ def test_build_timeline_names_each_phase_once_it_ends(tmp_path: Path) -> None:
         "mmdebstrap: cleaning package lists and apt cache",
         "qcow2",
     ]
+
+
+def test_the_image_s_rebuilt_fsck_jfs_serves_the_host_and_marks_its_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """images/jfsutils replaces the image's fsck.jfs; the build hands that binary to the
+    host (paths.lab_bin, searched first) and records the package as the lab's build, so
+    no verdict of Debian's broken replay is reused for it."""
+    monkeypatch.setenv("CRASHLAB_CACHE", str(tmp_path / "cache"))
+    chroot = tmp_path / "chroot"
+    (chroot / "sbin").mkdir(parents=True)
+    (chroot / "etc").mkdir()
+    (chroot / "var/lib/dpkg").mkdir(parents=True)
+    (chroot / "var/lib/dpkg/status").write_text("Package: jfsutils\nVersion: 1.1.15-5\n\n")
+    fsck = chroot / "sbin/jfs_fsck"
+    fsck.write_text("#!/bin/sh\necho lab build\n")
+    fsck.chmod(0o755)
+    image._export_lab_tools(chroot)  # no marker: Debian's stays
+    assert not paths.lab_bin().exists()
+    assert image._package_versions(chroot)["jfsutils"] == "1.1.15-5"
+    (chroot / image.JFSUTILS_FIX).write_text("fixed\n")
+    image._export_lab_tools(chroot)
+    assert sorted(p.name for p in paths.lab_bin().iterdir()) == ["fsck.jfs", "jfs_fsck"]
+    found = tools.require("fsck.jfs")
+    assert tools.lab_built(found) and proc.run(["fsck.jfs"]).stdout == "lab build\n"
+    assert image._package_versions(chroot)["jfsutils"] == "1.1.15-5+crashlab-logredo-fix"

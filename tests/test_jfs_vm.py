@@ -49,6 +49,8 @@ def test_jfs_directory_fsync_writes_nothing_and_loses_the_name(
     # nothing for the five ops; with the fix the log page is written again before it.
     assert between[-1].is_flush
     assert len([e for e in between if e.is_write]) == 3, between
-    # And the states whose log holds records do not recover: the replay fails.
-    failed = [m for m, (o, out) in guest.items() if "logredo failed (rc=-274)" in out]
-    assert failed and all(guest[m][0] == "mount_failed" for m in failed), guest
+    # Every other state recovers: the image's fsck.jfs (images/jfsutils) replays the log
+    # before the mount, where Debian 12's failed (8 of these 12 read mount_failed with it).
+    others = {m: o for m, (o, _) in guest.items() if m != "crashlab:sync:1"}
+    assert len(others) >= 10 and set(others.values()) == {"consistent"}, guest
+    assert not any("logredo failed" in out for _, out in guest.values()), guest

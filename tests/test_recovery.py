@@ -350,8 +350,7 @@ def test_a_crashed_jfs_volume_is_mounted_after_its_log_replay(
 ) -> None:
     """JFS's kernel refuses to mount a volume a crash left dirty ("File System Dirty"):
     its recovery is fsck.jfs's log replay, as at boot, then the mount. A state cut at a
-    mark replays and mounts; a SIGKILL state that stays unmountable is explained by that
-    replay failing (docs/findings/jfs-logredo-after-sigkill.md), never by skipping it."""
+    mark and a SIGKILL state (QEMU killed mid-churn) both replay and mount."""
     sc = scenario.load(
         "recovery-vs-size",
         ('filesystems=[{fs="jfs"}]', 'sizes=["64M"]', "population.files=200",
@@ -372,7 +371,8 @@ def test_a_crashed_jfs_volume_is_mounted_after_its_log_replay(
     marked = rows["dm-log-writes"]
     assert marked["outcome"] == "consistent", marked["metrics"]["replay"]
     assert "mount" in marked["metrics"]["phases"]
+    # The guest's fsck.jfs is the image's build (images/jfsutils): Debian 12's failed this
+    # replay every time (docs/findings/jfs-logredo-after-sigkill.md).
     killed = rows["sigkill"]
-    assert killed["outcome"] in ("consistent", "mount_failed"), killed["metrics"]
-    if killed["outcome"] == "mount_failed":
-        assert "logredo failed" in killed["metrics"]["replay"]["before_mount"]["output"]
+    assert "logredo failed" not in killed["metrics"]["replay"]["before_mount"]["output"]
+    assert killed["outcome"] == "consistent", killed["metrics"]

@@ -78,7 +78,10 @@ def checker_version(fs: str) -> str:
         r = proc.run(argv, check=False, timeout=30)
     except HarnessError:  # not installed, or hung: no verdict will depend on it
         return "missing"
-    return ((r.stdout.strip() or r.stderr.strip()).splitlines() or ["?"])[0].strip()
+    line = ((r.stdout.strip() or r.stderr.strip()).splitlines() or ["?"])[0].strip()
+    # The lab's build of a checker says the same version as Debian's, but verdicts of one
+    # are not the other's (images/jfsutils).
+    return f"{line} (lab build)" if tools.lab_built(tools.require(argv[0])) else line
 
 
 def host_check(fs: str, image: Path, scratch: Path, *, timeout: float | None = None) -> CheckResult:

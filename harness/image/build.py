@@ -197,9 +197,13 @@ def build(
     step(
         "mmdebstrap: packages, kernel, zfs-dkms build",
         _mmdebstrap_argv(recipe, chroot),
-        env={"CRASHLAB_INITRD_MODULES": " ".join(recipe.initrd_modules)},
+        env={
+            "CRASHLAB_INITRD_MODULES": " ".join(recipe.initrd_modules),
+            "CRASHLAB_MIRROR": recipe.mirror,  # images/jfsutils fetches its source there
+        },
     )
 
+    _export_lab_tools(chroot)
     on_step("kernel and initrd")
     boot = chroot / "boot"
     try:
@@ -294,6 +298,7 @@ def _package_versions(chroot: Path) -> dict[str, str]:
         "qemu-guest-agent",
         "udev",
         "python3",
+        "jfsutils",
     }
     out: dict[str, str] = {}
     for stanza in status.read_text(errors="replace").split("\n\n"):
@@ -305,4 +310,24 @@ def _package_versions(chroot: Path) -> dict[str, str]:
         name = fields.get("Package")
         if name and (name in wanted or name.startswith("linux-image-")):
             out[name] = fields.get("Version", "?")
+    if "jfsutils" in out and (chroot / JFSUTILS_FIX).exists():
+        # images/jfsutils rebuilt its fsck.jfs: a verdict of Debian's must not be reused.
+        out["jfsutils"] += "+crashlab-logredo-fix"
     return out
+
+
+# What images/jfsutils leaves in the image when it replaced Debian's fsck.jfs.
+JFSUTILS_FIX = "etc/crashlab-jfsutils-fix"
+
+
+def _export_lab_tools(chroot: Path) -> None:
+    """The image's rebuilt fsck.jfs for the host's checks too (paths.lab_bin): the host is
+    Debian 12 as the image is, so the binary runs there; each name replaced atomically."""
+    if not (chroot / JFSUTILS_FIX).exists():
+        return
+    dest = paths.lab_bin()
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("fsck.jfs", "jfs_fsck"):
+        part = dest / f".{name}.partial"
+        shutil.copy2(chroot / "sbin/jfs_fsck", part)
+        part.rename(dest / name)

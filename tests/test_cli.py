@@ -67,3 +67,29 @@ def test_missing_tool_names_its_package(
         "status": "missing",
         "detail": "apt-get install qemu-system-x86",
     }
+
+
+def test_doctor_says_whose_fsck_jfs_the_host_checks_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Debian 12's fsck.jfs cannot replay a JFS log; doctor says whether the lab's build
+    (paths.lab_bin) is the one the host checks find first."""
+    from harness import paths, tools
+    from harness.image import build as image
+
+    monkeypatch.setattr(paths, "lab_bin", lambda: tmp_path / "bin")
+    monkeypatch.setattr(image, "cached", lambda *a: None)  # no probe boot here
+
+    def jfs() -> dict[str, str]:
+        cli.main(["doctor", "--json"])
+        checks = json.loads(capsys.readouterr().out)["checks"]
+        return next(c for c in checks if c["check"] == "fsck.jfs")
+
+    if not tools.available("fsck.jfs"):
+        pytest.skip("no fsck.jfs on this host (jfsutils)")
+    assert jfs()["status"] == "Debian's"
+    (tmp_path / "bin").mkdir()
+    lab = tmp_path / "bin" / "fsck.jfs"
+    lab.write_text("#!/bin/sh\n")
+    lab.chmod(0o755)
+    assert jfs()["status"] == "lab build"

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
-from harness import tools
+from harness import paths, tools
 from harness.cli import backend, ui
 from harness.config.settings import parse_size, validate
 from harness.config.vm import VmChoice
@@ -138,6 +138,16 @@ def _libvirt_accel(uri: str, pool: str | None, img: image.Image, refresh: bool) 
         return libvirt_accel.probe(conn, uri, img, there, refresh=refresh)
 
 
+def _jfs_checker() -> tuple[str, str, str]:
+    """Whose fsck.jfs the host checks run: Debian 12's cannot replay a JFS log
+    (docs/findings/jfs-logredo-after-sigkill.md); the image build hands the host its own."""
+    if not tools.available("fsck.jfs"):
+        return "missing", "yellow", "JFS host checks: scenario image build installs the lab's"
+    if tools.lab_built(tools.require("fsck.jfs")):
+        return "lab build", "green", f"images/jfsutils, in {paths.lab_bin()}"
+    return "Debian's", "yellow", "its log replay fails: scenario image build installs the lab's"
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     console = ui.console()
     rows: list[tuple[str, str, str, str]] = []  # check, status, its style, detail (plain)
@@ -155,6 +165,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         ok = tools.available(tool)
         hint = f"{why}: apt-get install {tools.PACKAGES.get(tool, tool)}"
         add(tool, "ok" if ok else "missing", "green" if ok else "yellow", why if ok else hint)
+    add("fsck.jfs", *_jfs_checker())
     kvm = os.access("/dev/kvm", os.R_OK | os.W_OK)
     add("/dev/kvm", "present" if kvm else "absent", "")
     recipe = image.load_recipe()

@@ -28,6 +28,7 @@ bigalloc, a journal inode it cannot map, a journaled superblock with another geo
 from __future__ import annotations
 
 import bisect
+import itertools
 import operator
 import os
 import struct
@@ -354,21 +355,25 @@ def _journal_blocks(img: _Image, sb: _Super) -> set[int]:
         return b - (maxlen - first) if b >= maxlen else b
 
     pos = start
+    # Every descriptor's targets, made one set at the end: a full journal has hundreds of
+    # small transactions a state, and a set update per descriptor cost a tenth of the walk.
+    runs: list[list[int]] = []
     for _ in range(maxlen + 1):
         where = j.phys(pos)
         head = img.read(where * sb.bs, sb.bs)
         magic, btype, hseq = _HEADER.unpack_from(head)
         if magic != JBD2_MAGIC or hseq != seq:
+            out.update(itertools.chain.from_iterable(runs))
             return out
         pos = wrap(pos + 1)
         if btype == COMMIT:
             seq = (seq + 1) & 0xFFFFFFFF
         elif btype == DESCRIPTOR:
-            targets = tags.cached(where, head)
-            if max(targets, default=0) >= sb.blocks:
+            targets, highest, supers = tags.cached(where, head, sb_block)
+            if highest >= sb.blocks:
                 raise Unsure("a journal tag targets a block past the filesystem's end")
-            out.update(targets)
-            for k in _indices(targets, sb_block):  # the superblock the replay will leave
+            runs.append(targets)
+            for k in supers:  # the superblock the replay will leave
                 copy = _Super(j.block(wrap(pos + k))[SB_OFFSET % sb.bs :][:1024])
                 copy.refuse_orphans()
                 if copy.key() != sb.key():
@@ -395,9 +400,11 @@ def _indices(xs: list[int], x: int) -> Iterator[int]:
         yield k
 
 
-# Descriptor blocks read before, by where they are, with their targets: consecutive
-# states share most of their journal, and reading tags costs more than comparing 4 KiB.
-_SEEN: dict[tuple[int, int, bool, int], tuple[bytes, list[int]]] = {}
+# Descriptor blocks read before, by where they are, with what the walk needs of them
+# (``Tags.cached``): consecutive states share most of their journal, and reading tags
+# costs more than comparing 4 KiB.
+_Summary = tuple[list[int], int, tuple[int, ...]]
+_SEEN: dict[tuple[int, int, bool, int, int], tuple[bytes, _Summary]] = {}
 _SEEN_MAX = 8192
 
 
@@ -419,16 +426,19 @@ class Tags:
         pad = self.size - (12 if self.high else 4)
         self._fmt = struct.Struct(f">I4xI{pad}x" if self.high else f">I{pad}x")
 
-    def cached(self, where: int, block: bytes) -> list[int]:
-        """``targets(block)``, remembered for the block at ``where`` while its bytes stay."""
-        key = (where, self.size, self.high, self.room)
+    def cached(self, where: int, block: bytes, sb_block: int) -> _Summary:
+        """``targets(block)``, the highest of them and where ``sb_block`` is among them,
+        remembered for the block at ``where`` while its bytes stay."""
+        key = (where, self.size, self.high, self.room, sb_block)
         hit = _SEEN.get(key)
         if hit is not None and hit[0] == block:
             return hit[1]
         if len(_SEEN) >= _SEEN_MAX:
             _SEEN.clear()
-        out = _SEEN[key] = (block, self.targets(block))
-        return out[1]
+        targets = self.targets(block)
+        summary = (targets, max(targets, default=0), tuple(_indices(targets, sb_block)))
+        _SEEN[key] = (block, summary)
+        return summary
 
     def targets(self, block: bytes) -> list[int]:
         """The filesystem block of each tag, in order (one journal block follows each).

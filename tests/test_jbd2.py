@@ -20,6 +20,7 @@ import pytest
 
 from harness.check import extjournal, jbd2
 from harness.check import host as check
+from harness.errors import HarnessError
 from harness.outcome import Outcome
 from harness.record.logwrites import open_log
 from harness.replay import crashstates
@@ -262,3 +263,20 @@ def test_runs_watch_the_first_replays_then_a_sample(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(extjournal, "GUARD_EVERY", 4)
     watched = [n for n in range(20) if extjournal._guard_this()]
     assert watched == [0, 1, 2, 4, 8, 12, 16]
+
+
+def test_the_undo_file_goes_even_when_putting_the_image_back_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An undo file lives in /dev/shm (memory): one left per failed check had piled up to
+    2,040 files there."""
+    undo = tmp_path / "u.e2undo"
+    undo.write_bytes(b"\0" * 4096)
+
+    def broken(path: Path) -> bool:
+        raise HarnessError("unreadable undo file")
+
+    monkeypatch.setattr(extjournal.e2undo, "keys", broken)
+    with pytest.raises(HarnessError):
+        extjournal._undo(undo, tmp_path / "image")
+    assert not undo.exists()

@@ -465,7 +465,8 @@ def cmd_record(a: argparse.Namespace) -> int:
             # A lost log, or a disk the host failed: this workload is a harness outcome
             # alone, with the kernel's own lines (the block layer's first) kept.
             result["status"] = "failed"
-            result["error"] = "dm-log-writes: " + " | ".join(said[:5]) if said else "a disk failed"
+            lost = "dm-log-writes: " + " | ".join(said[:5])
+            result["error"] = lost if said else "a disk failed"
             result["kernel"] = [*disks, *said][:20]
     result["seconds"] = round(time.monotonic() - start, 3)
     print(json.dumps(result))

@@ -168,7 +168,7 @@ def replay(a: argparse.Namespace) -> dict[str, Any]:
         facts["umount"] = run(["umount", a.mnt], a.timeout)
     k = run(["dmesg"], 60, keep=1 << 20)
     # this device's lines only: one guest may mount several crash images in turn
-    name = os.path.basename(os.path.realpath(a.dev))
+    name = os.path.basename(a.dev)
     if failed := [ln for ln in runner.disk_errors(k["output"].splitlines()) if name in ln]:
         facts["disk_errors"] = failed
     facts["kernel_log"] = [

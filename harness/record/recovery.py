@@ -82,7 +82,7 @@ def _record_batch(
             with open(path, "wb") as f:
                 f.truncate(length)
         disks += [Disk(image, f"rbase{i}", readonly=True), Disk(dut, f"rdut{i}")]
-        disks.append(Disk(log, f"rlog{i}", host_cache=True))  # recorder.record says why
+        disks.append(record.log_disk(log, f"rlog{i}"))
         logs.append(log)
     spec = GuestSpec(disks=tuple(disks), command_timeout=timeout, workdir=None)
     done: list[Recovery] = []

@@ -76,9 +76,7 @@ def make_states(
         for path, size in ((dut, t.size), (log, t.size // 4 + (1 << 30))):
             with open(path, "wb") as f:
                 f.truncate(size)
-        # The log through the host's page cache: read only once the guest has quit
-        # (recorder.record says why).
-        disks += [Disk(dut, "dut"), Disk(log, "log", host_cache=True)]
+        disks += [Disk(dut, "dut"), record.log_disk(log, "log")]
     try:
         with start_guest(guest_spec(sc, disks)) as g:
             boot = round(g.boot_seconds(), 2)

@@ -84,12 +84,7 @@ def record_batch(
         with open(path, "wb") as f:
             f.truncate(length * len(workloads))
     spec = GuestSpec(
-        # The log disk through the host's page cache: with O_DIRECT, the guest's first
-        # 512-byte writes into a fresh slice of the sparse file failed now and then (1 of
-        # 80 workloads, "I/O error, dev vdc" at the slice's sector 3; 5 of 80 with the file
-        # preallocated); buffered, 0 of 160. It is never a crash image: it is read on the
-        # host once the guest has quit.
-        disks=(Disk(dut, "dut"), Disk(logdisk, "log", host_cache=True)),
+        disks=(Disk(dut, "dut"), record.log_disk(logdisk, "log")),
         command_timeout=timeout,
     )
     results: list[dict[str, Any]] = []

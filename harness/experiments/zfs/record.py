@@ -89,8 +89,7 @@ def record_pool(rdir: Path, sc: ZfsScenario, seed: int) -> Recording:
             path.unlink(missing_ok=True)
             with open(path, "wb") as f:
                 f.truncate(size)
-            # A log disk through the host's page cache (recorder.record says why).
-            disks.append(Disk(path, name, host_cache=name.startswith("zl")))
+            disks.append(record.log_disk(path, name) if name.startswith("zl") else Disk(path, name))
     seconds: dict[str, float] = {}
     rounds: list[dict[str, Any]] = []
     spec = GuestSpec(disks=tuple(disks), memory_mb=sc.memory_mb, command_timeout=sc.timeout)

@@ -28,6 +28,7 @@ PACKAGES: dict[str, str] = {
     "jfs_logdump": "jfsutils",
     "jfs_tune": "jfsutils",
     "losetup": "mount",
+    "fallocate": "util-linux",
     "mkfs.reiserfs": "reiserfsprogs",
     "reiserfsck": "reiserfsprogs",
     "mkfs.f2fs": "f2fs-tools",

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import filesystems
+from harness import filesystems, proc
 from harness.config import fiojob as fiojobrules
 from harness.config.crash import FsSpec
 from harness.errors import HarnessError, InputError
@@ -118,12 +118,10 @@ def record(
         accelerator = guest.accelerator
     if host_marks:
         logwrites.insert_marks(logdev, host_marks)
-    # The log device is sparse and larger than the log: keep only the log.
-    with logwrites.open_log(logdev) as lg:
-        used = lg.used
-        if oracle.get("fio"):
+    if oracle.get("fio"):
+        with logwrites.open_log(logdev) as lg:
             fiojob.check_marks(list(lg.marks.values()), oracle)
-    os.truncate(logdev, used)
+    trim_log(logdev)
     return Recording(
         log_path=logdev,
         device_size=fs.disk_size,
@@ -209,6 +207,17 @@ class DmMarker(Marker):
     def teardown(self, step: Step, guest: Guest) -> None:
         step("dm-remove", ["dmsetup", "remove", DM_NAME])
         check_log_errors(guest)
+
+
+def trim_log(path: Path) -> None:
+    """Keep only the log of a log device the guest has quit: the device is larger than
+    its log (sparse), and the blocks of zeros the guest wrote into it go back to holes --
+    mkfs.xfs zeroes its journal through dm-log-writes, 67 of the 70 MB of a small xfs
+    workload's log. The log reads back byte for byte."""
+    with logwrites.open_log(path) as lg:
+        used = lg.used
+    os.truncate(path, used)
+    proc.run(["fallocate", "--dig-holes", str(path)])
 
 
 def check_log_errors(guest: Guest) -> None:

@@ -13,7 +13,6 @@ reproduce`` need nothing new.
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,7 +20,6 @@ from pathlib import Path
 
 from harness.config.crash import FsSpec
 from harness.errors import HarnessError
-from harness.record import logwrites
 from harness.record import recorder as record
 from harness.vm.backend import Disk, GuestSpec, start_guest
 
@@ -125,8 +123,6 @@ def _record_batch(
             done.append(Recovery(key, logs[i], r.seconds))
         record.check_log_errors(guest)
     for rec in done:
-        with logwrites.open_log(rec.log) as lg:
-            used = lg.used
-        os.truncate(rec.log, used)
+        record.trim_log(rec.log)
         (rec.log.parent / "dut.raw").unlink(missing_ok=True)
     return done

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -176,15 +176,38 @@ def _keep(
 
 
 def cut_region(src: Path, offset: int, length: int, dst: Path) -> None:
-    """Bytes ``[offset, offset + length)`` of ``src`` as the sparse file ``dst``."""
+    """Bytes ``[offset, offset + length)`` of ``src`` as the sparse file ``dst``.
+
+    Blocks of zeros stay holes, though the guest wrote them: mkfs.xfs zeroes its journal
+    through dm-log-writes, 67 of the 70 MB of an xfs workload's log, so a whole seq-1 run
+    kept 14.9 GB of logs; sparse, 2.7 MB a workload. The log reads back byte for byte."""
     with open(src, "rb") as fi, open(dst, "wb") as fo:
         fo.truncate(length)
         for start, n, is_data in data_extents(fi.fileno(), offset, length):
             if not is_data:
                 continue
             fi.seek(start)
-            fo.seek(start - offset)
+            at = start - offset
             while n:
                 chunk = fi.read(min(n, 4 * MiB))
-                fo.write(chunk)
+                for piece_at, piece in _nonzero(chunk):
+                    fo.seek(at + piece_at)
+                    fo.write(piece)
+                at += len(chunk)
                 n -= len(chunk)
+
+
+def _nonzero(chunk: bytes, block: int = 4096) -> Iterator[tuple[int, memoryview]]:
+    """The runs of ``chunk``'s ``block``-sized pieces that are not all zeros."""
+    # Slices of bytes, not of a memoryview: its == compares item by item, 25x slower.
+    view, zero = memoryview(chunk), bytes(block)
+    start = None
+    for at in range(0, len(chunk), block):
+        if chunk[at : at + block] == zero[: min(block, len(chunk) - at)]:
+            if start is not None:
+                yield start, view[start:at]
+                start = None
+        elif start is None:
+            start = at
+    if start is not None:
+        yield start, view[start:]

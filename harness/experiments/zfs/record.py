@@ -14,7 +14,6 @@ of one round are one moment of the whole pool.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +22,6 @@ from typing import Any
 
 from harness.experiments.zfs import pool
 from harness.experiments.zfs.settings import ZfsScenario
-from harness.record import logwrites
 from harness.record import recorder as record
 from harness.replay.crashstates import MKFS_MARK
 from harness.vm.backend import Disk, GuestSpec, start_guest
@@ -158,9 +156,7 @@ def record_pool(rdir: Path, sc: ZfsScenario, seed: int) -> Recording:
         accelerator = g.accelerator
     logs = tuple(rdir / f"zl{k}.raw" for k in range(p.disks))
     for path in logs:
-        with logwrites.open_log(path) as lg:
-            used = lg.used
-        os.truncate(path, used)
+        record.trim_log(path)
     for k in range(p.disks):
         (rdir / f"zd{k}.raw").unlink(missing_ok=True)
     return Recording(

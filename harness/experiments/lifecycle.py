@@ -152,6 +152,10 @@ class Experiment(ABC):
         can apply it again."""
         return False
 
+    def finish(self) -> None:  # noqa: B027 -- optional, not abstract
+        """After every item is committed (not when the run fails or is interrupted):
+        let go of what only an unjudged item would need."""
+
     def summary(self) -> dict[str, Any]:
         """What the kind adds to the stored summary."""
         return {}
@@ -387,6 +391,7 @@ def _steps(exp: Experiment, report: Report) -> None:
         run.store.set_account(run.run_id, account(exp))
         finished += 1
         run.progress("checking", finished, len(items))
+    exp.finish()
 
 
 @contextmanager

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.errors import InputError
 from harness.experiments import lifecycle
 from harness.experiments.search import record
 from harness.record import logwrites
@@ -71,6 +72,14 @@ def of(run_id: str, state: CrashState) -> StateLog:
     wid, slash, _ = state.id.partition("/")
     if slash and (record.folder(rdir, wid) / "log.raw").exists():
         return StateLog(rdir, record.folder(rdir, wid), workload=wid)
+    if slash and (rec := record.load(rdir, wid)) is not None and rec.dropped:
+        raise InputError(
+            f"state {state.id}: the log of workload {wid} was let go when its run "
+            f"{run_id} finished (keep_logs = 'findings': none of its states was a finding)",
+            hint=f"record it again: the run's scenario and settings (scenario results show "
+            f"{run_id}) with --set 'workload.indices=[{rec.facts['index']}]' --set "
+            f"workload.seq={rec.facts['seq']}",
+        )
     for candidate in sorted(rdir.glob("recovery/*/log.raw")):
         with logwrites.open_log(candidate) as lg:
             if lg.hash == state.log_hash:

@@ -42,6 +42,12 @@ class Recorded:
     def log(self) -> Path:
         return self.folder / "log.raw"
 
+    @property
+    def dropped(self) -> list[str]:
+        """The ids of the states of a workload whose log its finished run let go
+        (``keep_logs = "findings"``), every one judged; empty while the log is kept."""
+        return list(self.facts.get("log_dropped", {}).get("states", []))
+
     def oracle(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((self.folder / "oracle.json").read_text())
         return data
@@ -170,6 +176,20 @@ def _keep(
         "device_size": size,
         **({"kernel": res["kernel"]} if res.get("kernel") else {}),
     }
+    _write_facts(d, facts)
+
+
+def drop_log(rec: Recorded, states: Sequence[str]) -> None:
+    """Let go of a workload's log once every one of ``states`` is judged (their verdicts
+    are in the store; only reproducing one needs the log); its facts say so and name the
+    states and the bytes freed on disk."""
+    freed = os.stat(rec.log).st_blocks * 512
+    facts = {**rec.facts, "log_dropped": {"states": list(states), "bytes": freed}}
+    _write_facts(rec.folder, facts)
+    rec.log.unlink()
+
+
+def _write_facts(d: Path, facts: dict[str, Any]) -> None:
     tmp = d / "recording.json.tmp"
     tmp.write_text(json.dumps(facts))
     tmp.replace(d / "recording.json")

@@ -109,6 +109,11 @@ class SearchScenario(ScenarioBase):
     timeout: float = Field(
         300.0, gt=0, le=settings.MAX_SECONDS, description="seconds one workload may take"
     )
+    keep_logs: Literal["all", "findings"] = Field(
+        "all",
+        description="the workloads whose dm-log-writes logs a finished run keeps: all, or "
+        "those with a finding or a state the lab failed to judge (a nightly's disk)",
+    )
 
     @model_validator(mode="after")
     def _control(self) -> SearchScenario:

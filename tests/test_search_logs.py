@@ -1,0 +1,76 @@
+"""``keep_logs = "findings"``: a finished search run lets go of the logs of workloads
+whose every state is judged and none a finding, and keeps a finding's. On the host: the
+recorded fixture of tests/data/search (its README) laid where the search's recorder keeps
+a workload, the real replayer and host checker; a finding is made by the stand-in
+checker of tests/synth.py (a state missing the log's last write is unrepairable)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.check import parallel
+from harness.cli.main import main
+from harness.config import scenario
+from harness.experiments import lifecycle
+from harness.experiments.search import record
+from harness.record import logwrites
+from harness.store.db import RunStatus, Store
+from tests.synth import lost, without_image
+from tests.test_triage_search import SETTINGS, WID, lay_fixture
+
+
+def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep: str) -> lifecycle.Report:
+    without_image(tmp_path, monkeypatch)
+    monkeypatch.setattr(record, "record_batch", lay_fixture)
+    sc = scenario.load("ace-seq1-ci", [*SETTINGS, f"keep_logs={keep}"])
+    return lifecycle.execute(sc, db=tmp_path / "lab.sqlite")
+
+
+def test_a_clean_workloads_log_goes_when_its_run_finishes_and_reproduce_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    r = _run(tmp_path, monkeypatch, "findings")
+    assert r.counts == {"consistent": r.items} and r.items > 0, r.counts
+    rec = record.load(lifecycle.run_dir(r.run_id), WID)
+    assert rec is not None and not rec.log.exists()
+    with Store.open(tmp_path / "lab.sqlite", create=False) as st:
+        ids = sorted(s.id for s in st.run_detail(r.run_id).states)
+    assert sorted(rec.dropped) == ids
+    dropped = r.summary["logs_dropped"]
+    assert dropped["workloads"] == 1 and dropped["freed_bytes"] > 0, dropped
+    # The verdicts stay; a state of the workload can no longer be rebuilt, and says why.
+    db = str(tmp_path / "lab.sqlite")
+    assert main(["reproduce", ids[0], "--db", db, "-o", str(tmp_path / "s.img")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"the log of workload {WID} was let go when its run {r.run_id} finished" in err
+    assert f"workload.indices=[{rec.facts['index']}]" in err
+    assert "Traceback" not in err
+    assert main(["results", "show", r.run_id, "--db", db]) == 0
+    # A run taken up again (as after a failure) counts those states, judged, checks none.
+    with Store.open(tmp_path / "lab.sqlite", create=False) as st:
+        st.finish_run(r.run_id, RunStatus.FAILED, {})
+    again = _run(tmp_path, monkeypatch, "findings")
+    assert again.run_id == r.run_id and again.resumed
+    assert again.items == again.earlier == r.items, (again.items, again.earlier)
+    assert again.summary["logs_dropped"] == dropped
+
+
+def test_a_finding_keeps_its_workloads_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fixture_log = tmp_path / "probe"
+    lay_fixture(fixture_log, None, [{"id": WID}])  # type: ignore[arg-type]
+    with logwrites.open_log(record.folder(fixture_log, WID) / "log.raw") as lg:
+        last = max(e.index for e in lg.entries if e.is_write)
+    monkeypatch.setattr(parallel, "checked", lost(last, parallel.checked))
+    r = _run(tmp_path, monkeypatch, "findings")
+    assert r.counts.get("unrepairable", 0) > 0, r.counts
+    rec = record.load(lifecycle.run_dir(r.run_id), WID)
+    assert rec is not None and rec.log.exists() and not rec.dropped
+    assert r.summary["logs_dropped"] == {"workloads": 0, "freed_bytes": 0}
+
+
+def test_every_log_stays_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    r = _run(tmp_path, monkeypatch, "all")
+    rec = record.load(lifecycle.run_dir(r.run_id), WID)
+    assert rec is not None and rec.log.exists() and "logs_dropped" not in r.summary

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from harness.check import parallel
+from harness.cli import ui
 from harness.cli.main import main
 from harness.config import scenario
 from harness.experiments import lifecycle
-from harness.experiments.search import record
+from harness.experiments.search import record, summary
 from harness.record import logwrites
 from harness.store.db import RunStatus, Store
 from tests.synth import lost, without_image
@@ -40,6 +41,8 @@ def test_a_clean_workloads_log_goes_when_its_run_finishes_and_reproduce_says_why
     assert sorted(rec.dropped) == ids
     dropped = r.summary["logs_dropped"]
     assert dropped["workloads"] == 1 and dropped["freed_bytes"] > 0, dropped
+    summary.print_body(ui.console(), r)
+    assert "logs let go: 1 workloads' (" in " ".join(capsys.readouterr().out.split())
     # The verdicts stay; a state of the workload can no longer be rebuilt, and says why.
     db = str(tmp_path / "lab.sqlite")
     assert main(["reproduce", ids[0], "--db", db, "-o", str(tmp_path / "s.img")]) == 2

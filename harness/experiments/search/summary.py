@@ -26,6 +26,12 @@ def print_body(console: Console, r: lifecycle.Report) -> None:
             f"recording: {secs.get('boot', 0):.1f} s booting, {per:.2f} s per workload",
             markup=False,
         )
+    if (gone := s.get("logs_dropped")) is not None:
+        console.print(
+            f"logs let go: {gone['workloads']} workloads' ({gone['freed_bytes'] / 1e6:.1f} MB), "
+            "none of their states a finding (keep_logs = 'findings')",
+            markup=False,
+        )
     with Store.open(r.db, create=False) as st:
         clusters = report.clusters(st, r.run_id)
     report.print_clusters(console, clusters, limit=10)

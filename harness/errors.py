@@ -43,6 +43,14 @@ class CrashlabError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def excerpt(self, limit: int) -> str:
+        """The message whole, then as much of the detail's end as ``limit`` leaves: the
+        detail ends with what says most (a console's last lines), but only the message
+        says why -- a guest that did not start has QEMU's command line for its detail."""
+        room = max(0, limit - len(self.message) - 1)
+        tail = (self.detail or "")[-room:] if room else ""
+        return f"{self.message}\n{tail}"
+
 
 class NotRun(CrashlabError):
     """A scenario this kernel cannot run: an out-of-tree module it needs (ZFS, dm-dust)

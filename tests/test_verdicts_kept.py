@@ -14,7 +14,7 @@ import pytest
 
 from harness.check import guest as guestcheck
 from harness.check import host
-from harness.errors import GuestAgentError
+from harness.errors import GuestAgentError, HarnessError
 from harness.experiments import lifecycle
 from harness.experiments.crash.experiment import CrashReplay
 from harness.outcome import Outcome, Tallied, tally
@@ -296,3 +296,27 @@ def test_a_crashlab_bug_exits_3_not_1(
     assert main.main(["list"]) == 3
     err = capsys.readouterr().err
     assert "crashlab bug" in err and "Traceback" not in err
+
+
+def test_a_guest_that_does_not_start_says_why_in_every_items_output() -> None:
+    """Session 15: 40 states read `harness_error` with only the tail of QEMU's command
+    line as their output -- the message saying why the guest did not start had been cut
+    off the front. The message is kept whole now, the detail's end after it."""
+    argv = " ".join(f"-drive if=none,id=d{i},file=/w/batch/{i}.img" for i in range(200))
+
+    @contextlib.contextmanager
+    def start(items: Any) -> Iterator[Any]:
+        raise HarnessError(
+            "the guest did not boot: QEMU exited 1", detail=argv + "\n--- console ---"
+        )
+        yield  # pragma: no cover
+
+    def failed(item: str, outcome: Outcome, text: str) -> tuple[Outcome, str]:
+        return outcome, text
+
+    got = list(guestcheck.in_guests(["a", "b"], start, lambda g, i, it: None, failed))
+    assert [it for it, _ in got] == ["a", "b"]
+    for _, (outcome, text) in got:
+        assert outcome is Outcome.HARNESS_ERROR and len(text) <= 1501
+        assert text.startswith("the guest did not boot: QEMU exited 1\n")
+        assert text.endswith("--- console ---")

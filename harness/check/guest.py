@@ -75,7 +75,7 @@ def in_guests(
             if judged == 0 or not isinstance(e, GuestError):
                 # Not a guest that died after its state was reported: the lab could not
                 # drive a guest, so what is left is a harness error, never a finding.
-                text = f"{e.message}\n{e.detail or ''}"[-1500:]
+                text = e.excerpt(1500)
                 for it in todo[judged:]:
                     yield it, failed(it, Outcome.HARNESS_ERROR, text)
                 return

@@ -107,7 +107,7 @@ def host_check(fs: str, image: Path, scratch: Path, *, timeout: float | None = N
             Outcome.TIMEOUT if isinstance(e, CommandTimeout) else Outcome.HARNESS_ERROR,
             None,
             time.monotonic() - start,
-            f"{e.message}\n{e.detail or ''}"[-EXCERPT:],
+            e.excerpt(EXCERPT),
         )
     return r
 

@@ -132,7 +132,7 @@ class DropRemount(FsyncEio):
         try:
             facts = self._probe(Cell(cell))
         except HarnessError as e:  # this cell's points only: the other cells go on
-            text = f"{e.message}\n{e.detail or ''}"[-1500:]
+            text = e.excerpt(1500)
             facts = {"outcome": str(Outcome.HARNESS_ERROR), "error": text}
         if "outcome" in facts:  # the guest hung or panicked: every point shares its fate
             return {p.at: facts for p in points}
@@ -186,7 +186,7 @@ class DropRemount(FsyncEio):
                     assert state.mark is not None
                     out[want[state.mark]] = _verdict(results, state.id)
         except HarnessError as e:
-            text = f"{e.message}\n{e.detail or ''}"[-1500:]
+            text = e.excerpt(1500)
             return {p.at: {"outcome": str(Outcome.HARNESS_ERROR), "error": text} for p in points}
         for p in points:  # a mark the recording never reached (the workload failed there)
             out.setdefault(p.at, {"outcome": str(Outcome.HARNESS_ERROR), "error": "no such mark"})

@@ -14,7 +14,6 @@ from harness.config import scenario
 from harness.config.vm import Backend
 from harness.errors import HarnessError, InputError
 from harness.image.build import Image
-from harness.record.recorder import log_disk
 from harness.vm import backend, libvirtd, overlays
 from harness.vm.backend import HOTPLUG_PORTS, Disk, GuestSpec
 from harness.vm.libvirt import LibvirtBackend, _target, domain_xml
@@ -247,21 +246,3 @@ def test_a_media_caps_only_its_own_disk_in_qemus_command_line(img: Image, tmp_pa
     drives = {a.split("id=")[1].split(",")[0]: a for a in argv if a.startswith("if=none")}
     capped = [d for d, a in drives.items() if "throttling.iops-total=120" in a]
     assert capped == ["d3"] and "throttling.bps-total=160000000" in drives["d3"]
-
-
-def test_a_log_disks_zeros_stay_holes_on_both_backends(img: Image, tmp_path: Path) -> None:
-    """mkfs.xfs zeroes its journal through dm-log-writes: the log disk asks QEMU to turn
-    the guest's zero writes into holes, on the QEMU backend and through libvirt alike,
-    and no other disk does."""
-    spec = GuestSpec(disks=(Disk(tmp_path / "d.raw", "dut"), log_disk(tmp_path / "l.raw", "log")))
-    argv = qemu_argv(img, spec, "tcg", tmp_path)
-    drives = [a for a in argv if a.startswith("if=none") and "id=d" in a]
-    assert ["detect-zeroes=unmap" in a and "discard=unmap" in a for a in drives] == [False, True]
-    xml = domain_xml(img, spec, "tcg", "crashlab-t")
-    disks = {d.findtext("serial"): d.find("driver") for d in _parse(xml).iterfind("devices/disk")}
-    assert disks["log"].get("detect_zeroes") == disks["log"].get("discard") == "unmap"  # type: ignore[union-attr]
-    assert disks["dut"].get("detect_zeroes") is None  # type: ignore[union-attr]
-    out = tmp_path / "domain.xml"
-    out.write_text(xml)
-    r = subprocess.run(["virt-xml-validate", str(out), "domain"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr

@@ -157,9 +157,8 @@ def log_disk(path: Path, serial: str) -> Disk:
     the guest's first 512-byte writes into a fresh slice of the sparse file failed now and
     then (1 of 80 ACE workloads, "I/O error, dev vdc" at the slice's sector 3; 5 of 80 with
     the file preallocated; dm-log-writes then says error=10); buffered, 0 of 160. A log is
-    never a crash image: the host reads it once the guest has quit. The zeros the guest
-    writes into it stay holes (``Disk.zeros_as_holes``)."""
-    return Disk(path, serial, host_cache=True, zeros_as_holes=True)
+    never a crash image: the host reads it once the guest has quit."""
+    return Disk(path, serial, host_cache=True)
 
 
 def create_log_writes(step: Step, name: str, dev: str, logdev: str) -> str:

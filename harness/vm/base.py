@@ -40,10 +40,6 @@ class Disk:
     # A raw disk through the host's page cache: for a disk no crash state is taken from
     # and that the host reads back at once (a ZFS fill, exported, then copied).
     host_cache: bool = False
-    # Blocks of zeros the guest writes become holes in the file (QEMU detect-zeroes=unmap):
-    # for a dm-log-writes log disk, where mkfs.xfs's zeroed journal is 67 of a workload's
-    # 70 MB, and a search's batch of 100 workloads kept 3.8 GB of zeros until it was cut.
-    zeros_as_holes: bool = False
     # What the disk behaves like (harness/vm/media.py): its rates capped like a 7,200-rpm
     # HDD's or a SATA SSD's; "none": the host file as fast as it goes.
     media: str = "none"

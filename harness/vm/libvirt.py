@@ -147,7 +147,6 @@ def disk_element(d: Disk, target: str) -> ET.Element:
         type=d.format,
         cache="none" if d.direct else "writeback",  # Disk.direct says why
         io="threads",
-        **({"discard": "unmap", "detect_zeroes": "unmap"} if d.zeros_as_holes else {}),
     )
     el(disk, "source", file=str(d.path))
     el(disk, "target", dev=target, bus="virtio")

@@ -68,8 +68,6 @@ def qemu_argv(image: Image, spec: GuestSpec, accelerator: str, workdir: Path) ->
             opts.append("readonly=on")
         if d.snapshot:
             opts.append("snapshot=on")
-        if d.zeros_as_holes:
-            opts += ["discard=unmap", "detect-zeroes=unmap"]
         if caps := media.limits(d.media):
             opts += [f"throttling.iops-total={caps.iops}", f"throttling.bps-total={caps.bps}"]
         slot = _slot(i, argv)  # may add a bridge to argv first

@@ -217,6 +217,11 @@ def trim_log(path: Path) -> None:
     with logwrites.open_log(path) as lg:
         used = lg.used
     os.truncate(path, used)
+    dig_holes(path)
+
+
+def dig_holes(path: Path) -> None:
+    """Blocks of zeros in ``path`` become holes; its bytes read back the same."""
     proc.run(["fallocate", "--dig-holes", str(path)])
 
 

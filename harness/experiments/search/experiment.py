@@ -207,24 +207,20 @@ class Search(lifecycle.Experiment):
             return False
         return not is_finding(item.outcome) or self.expected(item)
 
-    def _dropped(self) -> dict[str, int]:
-        recs = [record.load(self.run.dir, wid) for wid in self.workloads]
-        gone = [r for r in recs if r is not None and r.dropped]
-        return {
-            "workloads": len(gone),
-            "freed_bytes": sum(int(r.facts["log_dropped"]["bytes"]) for r in gone),
-        }
-
     def close(self) -> None:
         self._stack.close()
 
     def summary(self) -> dict[str, Any]:
         generated = len(self.items())
         status: dict[str, int] = {}
+        dropped = {"workloads": 0, "freed_bytes": 0}
         for d in self.workloads.values():
             rec = record.load(self.run.dir, d["id"])
             key = rec.status if rec else "missing"
             status[key] = status.get(key, 0) + 1
+            if rec is not None and rec.dropped:
+                dropped["workloads"] += 1
+                dropped["freed_bytes"] += int(rec.facts["log_dropped"]["bytes"])
         return {
             "workloads": len(self.workloads),
             "workload_status": status,
@@ -232,5 +228,5 @@ class Search(lifecycle.Experiment):
             "reuse": reuse.counts(self.run, generated),
             "recording_seconds": {k: round(v, 2) for k, v in self.seconds.items()},
             "recorded_now": self.recorded_now,
-            **({"logs_dropped": self._dropped()} if self.sc.keep_logs != "all" else {}),
+            **({"logs_dropped": dropped} if self.sc.keep_logs != "all" else {}),
         }

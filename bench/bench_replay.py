@@ -212,7 +212,7 @@ def walk_and_check(
             for s in rp.walk(states):
                 t = time.perf_counter()
                 tm.replay.append(t - mark)  # goto, and the previous state's restore
-                r = check.host_check("ext4", rp.image, scratch)
+                r = check.host_check("ext4", rp.image, scratch, changes=rp.changes())
                 mark = time.perf_counter()
                 tm.check.append(mark - t)
                 tm.undo.append(mark - t - sum(r.phases.values()))  # e2undo and bookkeeping

@@ -54,7 +54,7 @@ def test_missing_tool_names_its_package(
     monkeypatch.setenv("PATH", "/nonexistent")
     from harness import tools
 
-    monkeypatch.setattr(tools, "_search_path", lambda: "/nonexistent")
+    monkeypatch.setattr(tools, "_search_path", lambda lab=None: "/nonexistent")
     status = cli.main(["doctor"])
     out = capsys.readouterr()
     assert status == 3

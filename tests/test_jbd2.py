@@ -14,6 +14,7 @@ import os
 import shutil
 import struct
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,7 @@ def check_log(
             states += 1
             modelled += assert_superset(rp.image, tmp)
             before = digest(rp.image)
-            r = check.host_check("ext4", rp.image, tmp / "scratch")
+            r = check.host_check("ext4", rp.image, tmp / "scratch", changes=rp.changes())
             assert r.outcome is not Outcome.HARNESS_ERROR, r.output
             assert digest(rp.image) == before
     return states, modelled
@@ -126,6 +127,41 @@ def test_fstests_482_states(tmp_path: Path) -> None:
     )
     # most fsstress states leave orphans for e2fsck to release: those take the -z path
     assert states == 64 and modelled >= 8
+
+
+def kept_walks(log_path: Path, size: int, tmp: Path, start: int | None = None) -> Counter[str]:
+    """Every state of the log: the set read with the working image's tracker (the walk
+    kept from the state before where nothing it read was written) equals the set read
+    afresh; how the tracked calls went."""
+    stats: Counter[str] = Counter()
+    with open_log(log_path) as lg, Replayer(lg, tmp / "work.img", size) as rp:
+        for _ in rp.walk(crashstates.generate(lg, SPECS, start=start)):
+            with open(rp.image, "rb") as f:
+                before = dict(jbd2.STATS)
+                try:
+                    tracked = jbd2.replay_writes(f.fileno(), rp.changes())
+                except jbd2.Unsure as e:
+                    tracked = [(-1, len(str(e)))]
+                stats.update({k: v - before.get(k, 0) for k, v in jbd2.STATS.items()})
+                try:
+                    fresh = jbd2.replay_writes(f.fileno())
+                except jbd2.Unsure as e:
+                    fresh = [(-1, len(str(e)))]
+            assert tracked == fresh
+    return stats
+
+
+def test_kept_walk_equals_fresh_one(tmp_path: Path) -> None:
+    """On every state of both recorded ext4 logs (fua, torn, reorder: the replayer goes
+    back and forth over the journal's end), and the walk is kept for most of them."""
+    size = json.loads((DATA / "ext4-ops-small.json").read_text())["device_size"]
+    ops = kept_walks(unpack("ext4-ops-small", tmp_path), size, tmp_path)
+    meta = json.loads((DATA / "fstests-generic-482.json").read_text())
+    fst = kept_walks(
+        unpack("fstests-generic-482", tmp_path), meta["device_size"], tmp_path, meta["mkfs_entry"]
+    )
+    assert ops["kept"] + ops["grown"] > ops["afresh"], ops
+    assert fst["kept"] + fst["grown"] + fst["moved"] > 0, fst
 
 
 def debugfs_journal(tmp: Path, mkfs: list[str], jo: str, transactions: int) -> Path:
@@ -252,7 +288,7 @@ def test_a_write_outside_the_set_is_a_harness_error(
     """The guard: with a set that leaves out the journal's targets, e2fsck's replay
     writes outside it, and the check says so instead of judging on."""
     img = debugfs_journal(tmp_path, ["mkfs.ext4", "-O", "^64bit,^metadata_csum"], "", 3)
-    monkeypatch.setattr(jbd2, "replay_writes", lambda fd: [(1024, 1024)])
+    monkeypatch.setattr(jbd2, "replay_writes", lambda fd, changes=None: [(1024, 1024)])
     r = check.host_check("ext4", img, tmp_path / "scratch")
     assert r.outcome is Outcome.HARNESS_ERROR and "had not saved" in r.output
 

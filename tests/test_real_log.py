@@ -122,7 +122,7 @@ def test_the_undo_file_goes_to_tmpfs_and_away(
         undo_dir.mkdir()
     monkeypatch.setattr(extjournal, "UNDO_DIR", undo_dir)
 
-    def unsure(fd: int) -> list[tuple[int, int]]:
+    def unsure(fd: int, changes: object = None) -> list[tuple[int, int]]:
         raise jbd2.Unsure("made to fall back")
 
     monkeypatch.setattr(jbd2, "replay_writes", unsure)

@@ -28,6 +28,7 @@ from pathlib import Path
 from harness import proc
 from harness.check import e2undo, jbd2
 from harness.errors import HarnessError
+from harness.replay.changes import Changes
 
 Runner = Callable[..., proc.Result]
 # e2fsck -z fsyncs its undo file five times per check (e2fsprogs 1.47): in a scratch
@@ -51,9 +52,12 @@ _GUARD_LINE = re.compile(
 
 
 @contextlib.contextmanager
-def replayed(image: Path, scratch: Path, run: Runner) -> Iterator[proc.Result]:
+def replayed(
+    image: Path, scratch: Path, run: Runner, changes: Changes | None = None
+) -> Iterator[proc.Result]:
     """Replay the journal of ``image`` (``e2fsck -E journal_only -p``) for the block;
-    after it, also on an error or a timeout, the image is as it was.
+    after it, also on an error or a timeout, the image is as it was. ``changes``: the
+    working image's tracker, when a Replayer keeps it (``jbd2.replay_writes``).
 
     :raise HarnessError: the replay wrote where nothing was saved (the image is then
         not as it was: the caller must rebuild it), or the guard could not watch it.
@@ -61,7 +65,7 @@ def replayed(image: Path, scratch: Path, run: Runner) -> Iterator[proc.Result]:
     argv: list[str | Path] = ["e2fsck", "-E", "journal_only", "-p"]
     try:
         with open(image, "rb") as f:
-            ranges = jbd2.replay_writes(f.fileno())
+            ranges = jbd2.replay_writes(f.fileno(), changes)
     except (jbd2.Unsure, OSError):  # an image it cannot read: e2fsck says why, as before
         undo = _undo_file(scratch)
         undo.unlink(missing_ok=True)

@@ -23,6 +23,7 @@ from harness import filesystems, proc, tools
 from harness.check import extjournal
 from harness.errors import CommandTimeout, HarnessError, ToolMissing
 from harness.outcome import Outcome
+from harness.replay.changes import Changes
 
 EXT = ("ext2", "ext3", "ext4")
 EXCERPT = 1500
@@ -84,18 +85,27 @@ def checker_version(fs: str) -> str:
     return f"{line} (lab build)" if tools.lab_built(tools.require(argv[0])) else line
 
 
-def host_check(fs: str, image: Path, scratch: Path, *, timeout: float | None = None) -> CheckResult:
+def host_check(
+    fs: str,
+    image: Path,
+    scratch: Path,
+    *,
+    timeout: float | None = None,
+    changes: Changes | None = None,
+) -> CheckResult:
     """Check ``image`` in userspace; ``scratch`` is a directory for undo files and copies.
 
     Each checker command gets ``timeout`` seconds: past it, the state's host check is the
-    lab's ``timeout`` outcome (a hang), never a finding.
+    lab's ``timeout`` outcome (a hang), never a finding. ``changes``: when ``image`` is a
+    Replayer's working image, its tracker (``rp.changes()``), so that what the check
+    reads of one state is not read again for the next (``check.jbd2``).
     """
     scratch.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     run = functools.partial(proc.run, check=False, timeout=timeout)
     try:
         if fs in EXT:
-            r = _check_ext(fs, image, scratch, run)
+            r = _check_ext(fs, image, scratch, run, changes)
         elif fs in filesystems.FILESYSTEMS:
             r = _check_other(filesystems.get(fs), image, scratch, run)
         else:
@@ -115,7 +125,9 @@ def host_check(fs: str, image: Path, scratch: Path, *, timeout: float | None = N
 Runner = extjournal.Runner
 
 
-def _check_ext(fs: str, image: Path, scratch: Path, run: Runner) -> CheckResult:
+def _check_ext(
+    fs: str, image: Path, scratch: Path, run: Runner, changes: Changes | None
+) -> CheckResult:
     phases: dict[str, float] = {}
     out: list[str] = []
     with contextlib.ExitStack() as stack:
@@ -127,7 +139,7 @@ def _check_ext(fs: str, image: Path, scratch: Path, run: Runner) -> CheckResult:
             # repair, so the read-only check after it would see a repaired image and call
             # a broken state consistent. Preen replays a sound journal and stops at
             # anything else.
-            j = stack.enter_context(extjournal.replayed(image, scratch, run))
+            j = stack.enter_context(extjournal.replayed(image, scratch, run, changes))
             phases["journal_replay"] = j.seconds
             out.append(j.stdout + j.stderr)
             _e2fsck_operational(j)

@@ -28,11 +28,14 @@ bigalloc, a journal inode it cannot map, a journaled superblock with another geo
 from __future__ import annotations
 
 import bisect
+import collections
 import itertools
 import operator
 import os
 import struct
 from collections.abc import Iterator
+
+from harness.replay.changes import Changes
 
 SB_OFFSET = 1024
 SB_MAGIC = 0xEF53
@@ -66,10 +69,13 @@ class _Image:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.size = os.fstat(fd).st_size
+        self.reads: list[tuple[int, int]] | None = None  # what was read, while set
 
     def read(self, offset: int, length: int) -> bytes:
         if offset < 0 or offset + length > self.size:
             raise Unsure(f"reads past the image's end (byte {offset})")
+        if self.reads is not None:
+            self.reads.append((offset, length))
         return os.pread(self.fd, length, offset)
 
 
@@ -169,13 +175,37 @@ class _Super:
         return False
 
 
-def replay_writes(fd: int) -> list[tuple[int, int]]:
+def replay_writes(fd: int, changes: Changes | None = None) -> list[tuple[int, int]]:
     """The byte ranges (offset, length; sorted, merged) ``e2fsck -E journal_only -p`` may
     write in the image open on ``fd``.
 
+    ``changes``: the working image's tracker (``Replayer.changes``). What this call read
+    and found is kept in it, and the next call reads again only what the replayer's
+    writes since touched: between two states the journal usually grew by a transaction
+    or two, or its tail moved on, and ~500 journal blocks were read again for nothing
+    (2.3 ms a state, bench/README.md).
+
     :raise Unsure: something here is not modelled; save the image another way.
     """
+    since = changes.take() if changes is not None else None
+    memo = changes.memo if changes is not None else None
     img = _Image(fd)
+    if changes is not None:
+        changes.memo = None  # set again once this call has an answer it trusts
+    if isinstance(memo, _Memo) and since is not None and (how := memo.again(img, since)):
+        walk = memo
+        STATS[how] += 1
+    else:
+        walk = _Memo.read(img)
+        STATS["afresh" if changes is not None else "untracked"] += 1
+    if changes is not None:
+        changes.memo = walk
+    return walk.result
+
+
+def _base(img: _Image) -> tuple[_Super, set[int]]:
+    """The superblock, after refusing what is not modelled, and the blocks the replay
+    writes whatever the journal holds."""
     sb = _Super(img.read(SB_OFFSET, 1024))
     if sb.incompat & (INCOMPAT_META_BG | INCOMPAT_JOURNAL_DEV | INCOMPAT_MMP):
         raise Unsure("meta_bg, a journal device or MMP (e2fsck writes its MMP block)")
@@ -184,19 +214,11 @@ def replay_writes(fd: int) -> list[tuple[int, int]]:
     if sb.compat & (COMPAT_FAST_COMMIT | COMPAT_ORPHAN_FILE):
         raise Unsure("fast commits or an orphan file")
     sb.refuse_orphans()
-    blocks = _metadata_blocks(img, sb)
-    has_journal = bool(sb.compat & COMPAT_HAS_JOURNAL)
-    if not has_journal:
-        if (
-            sb.incompat & INCOMPAT_RECOVER
-            or sb.journal_inum
-            or sb.journal_dev
-            or any(sb.journal_uuid)
-        ):
-            raise Unsure("journal fields without has_journal")
-    else:
-        blocks |= _journal_blocks(img, sb)
-    return _ranges(blocks, sb.bs)
+    if not sb.compat & COMPAT_HAS_JOURNAL and (
+        sb.incompat & INCOMPAT_RECOVER or sb.journal_inum or sb.journal_dev or any(sb.journal_uuid)
+    ):
+        raise Unsure("journal fields without has_journal")
+    return sb, _metadata_blocks(img, sb)
 
 
 def _metadata_blocks(img: _Image, sb: _Super) -> set[int]:
@@ -329,59 +351,178 @@ class _Journal:
         return self._fs_block(self.phys(logical))
 
 
-def _journal_blocks(img: _Image, sb: _Super) -> set[int]:
-    j = _Journal(img, sb)
-    jsb = j.block(0)
-    magic, btype = _be32(jsb, 0), _be32(jsb, 4)
-    if magic != JBD2_MAGIC or btype not in (SB_V1, SB_V2):
-        raise Unsure("no journal superblock")
-    j_bs, maxlen, first, seq, start = struct.unpack_from(">IIIII", jsb, 12)
-    compat, incompat, ro_compat = 0, 0, 0
-    if btype == SB_V2:
-        compat, incompat, ro_compat = struct.unpack_from(">III", jsb, 36)
-    if incompat & ~J_INCOMPAT_KNOWN or ro_compat or compat & ~J_COMPAT_CHECKSUM:
-        raise Unsure(f"journal features {compat:#x}/{incompat:#x}/{ro_compat:#x}")
-    if j_bs != sb.bs or not 0 < first < maxlen or maxlen > j.length:
-        raise Unsure("journal superblock geometry")
-    if start and not first <= start < maxlen:
-        raise Unsure("journal s_start outside the log")
-    out = {j.phys(0)}
-    if not start:
-        return out
-    tags = Tags(incompat, sb.bs)
-    sb_block = SB_OFFSET // sb.bs
+# How each call with a tracker went: "kept" (nothing it read was written), "grown" (the
+# walk went on from where it stopped), "moved" (the tail moved to a step of the walk),
+# "afresh" (read again). For the bench and the tests.
+STATS: collections.Counter[str] = collections.Counter()
+_JSB = struct.Struct(">IIIIIIII")  # magic, type, sequence; blocksize, maxlen, first, seq, start
+# Past this many bytes written since the last call, read everything again (a discard of
+# the whole device, a state far from the last one).
+_AGAIN_MAX_BYTES = 64 << 20
 
-    def wrap(b: int) -> int:
-        return b - (maxlen - first) if b >= maxlen else b
 
-    pos = start
-    # Every descriptor's targets, made one set at the end: a full journal has hundreds of
-    # small transactions a state, and a set update per descriptor cost a tenth of the walk.
-    runs: list[list[int]] = []
-    for _ in range(maxlen + 1):
-        where = j.phys(pos)
-        head = img.read(where * sb.bs, sb.bs)
-        magic, btype, hseq = _HEADER.unpack_from(head)
-        if magic != JBD2_MAGIC or hseq != seq:
-            out.update(itertools.chain.from_iterable(runs))
-            return out
-        pos = wrap(pos + 1)
-        if btype == COMMIT:
-            seq = (seq + 1) & 0xFFFFFFFF
-        elif btype == DESCRIPTOR:
-            targets, highest, supers = tags.cached(where, head, sb_block)
-            if highest >= sb.blocks:
-                raise Unsure("a journal tag targets a block past the filesystem's end")
-            runs.append(targets)
-            for k in supers:  # the superblock the replay will leave
-                copy = _Super(j.block(wrap(pos + k))[SB_OFFSET % sb.bs :][:1024])
-                copy.refuse_orphans()
-                if copy.key() != sb.key():
-                    raise Unsure("a journaled superblock with another geometry")
-            pos = wrap(pos + len(targets))
-        elif btype != REVOKE:
-            raise Unsure(f"journal block type {btype}")
-    raise Unsure("the journal walk does not end")
+class _Memo:
+    """One walk of the journal: what it read, where it stopped, what it found; kept
+    between calls on the same working image so that the next one (:meth:`again`) reads
+    only what changed.
+
+    The walk is a function of the blocks it read: the superblock, group 0's descriptor,
+    the journal inode and its map, the journal superblock (``setup``), and then the
+    header block of each step (a descriptor, commit or revoke: ``steps``) up to the
+    first block that does not follow (``end``). So with none of those written since,
+    the answer stands; with only ``end`` written, the journal grew and the walk goes on
+    from there; with the journal superblock written, its tail moved on to a step of
+    this walk (jbd2 checkpointed) and the answer is that step's suffix.
+    """
+
+    def __init__(self, img: _Image, sb: _Super, base: set[int]) -> None:
+        self.sb, self.bs = sb, sb.bs
+        self.base = base
+        self.result: list[tuple[int, int]] = _ranges(base, sb.bs)
+        self.steps: list[tuple[int, int, int]] = []  # (image block, journal block, sequence)
+        self.runs_at: list[int] = []  # len(runs) before each step
+        self.runs: list[list[int]] = []
+        self.supers: set[int] = set()  # journaled superblock copies read
+        self.end: tuple[int, int, int] | None = None  # where the walk stopped, and its sequence
+        self.out: set[int] = set(base)
+        self.headers: set[int] = set()
+        self.at: dict[tuple[int, int], int] = {}  # (journal block, sequence) -> step
+        self.setup: set[int] = set()
+        self.j: _Journal | None = None
+
+    @classmethod
+    def read(cls, img: _Image) -> _Memo:
+        img.reads = []
+        sb, base = _base(img)
+        m = cls(img, sb, base)
+        if sb.compat & COMPAT_HAS_JOURNAL:
+            m._open_journal(img)
+        m.setup = {b for off, n in img.reads for b in range(off // m.bs, (off + n - 1) // m.bs + 1)}
+        img.reads = None
+        if m.j is not None and m.start:
+            m._walk(img, m.start, m.seq0)
+        return m
+
+    def _open_journal(self, img: _Image) -> None:
+        sb = self.sb
+        j = _Journal(img, sb)
+        jsb = j.block(0)
+        magic, btype = _be32(jsb, 0), _be32(jsb, 4)
+        if magic != JBD2_MAGIC or btype not in (SB_V1, SB_V2):
+            raise Unsure("no journal superblock")
+        _, _, _, j_bs, maxlen, first, seq, start = _JSB.unpack_from(jsb)
+        compat, incompat, ro_compat = 0, 0, 0
+        if btype == SB_V2:
+            compat, incompat, ro_compat = struct.unpack_from(">III", jsb, 36)
+        if incompat & ~J_INCOMPAT_KNOWN or ro_compat or compat & ~J_COMPAT_CHECKSUM:
+            raise Unsure(f"journal features {compat:#x}/{incompat:#x}/{ro_compat:#x}")
+        if j_bs != sb.bs or not 0 < first < maxlen or maxlen > j.length:
+            raise Unsure("journal superblock geometry")
+        if start and not first <= start < maxlen:
+            raise Unsure("journal s_start outside the log")
+        self.j, self.jsb_block = j, j.phys(0)
+        self.jsb_shape = (btype, j_bs, maxlen, first, compat, incompat, ro_compat)
+        self.maxlen, self.first, self.start, self.seq0 = maxlen, first, start, seq
+        self.tags = Tags(incompat, sb.bs)
+        self.base.add(self.jsb_block)
+        self.out.add(self.jsb_block)
+        self.result = _ranges(self.out, sb.bs)
+
+    def _wrap(self, b: int) -> int:
+        return b - (self.maxlen - self.first) if b >= self.maxlen else b
+
+    def _walk(self, img: _Image, pos: int, seq: int) -> None:
+        """Walk on from journal block ``pos`` expecting ``seq``, as e2fsck's recovery
+        pass does, until a block does not follow."""
+        j, sb, bs = self.j, self.sb, self.bs
+        assert j is not None
+        sb_block = SB_OFFSET // bs
+        first_new = len(self.runs)
+        for _ in range(self.maxlen + 1 - len(self.steps)):
+            where = j.phys(pos)
+            head = img.read(where * bs, bs)
+            magic, btype, hseq = _HEADER.unpack_from(head)
+            if magic != JBD2_MAGIC or hseq != seq:
+                self.end = (where, pos, seq)
+                # Every descriptor's targets, made one set at the end: a full journal has
+                # hundreds of small transactions, and a set update per descriptor cost a
+                # tenth of the walk.
+                self.out.update(itertools.chain.from_iterable(self.runs[first_new:]))
+                self.result = _ranges(self.out, bs)
+                return
+            self.at[pos, seq] = len(self.steps)
+            self.steps.append((where, pos, seq))
+            self.runs_at.append(len(self.runs))
+            self.headers.add(where)
+            pos = self._wrap(pos + 1)
+            if btype == COMMIT:
+                seq = (seq + 1) & 0xFFFFFFFF
+            elif btype == DESCRIPTOR:
+                targets, highest, supers = self.tags.cached(where, head, sb_block)
+                if highest >= sb.blocks:
+                    raise Unsure("a journal tag targets a block past the filesystem's end")
+                self.runs.append(targets)
+                for k in supers:  # the superblock the replay will leave
+                    copy_at = j.phys(self._wrap(pos + k))
+                    self.supers.add(copy_at)
+                    copy = _Super(img.read(copy_at * bs, bs)[SB_OFFSET % bs :][:1024])
+                    copy.refuse_orphans()
+                    if copy.key() != sb.key():
+                        raise Unsure("a journaled superblock with another geometry")
+                pos = self._wrap(pos + len(targets))
+            elif btype != REVOKE:
+                raise Unsure(f"journal block type {btype}")
+        raise Unsure("the journal walk does not end")
+
+    def again(self, img: _Image, since: list[tuple[int, int]]) -> str:
+        """Bring the answer up to the image after the writes ``since``, reading only
+        what they touched; how (``STATS``), or "" when that is not this walk's to tell
+        (read afresh).
+
+        :raise Unsure: the journal grew into something not modelled.
+        """
+        if sum(n for _, n in since) > _AGAIN_MAX_BYTES:
+            return ""
+        bs = self.bs
+        hit = {b for off, n in since for b in range(off // bs, (off + n - 1) // bs + 1)}
+        if self.j is None or hit & (self.setup - {self.jsb_block}) or hit & self.supers:
+            return ""
+        how = "kept"
+        if self.jsb_block in hit:
+            if not self._tail_moved(img):
+                return ""
+            how = "moved"
+        if hit & self.headers:
+            return ""
+        if self.end is not None and self.end[0] in hit:
+            _, pos, seq = self.end
+            self.end = None
+            self._walk(img, pos, seq)
+            how = "grown" if how == "kept" else how
+        return how
+
+    def _tail_moved(self, img: _Image) -> bool:
+        """The journal superblock was written: if only its tail moved, to a step of
+        this walk, keep the walk from that step on."""
+        jsb = img.read(self.jsb_block * self.bs, self.bs)
+        magic, btype, _, j_bs, maxlen, first, seq, start = _JSB.unpack_from(jsb)
+        compat, incompat, ro_compat = 0, 0, 0
+        if btype == SB_V2:
+            compat, incompat, ro_compat = struct.unpack_from(">III", jsb, 36)
+        shape = (btype, j_bs, maxlen, first, compat, incompat, ro_compat)
+        k = self.at.get((start, seq))
+        if magic != JBD2_MAGIC or shape != self.jsb_shape or not start or k is None:
+            return False
+        if k:
+            cut = self.runs_at[k]
+            self.steps, self.runs_at = self.steps[k:], [r - cut for r in self.runs_at[k:]]
+            self.runs = self.runs[cut:]
+            self.headers = {w for w, _, _ in self.steps}
+            self.at = {(p, q): i for i, (_, p, q) in enumerate(self.steps)}
+            self.out = self.base | set(itertools.chain.from_iterable(self.runs))
+            self.result = _ranges(self.out, self.bs)
+        self.start, self.seq0 = start, seq
+        return True
 
 
 # The low byte of a tag's flags (big-endian, at byte 7 in both tag layouts) marks the end

@@ -71,7 +71,7 @@ def checked(
 ) -> check.CheckResult:
     """Host-check the replayer's current state; a checker that was killed or failed may
     have left the image changed, so the replayer starts afresh after it."""
-    result = check.host_check(fs, rp.image, scratch, timeout=timeout)
+    result = check.host_check(fs, rp.image, scratch, timeout=timeout, changes=rp.changes())
     if is_harness(result.outcome):
         rp.distrust()
     return result

@@ -36,6 +36,7 @@ from types import TracebackType
 
 from harness.errors import HarnessError, InputError
 from harness.record.logwrites import SECTOR, Entry, Log
+from harness.replay.changes import Changes
 from harness.replay.crashstates import CrashState
 
 FALLOC_FL_KEEP_SIZE = 0x01
@@ -230,6 +231,7 @@ class Replayer:
         self._journal: list[tuple[int, int, bytes | None]] = []
         self._distrusted = False
         self._identity = Identity(device_size) if identity else None
+        self._changes: Changes | None = None
         self._fd = os.open(image, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         os.ftruncate(self._fd, device_size)
 
@@ -248,6 +250,18 @@ class Replayer:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+    def changes(self) -> Changes:
+        """The tracker of the byte ranges this replayer writes from the first call on,
+        for the one check that keeps what it derived from the image between states
+        (``check.jbd2``); the same tracker every call."""
+        if self._changes is None:
+            self._changes = Changes()
+        return self._changes
+
+    def _wrote(self, offset: int, length: int) -> None:
+        if self._changes is not None:
+            self._changes.wrote(offset, length)
 
     # -- applying entries ------------------------------------------------------------
 
@@ -269,6 +283,7 @@ class Replayer:
             if journal:
                 self.save_range(e.offset, e.length)
             punch_hole(self._fd, e.offset, e.length)
+            self._wrote(e.offset, e.length)
             if self._identity is not None:
                 self._identity.zeroed(e.offset, e.length)
             return
@@ -283,6 +298,7 @@ class Replayer:
                 elif self._identity is not None:
                     self._identity.touch(e.offset + off, n)
                 os.pwrite(self._fd, data[off : off + n], e.offset + off)
+                self._wrote(e.offset + off, n)
         finally:
             data.release()
 
@@ -312,6 +328,8 @@ class Replayer:
         os.ftruncate(self._fd, self.size)
         self.base = 0
         self._journal.clear()
+        if self._changes is not None:
+            self._changes.everything()
         if self._identity is not None:
             self._identity.reset()
 
@@ -319,6 +337,8 @@ class Replayer:
         """Something may have written the image outside the journal (a checker killed in
         the middle, whose undo file is incomplete): rebuild it from zero next time."""
         self._distrusted = True
+        if self._changes is not None:
+            self._changes.everything()
 
     def advance(self, to: int) -> None:
         """Apply entries ``[base, to)`` for good (restarting from zero if ``to < base``)."""
@@ -362,6 +382,7 @@ class Replayer:
                 punch_hole(self._fd, offset, length)
             else:
                 os.pwrite(self._fd, old, offset)
+            self._wrote(offset, length)
         self._journal.clear()
         self.current = None
         if self._identity is not None:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness import tools
 from harness.errors import CommandFailed, CommandTimeout, HarnessError
@@ -70,7 +71,13 @@ def run(
     # called damage (a false finding, seen by bench/chaos.py). The harness gets the
     # KeyboardInterrupt; subprocess.run kills the command on the way out. Out of the
     # terminal's foreground group a command must not read it (SIGTTIN would stop it).
-    data = input.encode() if isinstance(input, str) else (input or b"")
+    # No input: /dev/null, not an empty pipe (one pipe and one poll fewer a command;
+    # a host check runs two a state).
+    stdin: dict[str, Any] = (
+        {"input": input.encode() if isinstance(input, str) else input}
+        if input is not None
+        else {"stdin": subprocess.DEVNULL}
+    )
     start = time.monotonic()
     try:
         if logfile is not None:
@@ -81,7 +88,7 @@ def run(
                     [exe, *args[1:]],
                     stdout=out,
                     stderr=subprocess.STDOUT,
-                    input=data,
+                    **stdin,
                     cwd=cwd,
                     env=full_env,
                     timeout=timeout,
@@ -94,7 +101,7 @@ def run(
             cp = subprocess.run(
                 [exe, *args[1:]],
                 capture_output=True,
-                input=data,
+                **stdin,
                 cwd=cwd,
                 env=full_env,
                 timeout=timeout,

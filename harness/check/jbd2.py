@@ -87,10 +87,6 @@ def _u16(b: bytes, off: int) -> int:
     return int.from_bytes(b[off : off + 2], "little")
 
 
-def _be32(b: bytes, off: int) -> int:
-    return int.from_bytes(b[off : off + 4], "big")
-
-
 class _Super:
     """The fields of an ext2/3/4 superblock (1024 bytes) this reader needs."""
 
@@ -361,6 +357,19 @@ _JSB = struct.Struct(">IIIIIIII")  # magic, type, sequence; blocksize, maxlen, f
 _AGAIN_MAX_BYTES = 64 << 20
 
 
+_Shape = tuple[int, int, int, int, int, int, int]
+
+
+def _journal_super(jsb: bytes) -> tuple[_Shape | None, int, int]:
+    """A journal superblock's shape (type, block size, maxlen, first, compat, incompat,
+    ro_compat; None without the magic or a superblock type), sequence and start."""
+    magic, btype, _, j_bs, maxlen, first, seq, start = _JSB.unpack_from(jsb)
+    if magic != JBD2_MAGIC or btype not in (SB_V1, SB_V2):
+        return None, seq, start
+    features = struct.unpack_from(">III", jsb, 36) if btype == SB_V2 else (0, 0, 0)
+    return (btype, j_bs, maxlen, first, *features), seq, start
+
+
 class _Memo:
     """One walk of the journal: what it read, where it stopped, what it found; kept
     between calls on the same working image so that the next one (:meth:`again`) reads
@@ -375,7 +384,7 @@ class _Memo:
     this walk (jbd2 checkpointed) and the answer is that step's suffix.
     """
 
-    def __init__(self, img: _Image, sb: _Super, base: set[int]) -> None:
+    def __init__(self, sb: _Super, base: set[int]) -> None:
         self.sb, self.bs = sb, sb.bs
         self.base = base
         self.result: list[tuple[int, int]] = _ranges(base, sb.bs)
@@ -394,7 +403,7 @@ class _Memo:
     def read(cls, img: _Image) -> _Memo:
         img.reads = []
         sb, base = _base(img)
-        m = cls(img, sb, base)
+        m = cls(sb, base)
         if sb.compat & COMPAT_HAS_JOURNAL:
             m._open_journal(img)
         m.setup = {b for off, n in img.reads for b in range(off // m.bs, (off + n - 1) // m.bs + 1)}
@@ -406,14 +415,10 @@ class _Memo:
     def _open_journal(self, img: _Image) -> None:
         sb = self.sb
         j = _Journal(img, sb)
-        jsb = j.block(0)
-        magic, btype = _be32(jsb, 0), _be32(jsb, 4)
-        if magic != JBD2_MAGIC or btype not in (SB_V1, SB_V2):
+        shape, seq, start = _journal_super(j.block(0))
+        if shape is None:
             raise Unsure("no journal superblock")
-        _, _, _, j_bs, maxlen, first, seq, start = _JSB.unpack_from(jsb)
-        compat, incompat, ro_compat = 0, 0, 0
-        if btype == SB_V2:
-            compat, incompat, ro_compat = struct.unpack_from(">III", jsb, 36)
+        _, j_bs, maxlen, first, compat, incompat, ro_compat = shape
         if incompat & ~J_INCOMPAT_KNOWN or ro_compat or compat & ~J_COMPAT_CHECKSUM:
             raise Unsure(f"journal features {compat:#x}/{incompat:#x}/{ro_compat:#x}")
         if j_bs != sb.bs or not 0 < first < maxlen or maxlen > j.length:
@@ -421,7 +426,7 @@ class _Memo:
         if start and not first <= start < maxlen:
             raise Unsure("journal s_start outside the log")
         self.j, self.jsb_block = j, j.phys(0)
-        self.jsb_shape = (btype, j_bs, maxlen, first, compat, incompat, ro_compat)
+        self.jsb_shape = shape
         self.maxlen, self.first, self.start, self.seq0 = maxlen, first, start, seq
         self.tags = Tags(incompat, sb.bs)
         self.base.add(self.jsb_block)
@@ -504,14 +509,9 @@ class _Memo:
     def _tail_moved(self, img: _Image) -> bool:
         """The journal superblock was written: if only its tail moved, to a step of
         this walk, keep the walk from that step on."""
-        jsb = img.read(self.jsb_block * self.bs, self.bs)
-        magic, btype, _, j_bs, maxlen, first, seq, start = _JSB.unpack_from(jsb)
-        compat, incompat, ro_compat = 0, 0, 0
-        if btype == SB_V2:
-            compat, incompat, ro_compat = struct.unpack_from(">III", jsb, 36)
-        shape = (btype, j_bs, maxlen, first, compat, incompat, ro_compat)
+        shape, seq, start = _journal_super(img.read(self.jsb_block * self.bs, self.bs))
         k = self.at.get((start, seq))
-        if magic != JBD2_MAGIC or shape != self.jsb_shape or not start or k is None:
+        if shape is None or shape != self.jsb_shape or not start or k is None:
             return False
         if k:
             cut = self.runs_at[k]

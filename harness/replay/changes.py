@@ -2,9 +2,10 @@
 
 A check that derives something from the image (``check.jbd2``: which blocks a journal
 replay can write, from ~500 journal blocks read a state) can redo only what the writes
-since its last look touched. The :class:`~harness.replay.replayer.Replayer` tells every
-:class:`Changes` it hands out (``rp.changes()``) each range it writes, punches or puts
-back, and that the whole image changed when it rebuilds it from zero.
+since its last look touched. The :class:`~harness.replay.replayer.Replayer` tells its
+one :class:`Changes` (``rp.changes()``, made on the first call) each range it writes,
+punches or puts back, and that the whole image changed when it rebuilds it from zero or
+is told not to trust it.
 """
 
 from __future__ import annotations

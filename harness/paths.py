@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from collections.abc import Iterator
@@ -22,10 +23,17 @@ def portable(path: Path) -> str:
 
 def cache_dir() -> Path:
     """``$CRASHLAB_CACHE`` or ``$XDG_CACHE_HOME/crashlab`` (default ``~/.cache/crashlab``)."""
-    if env := os.environ.get("CRASHLAB_CACHE"):
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "crashlab"
+    env = os.environ
+    return _cache_dir(env.get("CRASHLAB_CACHE"), env.get("XDG_CACHE_HOME"), env.get("HOME"))
+
+
+# By the variables it reads, so a test or a user changing them is still obeyed: the
+# lookup runs twice a host check (tools.require), and building the path cost 18 us.
+@functools.lru_cache(maxsize=8)
+def _cache_dir(crashlab: str | None, xdg: str | None, home: str | None) -> Path:
+    if crashlab:
+        return Path(crashlab)
+    return Path(xdg or str(Path.home() / ".cache")) / "crashlab"
 
 
 def images_dir() -> Path:

@@ -161,7 +161,11 @@ def test_kept_walk_equals_fresh_one(tmp_path: Path) -> None:
         unpack("fstests-generic-482", tmp_path), meta["device_size"], tmp_path, meta["mkfs_entry"]
     )
     assert ops["kept"] + ops["grown"] > ops["afresh"], ops
-    assert fst["kept"] + fst["grown"] + fst["moved"] > 0, fst
+    # generic/482's states mostly list orphans, and jbd2 checkpoints the superblock and
+    # group 0's descriptor between them: the walk is kept across both (it was read
+    # afresh after each: 16 afresh to 17 kept or grown before, 34 to 139 now).
+    assert fst["kept"] + fst["grown"] > 3 * fst["afresh"], fst
+    assert fst["moved"] > 0, fst
 
 
 def debugfs_journal(tmp: Path, mkfs: list[str], jo: str, transactions: int) -> Path:

@@ -148,9 +148,14 @@ class _Super:
             self.backup_bgs,
         )
 
-    def refuse_orphans(self) -> None:
-        if self.last_orphan or self.ro_compat & RO_COMPAT_ORPHAN_PRESENT:
-            raise Unsure("orphan inodes to release after the replay")
+    def setup_key(self) -> tuple[object, ...]:
+        """What the primary superblock must keep for a walk read from it to stand: its
+        geometry and every field ``_base`` and ``_Journal`` decide on."""
+        return (*self.key(), self.incompat, self.jnl_backup_type, self.jnl_blocks)
+
+    def orphans(self) -> bool:
+        """Orphan inodes for e2fsck to release after the replay: writes not modelled."""
+        return bool(self.last_orphan or self.ro_compat & RO_COMPAT_ORPHAN_PRESENT)
 
     def has_super(self, group: int) -> bool:
         """ext2fs_bg_has_super: where the backup superblocks and descriptors are."""
@@ -196,6 +201,10 @@ def replay_writes(fd: int, changes: Changes | None = None) -> list[tuple[int, in
         STATS["afresh" if changes is not None else "untracked"] += 1
     if changes is not None:
         changes.memo = walk
+    # After keeping the walk: orphans come and go between states (fsstress-482 has them
+    # in most), and a walk dropped for them was read afresh at the next state.
+    if walk.sb.orphans() or walk.orphan_steps:
+        raise Unsure("orphan inodes to release after the replay")
     return walk.result
 
 
@@ -209,7 +218,6 @@ def _base(img: _Image) -> tuple[_Super, set[int]]:
         raise Unsure("bigalloc or quota (e2fsck_hide_quota may move quota inodes)")
     if sb.compat & (COMPAT_FAST_COMMIT | COMPAT_ORPHAN_FILE):
         raise Unsure("fast commits or an orphan file")
-    sb.refuse_orphans()
     if not sb.compat & COMPAT_HAS_JOURNAL and (
         sb.incompat & INCOMPAT_RECOVER or sb.journal_inum or sb.journal_dev or any(sb.journal_uuid)
     ):
@@ -379,7 +387,8 @@ class _Memo:
     the journal inode and its map, the journal superblock (``setup``), and then the
     header block of each step (a descriptor, commit or revoke: ``steps``) up to the
     first block that does not follow (``end``). So with none of those written since,
-    the answer stands; with only ``end`` written, the journal grew and the walk goes on
+    the answer stands (the superblock and the descriptor may be, if what the walk took
+    from them stays); with only ``end`` written, the journal grew and the walk goes on
     from there; with the journal superblock written, its tail moved on to a step of
     this walk (jbd2 checkpointed) and the answer is that step's suffix.
     """
@@ -392,11 +401,13 @@ class _Memo:
         self.runs_at: list[int] = []  # len(runs) before each step
         self.runs: list[list[int]] = []
         self.supers: set[int] = set()  # journaled superblock copies read
+        self.orphan_steps: list[int] = []  # steps whose superblock copy lists orphans
         self.end: tuple[int, int, int] | None = None  # where the walk stopped, and its sequence
         self.out: set[int] = set(base)
         self.headers: set[int] = set()
         self.at: dict[tuple[int, int], int] = {}  # (journal block, sequence) -> step
         self.setup: set[int] = set()
+        self.itable = 0  # group 0's inode table, as the setup found it
         self.j: _Journal | None = None
 
     @classmethod
@@ -404,6 +415,7 @@ class _Memo:
         img.reads = []
         sb, base = _base(img)
         m = cls(sb, base)
+        m.itable = _itable(img, sb)
         if sb.compat & COMPAT_HAS_JOURNAL:
             m._open_journal(img)
         m.setup = {b for off, n in img.reads for b in range(off // m.bs, (off + n - 1) // m.bs + 1)}
@@ -471,7 +483,8 @@ class _Memo:
                     copy_at = j.phys(self._wrap(pos + k))
                     self.supers.add(copy_at)
                     copy = _Super(img.read(copy_at * bs, bs)[SB_OFFSET % bs :][:1024])
-                    copy.refuse_orphans()
+                    if copy.orphans():
+                        self.orphan_steps.append(len(self.steps) - 1)
                     if copy.key() != sb.key():
                         raise Unsure("a journaled superblock with another geometry")
                 pos = self._wrap(pos + len(targets))
@@ -490,7 +503,10 @@ class _Memo:
             return ""
         bs = self.bs
         hit = {b for off, n in since for b in range(off // bs, (off + n - 1) // bs + 1)}
-        if self.j is None or hit & (self.setup - {self.jsb_block}) or hit & self.supers:
+        sb_block, gd_block = SB_OFFSET // bs, self.sb.first_data + 1
+        if self.j is None or hit & (self.setup - {self.jsb_block, sb_block, gd_block}):
+            return ""
+        if hit & self.supers or not self._setup_stands(img, hit, sb_block, gd_block):
             return ""
         how = "kept"
         if self.jsb_block in hit:
@@ -506,6 +522,19 @@ class _Memo:
             how = "grown" if how == "kept" else how
         return how
 
+    def _setup_stands(self, img: _Image, hit: set[int], sb_block: int, gd_block: int) -> bool:
+        """The superblock or group 0's descriptor was written (jbd2 checkpoints them
+        often): the walk stands if what it took from them did not change."""
+        try:
+            if sb_block in hit:
+                sb = _Super(img.read(SB_OFFSET, 1024))
+                if sb.setup_key() != self.sb.setup_key():
+                    return False
+                self.sb = sb  # its orphans may have changed
+            return gd_block not in hit or _itable(img, self.sb) == self.itable
+        except Unsure:
+            return False
+
     def _tail_moved(self, img: _Image) -> bool:
         """The journal superblock was written: if only its tail moved, to a step of
         this walk, keep the walk from that step on."""
@@ -517,6 +546,7 @@ class _Memo:
             cut = self.runs_at[k]
             self.steps, self.runs_at = self.steps[k:], [r - cut for r in self.runs_at[k:]]
             self.runs = self.runs[cut:]
+            self.orphan_steps = [i - k for i in self.orphan_steps if i >= k]
             self.headers = {w for w, _, _ in self.steps}
             self.at = {(p, q): i for i, (_, p, q) in enumerate(self.steps)}
             self.out = self.base | set(itertools.chain.from_iterable(self.runs))

@@ -12,6 +12,7 @@ from logbuilder import LogBuilder, model_image, random_builder
 
 from harness.errors import InputError
 from harness.record.logwrites import DISCARD, FLUSH, FUA, MARK, METADATA, open_log
+from harness.replay.replayer import Replayer
 
 
 def small(sectorsize: int = 512) -> LogBuilder:
@@ -60,6 +61,38 @@ def test_data_after_close_is_refused(tmp_path: Path) -> None:
     log.close()
     with pytest.raises(ValueError):
         log.data(log.entries[0])
+
+
+def resident(path: Path) -> int:
+    """Bytes of ``path``'s mappings resident in this process (/proc/self/smaps)."""
+    total, ours = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5:  # a mapping's first line
+            ours = head[-1] == str(path)
+        elif ours and head[0] == "Rss:":
+            total += int(head[1]) * 1024
+    return total
+
+
+def test_a_hashed_or_replayed_log_is_not_kept_resident(tmp_path: Path) -> None:
+    """A search holds every workload's log open: what hashing and replaying touched must
+    not stay in its resident size (Log.release)."""
+    b = LogBuilder(512)
+    for i in range(64):
+        b.write(i * 128, bytes([i]) * 65536, FUA)
+    path = b.build(tmp_path / "log")
+    with open_log(path) as log:
+        view = log.data(log.entries[-1])
+        assert bytes(view) == bytes([63]) * 65536 and resident(path) >= 65536
+        view.release()
+        assert log.hash == hashlib.sha256(path.read_bytes()).hexdigest()
+        assert resident(path) < 65536  # the whole 4 MiB was read to hash it
+        with Replayer(log, tmp_path / "img", 64 * 65536) as rp:
+            rp.advance(len(log.entries))
+            assert resident(path) >= 64 * 65536
+        assert resident(path) < 65536
+        assert bytes(log.data(log.entries[5])) == bytes([5]) * 65536  # mapped again
 
 
 def test_extra_entries_beyond_nr_entries_are_ignored(tmp_path: Path) -> None:

@@ -219,6 +219,14 @@ class Log:
                 self._mm.close()
             self._mm = None
 
+    def release(self) -> None:
+        """Let go of the pages of the log this process has touched; they stay in the page
+        cache and are mapped again when read. A search holds hundreds of logs open, and
+        the pages it had hashed and replayed counted in its resident size: 14.6 GB for
+        a whole xfs seq-1 (213 logs of ~70 MB)."""
+        if self._mm is not None:
+            self._mm.madvise(mmap.MADV_DONTNEED)
+
     def data(self, e: Entry) -> memoryview:
         """The bytes entry ``e`` wrote (empty for discards, marks and bare flushes).
 
@@ -255,6 +263,8 @@ class Log:
         view = self._view[: self.used]
         for off in range(0, len(view), 1 << 22):
             h.update(view[off : off + (1 << 22)])
+        view.release()
+        self.release()
         return h.hexdigest()
 
     @cached_property

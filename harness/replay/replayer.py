@@ -250,6 +250,7 @@ class Replayer:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+            self.log.release()  # what it replayed (Log.release)
 
     def changes(self) -> Changes:
         """The tracker of the byte ranges this replayer writes from the first call on,

@@ -64,6 +64,18 @@ def test_a_local_cluster_equals_one_core(tmp_path: Path) -> None:
     assert len({o for o, _ in one.values()}) > 1  # the states really differ
 
 
+def scheduler_address(sfile: Path, deadline: float) -> str:
+    """The address in the scheduler's file, once it is whole: the scheduler creates the
+    file before it writes it, and a read in between found it empty (a CI error)."""
+    while True:
+        try:
+            return str(json.loads(sfile.read_text())["address"])
+        except (OSError, ValueError, KeyError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 @pytest.fixture
 def scheduler(tmp_path: Path) -> Iterator[str]:
     """A real `dask scheduler` on loopback; its address."""
@@ -74,10 +86,7 @@ def scheduler(tmp_path: Path) -> Iterator[str]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while not sfile.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        yield str(json.loads(sfile.read_text())["address"])
+        yield scheduler_address(sfile, time.monotonic() + 60)
     finally:
         p.terminate()
         p.wait(timeout=30)

@@ -208,9 +208,9 @@ def replay_writes(fd: int, changes: Changes | None = None) -> list[tuple[int, in
     return walk.result
 
 
-def _base(img: _Image) -> tuple[_Super, set[int]]:
-    """The superblock, after refusing what is not modelled, and the blocks the replay
-    writes whatever the journal holds."""
+def _base(img: _Image) -> tuple[_Super, int, set[int]]:
+    """The superblock, after refusing what is not modelled, group 0's inode table, and
+    the blocks the replay writes whatever the journal holds."""
     sb = _Super(img.read(SB_OFFSET, 1024))
     if sb.incompat & (INCOMPAT_META_BG | INCOMPAT_JOURNAL_DEV | INCOMPAT_MMP):
         raise Unsure("meta_bg, a journal device or MMP (e2fsck writes its MMP block)")
@@ -222,17 +222,17 @@ def _base(img: _Image) -> tuple[_Super, set[int]]:
         sb.incompat & INCOMPAT_RECOVER or sb.journal_inum or sb.journal_dev or any(sb.journal_uuid)
     ):
         raise Unsure("journal fields without has_journal")
-    return sb, _metadata_blocks(img, sb)
+    itable = _itable(img, sb)
+    return sb, itable, _metadata_blocks(sb, itable)
 
 
-def _metadata_blocks(img: _Image, sb: _Super) -> set[int]:
+def _metadata_blocks(sb: _Super, itable: int) -> set[int]:
     """Superblocks and descriptors (primary and backups), reserved inodes' table blocks."""
     out: set[int] = {SB_OFFSET // sb.bs}
     for g in range(sb.groups):
         if sb.has_super(g):
             first = sb.first_data + g * sb.bpg
             out.update(range(first, first + 1 + sb.desc_blocks))
-    itable = _itable(img, sb)
     last = max(sb.first_ino - 1, JOURNAL_INO)
     out.update(range(itable, itable + ((last * sb.inode_size) - 1) // sb.bs + 1))
     return out
@@ -413,9 +413,9 @@ class _Memo:
     @classmethod
     def read(cls, img: _Image) -> _Memo:
         img.reads = []
-        sb, base = _base(img)
+        sb, itable, base = _base(img)
         m = cls(sb, base)
-        m.itable = _itable(img, sb)
+        m.itable = itable
         if sb.compat & COMPAT_HAS_JOURNAL:
             m._open_journal(img)
         m.setup = {b for off, n in img.reads for b in range(off // m.bs, (off + n - 1) // m.bs + 1)}

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from harness import guestmsg
 from harness.check.host import CheckResult
 from harness.config.crash import FsSpec
-from harness.errors import GuestError, GuestPanic, GuestTimeout, HarnessError
+from harness.errors import GuestError, GuestMessageError, GuestPanic, GuestTimeout, HarnessError
+from harness.guest import contract
 from harness.outcome import Outcome, reduce
 from harness.record import recorder as record
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
@@ -142,21 +144,16 @@ def _check_one(
     verify: bool,
     timeout: float,
 ) -> CheckResult:
-    argv = [
-        "--dev",
-        guest.disk(serial),
-        "--fs",
-        str(fs.type),
-        "--mount-opts",
-        ",".join(fs.all_mount_options()),
-        "--timeout",
-        str(timeout),
-    ]
-    if verify:
-        argv += ["--oracle", oracle_path(it.oracle), "--mark", it.mark or ""]
-        if it.exact:
-            argv.append("--exact")
-    r = guest.run(["sh", "-c", ASK, "sh", json.dumps(argv), SERVER], timeout=timeout * 4 + 30)
+    request = contract.CheckRequest(
+        dev=guest.disk(serial),
+        fs=str(fs.type),
+        mount_opts=",".join(fs.all_mount_options()),
+        timeout=timeout,
+        oracle=oracle_path(it.oracle) if verify else "",
+        mark=it.mark or "" if verify else "",
+        exact=it.exact and verify,
+    )
+    r = guest.run(["sh", "-c", ASK, "sh", request.to_json(), SERVER], timeout=timeout * 4 + 30)
     if not r.ok:
         return CheckResult(
             "guest",
@@ -167,9 +164,13 @@ def _check_one(
             (r.err or r.out)[-1500:],
             note="checkstate.py failed",
         )
-    facts = json.loads(r.out)
-    if "serve_error" in facts:  # the checker's own failure: the lab's, never a finding
-        text = facts["serve_error"][-1500:]
+    try:
+        facts = guestmsg.read(contract.CheckFacts, "checkstate.py", r.out)
+    except GuestMessageError as e:  # the lab's, for this state only: never a finding
+        text = e.excerpt(1500)
+        return CheckResult("guest", "mount+verify", Outcome.HARNESS_ERROR, None, r.seconds, text)
+    if facts.serve_error:  # the checker's own failure: the lab's, never a finding
+        text = facts.serve_error[-1500:]
         return CheckResult("guest", "mount+verify", Outcome.HARNESS_ERROR, None, r.seconds, text)
     return judge(facts)
 
@@ -181,13 +182,13 @@ MOUNT_HARNESS_BITS = 1 | 2 | 4 | 8 | 16
 MOUNT_HARNESS_WORDS = ("unknown filesystem type", "does not exist", "no such device")
 
 
-def judge(facts: dict[str, Any]) -> CheckResult:
+def judge(facts: contract.CheckFacts) -> CheckResult:
     """Facts from checkstate.py -> one guest CheckResult. Failure is the default: only a
     clean mount, a passing oracle, a clean umount and a clean fsck make a state
     consistent. What the lab itself could not do (a missing fs driver, a verifier bug,
     an umount that failed) is a harness outcome -- unless the state had already shown a
     finding, which it keeps. A disk the host failed under the check voids it all."""
-    if failed := facts.get("disk_errors"):
+    if failed := facts.disk_errors:
         # The mount, the oracle and fsck read what the host's file failed to give or
         # keep: no verdict of this state stands, not even a finding (exit 3, redone).
         text = "the guest's disk failed a request (the host's file, not the filesystem):"
@@ -197,59 +198,61 @@ def judge(facts: dict[str, Any]) -> CheckResult:
         )  # fmt: skip
     phases: dict[str, float] = {}
     out = []
-    before = facts.get("before_mount")
+    before = facts.before_mount
     if before is not None:  # the log replay a JFS volume needs before it mounts
-        phases["log_replay"] = before["seconds"]
-        out.append(f"before mount: {shlex.join(before['argv'])} (exit {before['rc']})")
-        out.append(before["output"])
-    mount = facts["mount"]
-    phases["mount"] = mount["seconds"]
-    out.append(mount["output"])
-    if mount["rc"] != 0:
-        text = mount["output"].lower()
+        phases["log_replay"] = before.seconds
+        out.append(f"before mount: {shlex.join(before.argv)} (exit {before.rc})")
+        out.append(before.output)
+    mount = facts.mount
+    if mount is None:  # only a request the checker failed has none (serve_error)
+        return CheckResult("guest", "mount", Outcome.HARNESS_ERROR, None, 0.0, "no mount")
+    phases["mount"] = mount.seconds
+    out.append(mount.output)
+    if mount.rc != 0:
+        text = mount.output.lower()
         if "[timed out]" in text:
             outcome = Outcome.TIMEOUT
-        elif mount["rc"] & MOUNT_HARNESS_BITS or any(w in text for w in MOUNT_HARNESS_WORDS):
+        elif mount.rc & MOUNT_HARNESS_BITS or any(w in text for w in MOUNT_HARNESS_WORDS):
             outcome = Outcome.HARNESS_ERROR
         else:
             outcome = Outcome.MOUNT_FAILED
         return CheckResult(
-            "guest", "mount", outcome, mount["rc"], mount["seconds"], _output(out, facts), phases
+            "guest", "mount", outcome, mount.rc, mount.seconds, _output(out, facts), phases
         )
     outcomes: list[Outcome] = []
     note = ""
-    verify = facts.get("verify")
+    verify = facts.verify
     if verify is not None and not verify.get("ok", False):
         outcomes.append(Outcome.DATA_LOSS)
         keys = ("mark", "missing", "mismatched", "present", "sizes", "nlink", "error")
         note = json.dumps({k: verify[k] for k in keys if verify.get(k)})[:1500]
         out.insert(0, "oracle: " + note)
-    classes = facts.get("classes", [])
+    classes = facts.classes
     broken = [c["target"] for c in classes if c.get("violated")]
     if broken:
         # A database that broke what its journal mode and synchronous level promise.
         outcomes.append(Outcome.DATA_LOSS)
         note = (note + " " + json.dumps({"promise_broken": broken})).strip()[:1500]
         out.insert(0, "pattern: promise broken by " + ", ".join(broken))
-    if "verify_error" in facts:
+    if facts.verify_error:
         outcomes.append(Outcome.HARNESS_ERROR)
-        out.append("verifier failed (a lab bug, not a finding):\n" + facts["verify_error"])
-    if "umount" in facts:
-        umount = facts["umount"]
-        phases["umount"] = umount["seconds"]
-        if umount["rc"] != 0:
-            out.append(f"umount failed ({umount['rc']}): {umount['output']}")
+        out.append("verifier failed (a lab bug, not a finding):\n" + facts.verify_error)
+    if (umount := facts.umount) is not None:
+        phases["umount"] = umount.seconds
+        if umount.rc != 0:
+            out.append(f"umount failed ({umount.rc}): {umount.output}")
             outcomes.append(Outcome.HARNESS_ERROR)
-    fsck = facts.get("fsck")
+    fsck = facts.fsck
     if fsck is not None:
-        phases["fsck_after"] = fsck["seconds"]
-        out.append(fsck["output"])
-        if fsck["rc"] == 0:
+        phases["fsck_after"] = fsck.seconds
+        out.append(fsck.output)
+        if fsck.rc == 0:
             outcomes.append(Outcome.CONSISTENT)
         else:
-            again = facts.get("fsck_after_repair", {})
-            phases["repair"] = facts.get("repair", {}).get("seconds", 0.0)
-            outcomes.append(Outcome.REPAIRED if again.get("rc") == 0 else Outcome.UNREPAIRABLE)
+            again = facts.fsck_after_repair
+            phases["repair"] = facts.repair.seconds if facts.repair else 0.0
+            repaired = again is not None and again.rc == 0
+            outcomes.append(Outcome.REPAIRED if repaired else Outcome.UNREPAIRABLE)
     if verify is not None and "blocks" in verify:
         # The fio oracle's block classes (rule 12), found or not: kept last, so the tail
         # the store keeps always says what the state held.
@@ -258,7 +261,7 @@ def judge(facts: dict[str, Any]) -> CheckResult:
         "guest",
         "mount+verify",
         reduce(outcomes),
-        fsck["rc"] if fsck is not None else None,
+        fsck.rc if fsck is not None else None,
         sum(phases.values()),
         _output(out, facts),
         phases,
@@ -267,8 +270,8 @@ def judge(facts: dict[str, Any]) -> CheckResult:
     )
 
 
-def _output(parts: list[str], facts: dict[str, Any]) -> str:
+def _output(parts: list[str], facts: contract.CheckFacts) -> str:
     """The check's output, its tail kept, with the mount's kernel messages last and
     whole (what ``results table journal`` reads)."""
-    kernel = "".join(f"\nkernel: {line}" for line in facts.get("kmsg", []))[-700:]
+    kernel = "".join(f"\nkernel: {line}" for line in facts.kmsg)[-700:]
     return "\n".join(o for o in parts if o)[-(1500 - len(kernel)) :] + kernel

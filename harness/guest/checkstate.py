@@ -10,11 +10,11 @@ facts; the host turns them into an outcome, so this script never judges.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import traceback
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -22,11 +22,16 @@ import fioverify  # type: ignore[import-not-found]
 import oracle  # type: ignore[import-not-found]
 import runner  # type: ignore[import-not-found]
 
+if TYPE_CHECKING:
+    from harness.guest import contract
+else:
+    contract = runner.contract
 
-def run(argv: list[str], timeout: float) -> dict[str, Any]:
-    """A command's record as the host's checks read it (``output``: its last 2000
-    characters; a timeout shows as rc -1 and ``[timed out]``)."""
-    record: dict[str, Any] = runner.run(argv, timeout).record(2000, key="output")
+
+def run(argv: list[str], timeout: float) -> contract.Command:
+    """A command's record as the host's checks read it (a timeout shows as rc -1 and
+    ``[timed out]``)."""
+    record: contract.Command = runner.run(argv, timeout).record()
     return record
 
 
@@ -55,65 +60,76 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def check(argv: list[str]) -> dict[str, Any]:
-    """The facts of one state, checked as ``argv`` (``parser()``'s options) says, and
-    whether the guest's disk failed under them (``disk_errors``: then they are void)."""
-    a = parser().parse_args(argv)
-    facts = _check(a)
-    said = runner.run(["dmesg"], a.timeout).stdout.splitlines()
-    if failed := runner.disk_errors(said):
-        facts["disk_errors"] = failed
-    return facts
+def request(argv: list[str]) -> contract.CheckRequest:
+    """The request ``argv`` (``parser()``'s options) makes."""
+    return contract.CheckRequest(**vars(parser().parse_args(argv)))
 
 
-def _check(a: argparse.Namespace) -> dict[str, Any]:
+def check(r: contract.CheckRequest) -> contract.CheckFacts:
+    """The facts of one state, checked as ``r`` says, and whether the guest's disk
+    failed under them (``disk_errors``: then they are void)."""
+    facts = _check(r)
+    said = runner.run(["dmesg"], r.timeout).stdout.splitlines()
+    return replace(facts, disk_errors=runner.disk_errors(said))
+
+
+def _check(a: contract.CheckRequest) -> contract.CheckFacts:
     os.makedirs(a.mountpoint, exist_ok=True)
     dev = os.path.realpath(a.dev)
-    facts: dict[str, Any] = {"dev": dev}
     opts = ["-o", a.mount_opts] if a.mount_opts else []
     runner.run(["dmesg", "--clear"], a.timeout)  # this mount's messages only
     replayed = runner.before_mount(a.fs, dev, a.timeout)
-    if replayed is not None:
-        facts["before_mount"] = replayed
-    facts["mount"] = m = run(["mount", "-t", a.fs, *opts, dev, a.mountpoint], a.timeout)
+    m = run(["mount", "-t", a.fs, *opts, dev, a.mountpoint], a.timeout)
     said = runner.run(["dmesg"], a.timeout).stdout.splitlines()
     # What the journal's recovery did (replayed, refused a transaction): its own words.
-    facts["kmsg"] = [line for line in said if any(w in line for w in KMSG_WORDS)][-12:]
-    if m["rc"] == 0:
+    kmsg = [line for line in said if any(w in line for w in KMSG_WORDS)][-12:]
+    facts = contract.CheckFacts(dev=dev, before_mount=replayed, mount=m, kmsg=kmsg)
+    if m.rc == 0:
         if a.oracle:
-            try:
-                data = oracle.load_oracle(a.oracle)
-                # A fio workload's oracle is its blocks' (rule 12), the op generator's its files'.
-                judge = fioverify.verify if data.get("fio") else oracle.verify
-                facts["verify"] = judge(a.mountpoint, data, a.mark or None, exact=a.exact)
-                if data.get("pattern"):
-                    # An application pattern: what the state left of each target file.
-                    # Imported only here: its imports cost a second per state under TCG.
-                    import apppat  # type: ignore[import-not-found]
-
-                    facts["classes"] = apppat.classify(a.mountpoint, data, a.mark or None, a.exact)
-            except OSError as e:  # the filesystem would not let us read the tree: a finding
-                facts["verify"] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-            except Exception:  # a bug of ours or a bad oracle: never a finding
-                facts["verify_error"] = traceback.format_exc()[-2000:]
-        facts["umount"] = u = run(["umount", a.mountpoint], a.timeout)
-        if u["rc"] != 0:
+            facts = _verify(a, facts)
+        facts = replace(facts, umount=(u := run(["umount", a.mountpoint], a.timeout)))
+        if u.rc != 0:
             # Still mounted: a checker on it would judge a live filesystem. Stop here.
             return facts
-    facts["fsck"] = f = run(fsck_argv(a.fs, dev, repair=False), a.timeout)
-    if f["rc"] != 0:
-        facts["repair"] = run(fsck_argv(a.fs, dev, repair=True), a.timeout)
-        facts["fsck_after_repair"] = run(fsck_argv(a.fs, dev, repair=False), a.timeout)
+    facts = replace(facts, fsck=(f := run(fsck_argv(a.fs, dev, repair=False), a.timeout)))
+    if f.rc != 0:
+        facts = replace(
+            facts,
+            repair=run(fsck_argv(a.fs, dev, repair=True), a.timeout),
+            fsck_after_repair=run(fsck_argv(a.fs, dev, repair=False), a.timeout),
+        )
+    return facts
+
+
+def _verify(a: contract.CheckRequest, facts: contract.CheckFacts) -> contract.CheckFacts:
+    """The mounted state verified against the oracle."""
+    try:
+        data = oracle.load_oracle(a.oracle)
+        # A fio workload's oracle is its blocks' (rule 12), the op generator's its files'.
+        judge = fioverify.verify if data.get("fio") else oracle.verify
+        facts = replace(facts, verify=judge(a.mountpoint, data, a.mark or None, exact=a.exact))
+        if data.get("pattern"):
+            # An application pattern: what the state left of each target file.
+            # Imported only here: its imports cost a second per state under TCG.
+            import apppat  # type: ignore[import-not-found]
+
+            classes = apppat.classify(a.mountpoint, data, a.mark or None, a.exact)
+            facts = replace(facts, classes=classes)
+    except OSError as e:  # the filesystem would not let us read the tree: a finding
+        facts = replace(facts, verify={"ok": False, "error": f"{type(e).__name__}: {e}"})
+    except Exception:  # a bug of ours or a bad oracle: never a finding
+        facts = replace(facts, verify_error=contract.excerpt(traceback.format_exc()))
     return facts
 
 
 def serve(folder: str) -> None:
-    """Check states one after another for as long as the guest lives: read one request
-    (a JSON argv) from the FIFO ``folder/req``, write its facts to ``folder/resp``.
+    """Check states one after another for as long as the guest lives: read one
+    ``CheckRequest`` from the FIFO ``folder/req``, write its facts to ``folder/resp``.
 
     Starting Python and importing this module costs a second and a half per state under
     TCG -- twice the check itself -- so a check guest starts it once. A request that
-    raises gets ``{"serve_error": traceback}``, which the host counts as its own
+    raises (one the contract cannot read too) gets facts with only ``serve_error``, the
+    traceback, which the host counts as its own
     failure, never a finding.
     """
     while True:
@@ -122,18 +138,18 @@ def serve(folder: str) -> None:
         if not line:
             continue
         try:
-            facts: dict[str, Any] = check(json.loads(line))
+            facts = check(contract.CheckRequest.from_json(line))
         except BaseException:  # reported to the host, and the loop goes on
-            facts = {"serve_error": traceback.format_exc()[-2000:]}
+            facts = contract.CheckFacts(serve_error=contract.excerpt(traceback.format_exc()))
         with open(os.path.join(folder, "resp"), "w") as f:
-            json.dump(facts, f)
+            f.write(facts.to_json())
 
 
 def main() -> int:
     if sys.argv[1:2] == ["--serve"]:
         serve(sys.argv[2])
         return 0
-    json.dump(check(sys.argv[1:]), sys.stdout)
+    sys.stdout.write(check(request(sys.argv[1:])).to_json())
     return 0
 
 

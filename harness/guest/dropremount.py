@@ -12,7 +12,7 @@ back and ``checkstate.py`` mounts it (the kernel's own recovery), verifies the o
 as a state cut exactly at mark K, unmounts and runs the checker. This is fstests'
 ``_flakey_drop_and_remount``.
 
-Prints one JSON list, one record of raw facts per sync point; the host judges.
+Prints a ``contract.DropResult``: the raw facts of each sync point; the host judges.
 """
 
 from __future__ import annotations
@@ -21,12 +21,17 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import opgen  # type: ignore[import-not-found]  # beside us in the guest
 import runner  # type: ignore[import-not-found]
+
+if TYPE_CHECKING:
+    from harness.guest import contract
+else:
+    contract = runner.contract
 
 DM = "crashlab-drop"
 MNT = "/mnt/drop"
@@ -37,16 +42,15 @@ class Failed(Exception):
     """A setup step failed: the lab's problem, reported as such."""
 
 
-def one(a: argparse.Namespace, at: int) -> dict[str, Any]:
-    steps: list[dict[str, Any]] = []
+def one(a: argparse.Namespace, at: int) -> contract.DropPoint:
+    steps: list[contract.Step] = []
     dev = f"/dev/mapper/{DM}"
 
-    def step(name: str, argv: list[str]) -> dict[str, Any]:
-        rec = {"step": name, **runner.run(argv, a.timeout).record()}
-        steps.append(rec)
-        if rec["rc"] != 0:
+    def step(name: str, argv: list[str]) -> None:
+        rec = runner.run(argv, a.timeout).record()
+        steps.append(rec.as_step(name))
+        if rec.rc != 0:
             raise Failed(name)
-        return rec
 
     def reload(name: str, table: str) -> None:
         # --nolockfs: a freeze would flush exactly what the fault is about to drop.
@@ -71,7 +75,9 @@ def one(a: argparse.Namespace, at: int) -> dict[str, Any]:
         fsync_names="yes" if w["fsync_names"] else "no",
     )
     oracle_path = f"/tmp/drop-{at}.json"
-    out: dict[str, Any] = {"at": at, "mark": target, "steps": steps}
+    workload: contract.WorkloadEnd | None = None
+    check: contract.CheckFacts | None = None
+    failed = ""
     try:
         step("dm-create", ["dmsetup", "create", DM, "--table", a.healthy])
         try:
@@ -87,8 +93,9 @@ def one(a: argparse.Namespace, at: int) -> dict[str, Any]:
                 noop_sync=w["noop_sync"],
                 on_mark=on_mark,
             )
-            out["workload"] = {k: body[k] for k in ("complete", "error", "final_mark")}
-            out["switched"] = bool(switched)
+            workload = contract.WorkloadEnd(
+                complete=body["complete"], error=body["error"], final_mark=body["final_mark"]
+            )
             opgen.write_json(oracle_path, opgen.oracle_doc(args, body))
             step("umount", ["umount", MNT])
             reload("fault-off", a.healthy)
@@ -99,17 +106,20 @@ def one(a: argparse.Namespace, at: int) -> dict[str, Any]:
                 "--timeout", str(a.timeout),
             ]  # fmt: skip
             # its JSON report is read whole: it can run past the tail kept for the record
-            check = runner.run(verify, a.timeout * 5 + 30)
-            if check.rc != 0:
-                steps.append({"step": "checkstate", "rc": check.rc, "out": check.output(1500)})
+            ran = runner.run(verify, a.timeout * 5 + 30)
+            if ran.rc != 0:
+                steps.append(ran.record().as_step("checkstate"))
                 raise Failed("checkstate")
-            out["check"] = json.loads(check.stdout)
+            check = contract.CheckFacts.from_json(ran.stdout)
         finally:
             runner.run(["umount", MNT])
             runner.run(["dmsetup", "remove", DM])
     except Failed as e:
-        out["failed"] = str(e)
-    return out
+        failed = str(e)
+    return contract.DropPoint(
+        at=at, mark=target, steps=steps, workload=workload, switched=bool(switched),
+        check=check, failed=failed,
+    )  # fmt: skip
 
 
 def main() -> int:
@@ -123,8 +133,8 @@ def main() -> int:
     ap.add_argument("--at", required=True, help="sync points, comma-separated (1 = first)")
     ap.add_argument("--timeout", type=float, default=300)
     a = ap.parse_args()
-    results = [one(a, int(k)) for k in a.at.split(",")]
-    json.dump(results, sys.stdout)
+    points = [one(a, int(k)) for k in a.at.split(",")]
+    sys.stdout.write(contract.DropResult(points=points).to_json())
     return 0
 
 

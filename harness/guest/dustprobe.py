@@ -8,21 +8,26 @@ side or parity (a write to a dm-dust bad block clears it, as a disk remaps a sec
 nothing. ``ext4``: one file's first block is made bad; reading the file (page cache
 dropped) must fail with EIO, not return other data.
 
-Prints one JSON object of raw facts; the host judges.
+Prints a ``contract.DustFacts`` of raw facts; the host judges.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import runner  # type: ignore[import-not-found]
 from eioprobe import in_child, sh  # type: ignore[import-not-found]
+
+if TYPE_CHECKING:
+    from harness.guest import contract
+else:
+    contract = runner.contract
 
 DM = "crashlab-dust"
 LIN = "crashlab-lin"
@@ -34,74 +39,78 @@ def dust(dev: str, sectors: int) -> str:
     return f"0 {sectors} dust {dev} 0 {BLOCK}"
 
 
-def add_bad(blocks: range) -> dict[str, Any]:
+def add_bad(blocks: range) -> contract.Command:
     for b in blocks:
         sh(["dmsetup", "message", DM, "0", "addbadblock", str(b)])
     sh(["dmsetup", "message", DM, "0", "enable"])
-    counted: dict[str, Any] = sh(["dmsetup", "message", DM, "0", "countbadblocks"])
+    counted: contract.Command = sh(["dmsetup", "message", DM, "0", "countbadblocks"])
     return counted
 
 
-def zfs(a: argparse.Namespace) -> dict[str, Any]:
-    facts: dict[str, Any] = {"fs": "zfs", "layout": a.layout, "bad_disk": a.bad_disk}
+def zfs(a: argparse.Namespace) -> contract.DustFacts:
+    c: dict[str, contract.Command] = {}
     vdevs = []
     for i, dev in enumerate(a.devs.split(",")):
-        sectors = int(sh(["blockdev", "--getsz", dev])["out"].strip())
+        sectors = int(sh(["blockdev", "--getsz", dev]).output.strip())
         # The healthy sides on dm-linear: ZFS takes dm devices whole, with no partition
         # table to wait for (the guest runs without udev).
         name, table = (
             (DM, dust(dev, sectors)) if i == a.bad_disk else
             (f"{LIN}{i}", f"0 {sectors} linear {dev} 0")
         )  # fmt: skip
-        facts[f"dm{i}"] = sh(["dmsetup", "create", name, "--table", table])
+        c[f"dm{i}"] = sh(["dmsetup", "create", name, "--table", table])
         vdevs.append(f"/dev/mapper/{name}")
-    facts["create"] = sh(
+    c["create"] = sh(
         ["zpool", "create", "-f", "-O", "compression=off", POOL, a.layout, *vdevs], 300
     )
-    facts["write"] = sh(
+    c["write"] = sh(
         ["sh", "-c", f"head -c {a.data_mb}M /dev/urandom > /{POOL}/data && zpool sync {POOL}"],
         600,
     )
-    facts["sha_before"] = sh(["sha256sum", f"/{POOL}/data"], 300)["out"].split()[:1]
-    facts["export"] = sh(["zpool", "export", POOL], 300)
+    sha_before = sh(["sha256sum", f"/{POOL}/data"], 300).output.split()[:1]
+    c["export"] = sh(["zpool", "export", POOL], 300)
     # Bad blocks past the labels and metaslab headers, where the data went.
     first = (4 << 20) // BLOCK
-    facts["badblocks"] = add_bad(range(first, first + a.bad_blocks))
-    facts["import"] = sh(["zpool", "import", "-d", "/dev/mapper", POOL], 300)
+    c["badblocks"] = add_bad(range(first, first + a.bad_blocks))
+    c["import"] = sh(["zpool", "import", "-d", "/dev/mapper", POOL], 300)
     t = time.monotonic()
-    facts["scrub"] = sh(["sh", "-c", f"zpool scrub {POOL} && zpool wait -t scrub {POOL}"], 1800)
-    facts["scrub_seconds"] = round(time.monotonic() - t, 3)
-    facts["status"] = sh(["zpool", "status", "-j", "--json-int", POOL], keep=100_000)["out"]
-    facts["sha_after"] = sh(["sha256sum", f"/{POOL}/data"], 300)["out"].split()[:1]
-    facts["badblocks_after"] = sh(["dmsetup", "message", DM, "0", "countbadblocks"])
-    return facts
+    c["scrub"] = sh(["sh", "-c", f"zpool scrub {POOL} && zpool wait -t scrub {POOL}"], 1800)
+    scrub_seconds = round(time.monotonic() - t, 3)
+    # read whole: the host parses it
+    status = runner.run(["zpool", "status", "-j", "--json-int", POOL], 120, merge=True).stdout
+    sha_after = sh(["sha256sum", f"/{POOL}/data"], 300).output.split()[:1]
+    c["badblocks_after"] = sh(["dmsetup", "message", DM, "0", "countbadblocks"])
+    return contract.DustFacts(
+        fs="zfs", commands=c, layout=a.layout, bad_disk=a.bad_disk, sha_before=sha_before,
+        sha_after=sha_after, scrub_seconds=scrub_seconds, status=status,
+    )  # fmt: skip
 
 
-def ext4(a: argparse.Namespace) -> dict[str, Any]:
-    facts: dict[str, Any] = {"fs": "ext4"}
+def ext4(a: argparse.Namespace) -> contract.DustFacts:
+    c: dict[str, contract.Command] = {}
     raw = a.devs.split(",")[0]
-    sectors = int(sh(["blockdev", "--getsz", raw])["out"].strip())
-    facts["dm"] = sh(["dmsetup", "create", DM, "--table", dust(raw, sectors)])
+    sectors = int(sh(["blockdev", "--getsz", raw]).output.strip())
+    c["dm"] = sh(["dmsetup", "create", DM, "--table", dust(raw, sectors)])
     dev = f"/dev/mapper/{DM}"
-    facts["mkfs"] = sh(["mkfs.ext4", "-q", "-F", "-b", str(BLOCK), dev], 300)
+    c["mkfs"] = sh(["mkfs.ext4", "-q", "-F", "-b", str(BLOCK), dev], 300)
     os.makedirs("/mnt/dust", exist_ok=True)
-    facts["mount"] = sh(["mount", dev, "/mnt/dust"])
+    c["mount"] = sh(["mount", dev, "/mnt/dust"])
     with open("/mnt/dust/f", "wb") as f:
         f.write(os.urandom(1 << 20))
         f.flush()
         os.fsync(f.fileno())
-    facts["umount"] = sh(["umount", "/mnt/dust"])
-    blocks = sh(["debugfs", "-R", "blocks /f", dev])["out"].split()
-    facts["file_block"] = int(blocks[0])
-    facts["badblocks"] = add_bad(range(int(blocks[0]), int(blocks[0]) + 1))
-    facts["mount_again"] = sh(["mount", dev, "/mnt/dust"])
+    c["umount"] = sh(["umount", "/mnt/dust"])
+    # stdout whole: the file's first block (the tail of the output would hold a later one)
+    blocks = runner.run(["debugfs", "-R", "blocks /f", dev], 120).stdout.split()
+    c["badblocks"] = add_bad(range(int(blocks[0]), int(blocks[0]) + 1))
+    c["mount_again"] = sh(["mount", dev, "/mnt/dust"])
 
     def read() -> int:
         with open("/mnt/dust/f", "rb") as f:
             return len(f.read())
 
-    facts["read"] = in_child(read, a.timeout)
-    return facts
+    got = in_child(read, a.timeout)
+    return contract.DustFacts(fs="ext4", commands=c, file_block=int(blocks[0]), read=got)
 
 
 def main() -> int:
@@ -115,7 +124,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=60.0)
     a = ap.parse_args()
     sh(["dmesg", "-C"])
-    print(json.dumps(zfs(a) if a.fs == "zfs" else ext4(a)))
+    print((zfs(a) if a.fs == "zfs" else ext4(a)).to_json())
     sys.stdout.flush()
     os._exit(0)
 

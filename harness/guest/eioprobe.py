@@ -25,11 +25,16 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import runner  # type: ignore[import-not-found]  # beside us in the guest
+
+if TYPE_CHECKING:
+    from harness.guest import contract
+else:
+    contract = runner.contract
 
 DM = "crashlab-flakey"
 MNT = "/mnt/eio"
@@ -38,10 +43,10 @@ SIZE = 256 << 10
 OLD, NEW = b"O", b"N"
 
 
-def sh(argv: list[str], timeout: float = 120, keep: int = 800) -> dict[str, Any]:
+def sh(argv: list[str], timeout: float = 120) -> contract.Command:
     """The probes' record of a command (dustprobe's too): stderr merged into stdout in
-    order, the last ``keep`` characters of it."""
-    record: dict[str, Any] = runner.run(argv, timeout, merge=True).record(keep)
+    order, its tail."""
+    record: contract.Command = runner.run(argv, timeout, merge=True).record()
     return record
 
 
@@ -150,9 +155,9 @@ class Probe:
 
     def command(self, name: str, argv: list[str], timeout: float | None = None) -> None:
         if self.stuck:
-            self.step(name, rc=None, out="skipped")
+            self.step(name, rc=None, output="skipped")
             return
-        rec = self.step(name, **sh(argv, timeout or self.a.timeout))
+        rec = self.step(name, **sh(argv, timeout or self.a.timeout).to_dict())
         self.stuck = rec["rc"] == -1
 
     def make_fs(self, dm_dev: str) -> None:
@@ -183,13 +188,13 @@ class Probe:
         self.command(f"{name}-load", ["dmsetup", "load", DM, "--table", table])
         self.command(f"{name}-resume", ["dmsetup", "resume", DM])
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> contract.EioFacts:
         a = self.a
         self.command("dm-create", ["dmsetup", "create", DM, "--table", a.healthy])
         dm_dev = f"/dev/mapper/{DM}"
         self.make_fs(dm_dev)
         if self.stuck or any(s.get("rc") for s in self.steps):
-            return {"steps": self.steps, "kernel_log": kernel_log()}
+            return contract.EioFacts(steps=self.steps, kernel_log=kernel_log())
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         os.pwrite(fd, OLD * SIZE, 0)
         self.call("fsync-old", lambda: os.fsync(fd))
@@ -230,11 +235,11 @@ class Probe:
             os.close(fd)  # on a stuck filesystem even close may wait: leave it to exit
         self.remount(dm_dev)
         self.call("read-after-remount", lambda: classify(read_file(self.path)))
-        return {"steps": self.steps, "kernel_log": kernel_log()}
+        return contract.EioFacts(steps=self.steps, kernel_log=kernel_log())
 
 
 def kernel_log() -> list[str]:
-    out = sh(["dmesg", "--notime"], keep=200_000)["out"]
+    out = runner.run(["dmesg", "--notime"], 120, merge=True).stdout
     keys = ("EXT4-fs", "XFS", "BTRFS", "ZFS", "I/O error", "Buffer I/O", "read-only", "shut")
     return [line for line in out.splitlines() if any(k in line for k in keys)][-60:]
 
@@ -258,7 +263,7 @@ def main() -> int:
     )
     args = ap.parse_args()
     sh(["dmesg", "-C"])
-    print(json.dumps(Probe(args).run()))
+    print(Probe(args).run().to_json())
     sys.stdout.flush()
     os._exit(0)  # a child may still be stuck in the kernel: do not wait for it
 

@@ -5,7 +5,7 @@ a program imports this as ``runner``, beside it. ``run()`` is the one place a gu
 program starts a command: argv only, bounded by a timeout, and never stuck behind one
 that cannot die (a process blocked in the kernel on a suspended pool or a device that
 never answers ignores SIGKILL: after a short grace it is abandoned, not waited for).
-``Ran.record()`` is the JSON shape the host reads back.
+``Ran.record()`` is what crosses back to the host: a ``contract.Command``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,15 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.guest import contract
+else:
+    try:  # on the host: the one copy the host's readers use too
+        from harness.guest import contract
+    except ImportError:  # in the guest, beside this file; programs take it from here
+        import contract
 
 # udev would otherwise be asked to settle after every dmsetup call and stall the guest.
 ENV = {**os.environ, "DM_DISABLE_UDEV": "1"}
@@ -39,19 +47,15 @@ class Ran:
     seconds: float
     timed_out: bool = False
 
-    def output(self, keep: int) -> str:
-        """The last ``keep`` characters of stdout then stderr (the timeout marker last)."""
-        return (self.stdout + self.stderr)[-keep:]
+    def output(self) -> str:
+        """stdout then stderr (the timeout marker last), cut as the contract cuts it."""
+        return contract.excerpt(self.stdout + self.stderr)
 
-    def record(self, keep: int = 1500, key: str = "out") -> dict[str, Any]:
-        """The JSON the host stores and reads: argv, rc, seconds and the output's tail
-        under ``key`` (``output`` for the check programs, ``out`` for the others)."""
-        return {
-            "argv": self.argv,
-            "rc": self.rc,
-            "seconds": round(self.seconds, 3),
-            key: self.output(keep),
-        }
+    def record(self) -> contract.Command:
+        """What the host reads of it: argv, rc, seconds and the output's tail."""
+        return contract.Command(
+            argv=self.argv, rc=self.rc, seconds=round(self.seconds, 3), output=self.output()
+        )
 
 
 def run(
@@ -103,12 +107,12 @@ def filesystem(fs: str) -> dict[str, list[str]]:
     return dict(table[fs])
 
 
-def before_mount(fs: str, dev: str, timeout: float) -> dict[str, Any] | None:
+def before_mount(fs: str, dev: str, timeout: float) -> contract.Command | None:
     """The log replay the system runs before it mounts ``fs`` after a crash (JFS's
     fsck.jfs; the kernel refuses the dirty volume), its record; None for a filesystem
     whose mount is its recovery."""
     argv = filesystem(fs).get("before_mount") or []
-    return run([*argv, dev], timeout, merge=True).record(1500, key="output") if argv else None
+    return run([*argv, dev], timeout, merge=True).record() if argv else None
 
 
 # The block layer's words for a request a disk failed ("I/O error, dev vdc, sector 3 ...",

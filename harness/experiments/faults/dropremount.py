@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from faults.dm import healthy_table_args
+from harness import guestmsg
 from harness.check import guest as guestcheck
 from harness.check.host import CheckResult
 from harness.config import crash as crashcfg
@@ -38,7 +39,7 @@ from harness.experiments import lifecycle
 from harness.experiments.crash import experiment as crash
 from harness.experiments.faults.experiment import Cell, FsyncEio
 from harness.experiments.faults.settings import FaultsScenario, FsCell
-from harness.guest import opgen
+from harness.guest import contract, opgen
 from harness.outcome import Outcome, is_harness, reduce
 from harness.record import logwrites
 from harness.replay import crashstates
@@ -136,7 +137,8 @@ class DropRemount(FsyncEio):
             facts = {"outcome": str(Outcome.HARNESS_ERROR), "error": text}
         if "outcome" in facts:  # the guest hung or panicked: every point shares its fate
             return {p.at: facts for p in points}
-        return {f["at"]: judge_drop(f) for f in facts["points"]}
+        result: contract.DropResult = facts["points"]
+        return {f.at: judge_drop(f) for f in result.points}
 
     def probe(self, g: Guest, fs: FsCell, devs: list[str]) -> dict[str, Any]:
         sc, rsc = self.sc, self._rsc
@@ -161,7 +163,7 @@ class DropRemount(FsyncEio):
         if not r.ok:
             detail = (r.err or r.out)[-2000:]
             raise HarnessError("dropremount.py failed in the guest", detail=detail)
-        return {"points": json.loads(r.out)}
+        return {"points": guestmsg.read(contract.DropResult, "dropremount.py", r.out)}
 
     def guest_timeout(self) -> float:
         return float(max(self.sc.timeout, 300.0) * 8 * max(1, len(getattr(self, "_points", ()))))
@@ -221,20 +223,20 @@ def _verdict(results: Sequence[CheckResult], state_id: str) -> dict[str, Any]:
     }
 
 
-def judge_drop(facts: dict[str, Any]) -> dict[str, Any]:
+def judge_drop(facts: contract.DropPoint) -> dict[str, Any]:
     """One sync point's facts -> its verdict, by the same rules as a replayed crash state
     (``harness/check/guest.judge``); a failed setup step is the lab's."""
-    if "failed" in facts or not facts.get("switched"):
-        failed = facts.get("failed") or "the workload never reached the sync point"
-        tail = next((s["out"] for s in reversed(facts["steps"]) if s["rc"] != 0), "")
+    if facts.failed or not facts.switched or facts.check is None:
+        failed = facts.failed or "the workload never reached the sync point"
+        tail = next((s.output for s in reversed(facts.steps) if s.rc != 0), "")
         return {"outcome": str(Outcome.HARNESS_ERROR), "error": f"{failed}: {tail}"[-1500:]}
-    r = guestcheck.judge(facts["check"])
+    r = guestcheck.judge(facts.check)
     return {
         "outcome": str(r.outcome),
         "seconds": r.phases.get("mount"),  # the kernel's own recovery: `results table faults`
         "phases": r.phases,
         "note": r.note[:500],
-        "workload": facts.get("workload"),
+        "workload": facts.workload.to_dict() if facts.workload else None,
     }
 
 

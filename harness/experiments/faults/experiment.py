@@ -22,9 +22,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 from faults.dm import healthy_table_args
+from harness import guestmsg
 from harness.errors import GuestPanic, GuestTimeout, HarnessError
 from harness.experiments import lifecycle
 from harness.experiments.faults.settings import FaultsScenario, FsCell
+from harness.guest import contract
 from harness.outcome import Outcome
 from harness.record import recorder as record
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
@@ -100,8 +102,9 @@ class FsyncEio(lifecycle.Observed):
     def probe(self, g: Guest, fs: FsCell, devs: list[str]) -> dict[str, Any]:
         """Run the guest program on the cell's devices: its facts and the verdict."""
         args = eio_args(fs, self.sc, devs[0])
-        facts = _guest_program(g, "eioprobe.py", args, self.sc.timeout * 12 + 120)
-        return {**facts, **judge(facts)}
+        out = _guest_program(g, "eioprobe.py", args, self.sc.timeout * 12 + 120)
+        facts = guestmsg.read(contract.EioFacts, "eioprobe.py", out)
+        return {**facts.to_dict(), **judge(facts)}
 
     def commit(self, item: lifecycle.Item, result: Any) -> None:
         assert isinstance(item, Cell)
@@ -130,21 +133,20 @@ def eio_args(fs: FsCell, sc: FaultsScenario, dev: str) -> list[str]:
     ]  # fmt: skip
 
 
-def _guest_program(g: Guest, name: str, args: list[str], timeout: float) -> dict[str, Any]:
-    """Run one of harness/guest/'s probes; its JSON facts.
+def _guest_program(g: Guest, name: str, args: list[str], timeout: float) -> str:
+    """Run one of harness/guest/'s probes; what it printed.
 
     :raise HarnessError: the probe itself failed (never a finding).
     """
     r = g.run(["python3", f"{record.GUEST_DIR}/{name}", *args], timeout=timeout)
     if not r.ok:
         raise HarnessError(f"{name} failed in the guest", detail=(r.err or r.out)[-2000:])
-    facts: dict[str, Any] = json.loads(r.out)
-    return facts
+    return r.out
 
 
-def judge(facts: dict[str, Any]) -> dict[str, Any]:
+def judge(facts: contract.EioFacts) -> dict[str, Any]:
     """The row a person reads, and the verdict (module docstring)."""
-    steps = {s["step"]: s for s in facts["steps"]}
+    steps = {s["step"]: s for s in facts.steps}
     for name in ("dm-create", "mkfs", "mount"):
         if steps.get(name, {}).get("rc", 0) != 0:
             return {"outcome": str(Outcome.HARNESS_ERROR), "row": {"setup": name}}
@@ -161,7 +163,7 @@ def judge(facts: dict[str, Any]) -> dict[str, Any]:
         **{n: errno(n) for n in (*FSYNC_STEPS, "new-file-fsync", "fsync-after-restore")},
         "while faulty": value("mount-state-faulty"),
         "after remount": value("read-after-remount"),
-        "kernel": _kernel_events(facts.get("kernel_log", [])),
+        "kernel": _kernel_events(facts.kernel_log),
     }
     reported = any(row[n] not in ("0", "-", "blocked", "skipped") for n in FSYNC_STEPS)
     blocked = any(s.get("error") == "blocked" or s.get("rc") == -1 for s in steps.values())
@@ -208,39 +210,40 @@ class DustScrub(FsyncEio):
         args = ["--fs", fs.type, "--devs", ",".join(devs), "--layout", sc.layout]
         args += ["--bad-disk", str(sc.bad_disk)]
         args += ["--data-mb", str(sc.data_mb), "--bad-blocks", str(sc.bad_blocks)]
-        facts = _guest_program(g, "dustprobe.py", [*args, "--timeout", str(sc.timeout)], 1800)
-        return {**facts, **judge_dust(facts)}
+        out = _guest_program(g, "dustprobe.py", [*args, "--timeout", str(sc.timeout)], 1800)
+        facts = guestmsg.read(contract.DustFacts, "dustprobe.py", out)
+        return {**facts.to_dict(), **judge_dust(facts)}
 
     def summary(self) -> dict[str, Any]:
         sc = self.sc
         return {"filesystems": len(self.cells), "bad_blocks": sc.bad_blocks, "layout": sc.layout}
 
 
-def judge_dust(facts: dict[str, Any]) -> dict[str, Any]:
+def judge_dust(facts: contract.DustFacts) -> dict[str, Any]:
     """ZFS: the mirror or raidz must repair every bad block it read and lose nothing. ext4: the
     read of the bad block must fail with EIO (an error reaching the application)."""
-    if facts["fs"] == "ext4":
-        read = facts["read"]
-        row = {"read": read.get("error") or "ok", "file block": facts.get("file_block")}
+    if facts.fs == "ext4":
+        read = facts.read or {}
+        row = {"read": read.get("error") or "ok", "file block": facts.file_block}
         ok = read.get("error") == "EIO"
         return {"outcome": str(Outcome.CONSISTENT if ok else Outcome.DATA_LOSS), "row": row}
     from harness.experiments.zfs.parse import parse_status
 
     for step in ("create", "write", "export", "import", "scrub"):
-        if facts[step]["rc"] != 0:
+        if facts.commands[step].rc != 0:
             return {"outcome": str(Outcome.HARNESS_ERROR), "row": {"failed": step}}
-    status = parse_status(facts["status"], "dustpool")
+    status = parse_status(facts.status, "dustpool")
     dusty = next((v for v in status.leaves() if v.path and "dust" in v.path), None)
-    same = facts["sha_before"] == facts["sha_after"]
+    same = facts.sha_before == facts.sha_after
     row = {
-        "scrub s": facts["scrub_seconds"],
+        "scrub s": facts.scrub_seconds,
         "read errors": dusty.read if dusty else None,
         "cksum errors": dusty.checksum if dusty else None,
         "repaired bytes": status.scan.processed if status.scan else None,
         "data errors": status.error_count,
-        "bad blocks left": facts["badblocks_after"]["out"].split(":")[-1].strip(),
+        "bad blocks left": facts.commands["badblocks_after"].output.split(":")[-1].strip(),
         "data intact": same,
     }
     lost = status.error_count > 0 or not same
     verdict = Outcome.DATA_LOSS if lost else Outcome.CONSISTENT
-    return {"outcome": str(verdict), "row": row, "seconds": facts["scrub_seconds"]}
+    return {"outcome": str(verdict), "row": row, "seconds": facts.scrub_seconds}

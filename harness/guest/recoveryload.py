@@ -11,7 +11,8 @@ host kills the guest while it runs.
 unmounts its filesystem after the mark).
 ``replay``: in a fresh guest, mount the crash image (the kernel's own journal/log
 replay, timed), count what is there, umount (timed).
-Each prints one JSON object of raw facts; the host judges.
+Each prints its message of raw facts (``contract``: Populated, Churning, Stopped,
+Replayed); the host judges.
 """
 
 from __future__ import annotations
@@ -22,46 +23,50 @@ import os
 import random
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import runner  # type: ignore[import-not-found]  # beside us in the guest
 
+if TYPE_CHECKING:
+    from harness.guest import contract
+else:
+    contract = runner.contract
 
-def run(argv: list[str], timeout: float, keep: int = 1500) -> dict[str, Any]:
-    """A command's record (``output``: its last ``keep`` characters)."""
-    record: dict[str, Any] = runner.run(argv, timeout).record(keep, key="output")
+
+def run(argv: list[str], timeout: float) -> contract.Command:
+    """A command's record (``output``: its tail)."""
+    record: contract.Command = runner.run(argv, timeout).record()
     return record
 
 
-def usage(mnt: str) -> dict[str, Any]:
+def usage(mnt: str) -> contract.Usage:
     """What the filesystem says it holds (btrfs reports no inode counts: 0)."""
     st = os.statvfs(mnt)
     files = dirs = 0
     for _, ds, fs in os.walk(mnt):
         dirs += len(ds)
         files += len(fs)
-    return {
-        "files": files,
-        "dirs": dirs,
-        "inodes_used": st.f_files - st.f_ffree,
-        "inodes_total": st.f_files,
-        "blocks_used": st.f_blocks - st.f_bfree,
-        "block_size": st.f_frsize,
-    }
+    return contract.Usage(
+        files=files,
+        dirs=dirs,
+        inodes_used=st.f_files - st.f_ffree,
+        inodes_total=st.f_files,
+        blocks_used=st.f_blocks - st.f_bfree,
+        block_size=st.f_frsize,
+    )
 
 
-def populate(a: argparse.Namespace) -> dict[str, Any]:
-    facts: dict[str, Any] = {}
-    facts["mkfs"] = mk = run([*json.loads(a.mkfs), a.dev], a.timeout)
-    if mk["rc"] != 0:
-        return facts
+def populate(a: argparse.Namespace) -> contract.Populated:
+    mk = run([*json.loads(a.mkfs), a.dev], a.timeout)
+    if mk.rc != 0:
+        return contract.Populated(mkfs=mk)
     os.makedirs(a.mnt, exist_ok=True)
     opts = ["-o", a.mount_opts] if a.mount_opts else []
-    facts["mount"] = m = run(["mount", "-t", a.fs, *opts, a.dev, a.mnt], a.timeout)
-    if m["rc"] != 0:
-        return facts
+    m = run(["mount", "-t", a.fs, *opts, a.dev, a.mnt], a.timeout)
+    if m.rc != 0:
+        return contract.Populated(mkfs=mk, mount=m)
     rng = random.Random(a.seed)
     start = time.monotonic()
     top = max(1, int(a.dirs**0.5))
@@ -76,20 +81,22 @@ def populate(a: argparse.Namespace) -> dict[str, Any]:
     fill = int(a.fill / 100 * a.size)
     chunk = 1 << 30
     n = 0
+    failed = None
     while fill > 0:
         part = min(chunk, fill)
         r = run(
             ["fallocate", "-l", str(part), os.path.join(a.mnt, "pop", f"fill{n:04d}")], a.timeout
         )
-        if r["rc"] != 0:
-            facts["fallocate"] = r
+        if r.rc != 0:
+            failed = r
             break
         fill -= part
         n += 1
     os.sync()
-    facts["populate_seconds"] = time.monotonic() - start
-    facts["usage"] = usage(a.mnt)
-    return facts
+    return contract.Populated(
+        mkfs=mk, mount=m, fallocate=failed, populate_seconds=time.monotonic() - start,
+        usage=usage(a.mnt),
+    )  # fmt: skip
 
 
 def churn_loop(mnt: str, every: int, seed: int) -> None:
@@ -122,12 +129,12 @@ def churn_loop(mnt: str, every: int, seed: int) -> None:
         i += 1
 
 
-def churn(a: argparse.Namespace) -> dict[str, Any]:
+def churn(a: argparse.Namespace) -> contract.Churning:
     """Fork the loop into its own session with no pipe to the agent, so the agent's
     guest-exec returns while it runs (qemu-ga waits for the output pipes to close)."""
     pid = os.fork()
     if pid:
-        return {"pid": pid}
+        return contract.Churning(pid=pid)
     os.setsid()
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -138,45 +145,46 @@ def churn(a: argparse.Namespace) -> dict[str, Any]:
         os._exit(0)
 
 
-def stop(a: argparse.Namespace) -> dict[str, Any]:
+def stop(a: argparse.Namespace) -> contract.Stopped:
     """SIGKILL the churn and wait until it is gone, so its filesystem can be unmounted
     (a process in the middle of an fsync dies only when the fsync returns)."""
     start = time.monotonic()
     try:
         os.kill(a.pid, 9)
     except ProcessLookupError:
-        return {"stopped": True, "was_running": False, "seconds": 0.0}
+        return contract.Stopped(stopped=True, was_running=False, seconds=0.0)
     while time.monotonic() - start < a.timeout:
         try:
             os.kill(a.pid, 0)
         except ProcessLookupError:
-            return {"stopped": True, "was_running": True, "seconds": time.monotonic() - start}
+            return contract.Stopped(
+                stopped=True, was_running=True, seconds=time.monotonic() - start
+            )
         time.sleep(0.05)
-    return {"stopped": False, "was_running": True, "seconds": time.monotonic() - start}
+    return contract.Stopped(stopped=False, was_running=True, seconds=time.monotonic() - start)
 
 
-def replay(a: argparse.Namespace) -> dict[str, Any]:
+def replay(a: argparse.Namespace) -> contract.Replayed:
     os.makedirs(a.mnt, exist_ok=True)
     opts = ["-o", a.mount_opts] if a.mount_opts else []
-    facts: dict[str, Any] = {}
+    # its recovery may be its fsck's log replay, then the mount
     replayed = runner.before_mount(a.fs, a.dev, a.timeout)
-    if replayed is not None:  # its recovery is its fsck's log replay, then the mount
-        facts["before_mount"] = replayed
-    facts["mount"] = m = run(["mount", "-t", a.fs, *opts, a.dev, a.mnt], a.timeout)
-    if m["rc"] == 0:
-        facts["usage"] = usage(a.mnt)
-        facts["umount"] = run(["umount", a.mnt], a.timeout)
-    k = run(["dmesg"], 60, keep=1 << 20)
+    m = run(["mount", "-t", a.fs, *opts, a.dev, a.mnt], a.timeout)
+    found = usage(a.mnt) if m.rc == 0 else None
+    umount = run(["umount", a.mnt], a.timeout) if m.rc == 0 else None
+    k = runner.run(["dmesg"], 60).stdout.splitlines()  # whole: its lines are picked below
     # this device's lines only: one guest may mount several crash images in turn
     name = os.path.basename(a.dev)
-    if failed := [ln for ln in runner.disk_errors(k["output"].splitlines()) if name in ln]:
-        facts["disk_errors"] = failed
-    facts["kernel_log"] = [
-        line
-        for line in k["output"].splitlines()
-        if name in line and any(w in line for w in ("EXT", "XFS", "BTRFS"))
-    ][-20:]
-    return facts
+    return contract.Replayed(
+        mount=m,
+        before_mount=replayed,
+        usage=found,
+        umount=umount,
+        disk_errors=[ln for ln in runner.disk_errors(k) if name in ln],
+        kernel_log=[ln for ln in k if name in ln and any(w in ln for w in ("EXT", "XFS", "BTRFS"))][
+            -20:
+        ],
+    )
 
 
 def main() -> int:
@@ -200,8 +208,8 @@ def main() -> int:
     if a.dev:
         a.dev = os.path.realpath(a.dev)
     actions = {"populate": populate, "churn": churn, "stop": stop, "replay": replay}
-    facts = actions[a.action](a)
-    json.dump(facts, sys.stdout)
+    facts: contract.Message = actions[a.action](a)
+    sys.stdout.write(facts.to_json())
     return 0
 
 

@@ -22,14 +22,18 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from harness import guestmsg
 from harness.errors import HarnessError
 from harness.experiments.recovery.settings import Cell, RecoveryScenario
+from harness.guest import contract
 from harness.record import logwrites
 from harness.record import recorder as record
 from harness.replay.replayer import Replayer
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
+
+M = TypeVar("M", bound=contract.Message)
 
 PROGRAM = f"{record.GUEST_DIR}/recoveryload.py"
 # Serials of the crash images in the guest that mounts them, per method.
@@ -125,10 +129,10 @@ def _logged(sc: RecoveryScenario, t: Target, g: Guest, m: dict[str, Any]) -> Non
     marker.mark(step, CRASH_MARK)
     # Still running after the mark, so running when it was taken.
     running = g.run(["kill", "-0", str(pid)], timeout=60).ok
-    stopped = program(g, "stop", ["--pid", str(pid), "--timeout", "120"], 180)
+    stopped = program(g, contract.Stopped, "stop", ["--pid", str(pid), "--timeout", "120"], 180)
     if not running:
         raise HarnessError(f"the churn of {t.name} had stopped before the mark")
-    if not stopped["stopped"]:
+    if not stopped.stopped:
         raise HarnessError(f"the churn of {t.name} on dm-log-writes did not die in 120 s")
     step("umount", ["umount", mnt])
     marker.teardown(step, g)  # waits for the log to be written; checks its errors
@@ -139,25 +143,23 @@ def _populate(
     sc: RecoveryScenario, t: Target, g: Guest, dev: str, mnt: str, m: dict[str, Any]
 ) -> None:
     pop = sc.population
-    facts = program(g, "populate", [
+    facts = program(g, contract.Populated, "populate", [
         "--dev", dev, "--mnt", mnt, "--fs", t.cell.fs, "--mkfs", json.dumps(t.cell.mkfs_argv()),
         "--mount-opts", ",".join(t.cell.mount_options), "--seed", str(t.seed),
         "--files", str(pop.files), "--dirs", str(pop.dirs), "--file-size", str(pop.file_size),
         "--fill", str(pop.fill), "--size", str(t.size), "--timeout", str(sc.timeout),
     ], sc.timeout + 60)  # fmt: skip
-    for name in ("mkfs", "mount", "fallocate"):
-        if facts.get(name, {}).get("rc", 0) != 0:
-            raise HarnessError(
-                f"{name} failed in the guest for {t.name}", detail=facts[name]["output"]
-            )
-    m["mkfs_seconds"] = round(facts["mkfs"]["seconds"], 3)
-    m["populate_seconds"] = round(facts["populate_seconds"], 3)
-    m["population"] = facts["usage"]
+    for name, ran in (("mkfs", facts.mkfs), ("mount", facts.mount), ("fallocate", facts.fallocate)):
+        if ran is not None and ran.rc != 0:
+            raise HarnessError(f"{name} failed in the guest for {t.name}", detail=ran.output)
+    m["mkfs_seconds"] = round(facts.mkfs.seconds, 3)
+    m["populate_seconds"] = round(facts.populate_seconds, 3)
+    m["population"] = facts.usage.to_dict() if facts.usage else None
 
 
 def _churn(sc: RecoveryScenario, t: Target, g: Guest, mnt: str) -> int:
     args = ["--mnt", mnt, "--fsync-every", str(sc.crash.fsync_every)]
-    return int(program(g, "churn", [*args, "--seed", str(t.churn_seed)], 60)["pid"])
+    return program(g, contract.Churning, "churn", [*args, "--seed", str(t.churn_seed)], 60).pid
 
 
 def replay_to_mark(
@@ -196,15 +198,14 @@ def prefix_stats(lg: logwrites.Log, end: int) -> dict[str, int]:
             "bytes_written": written}  # fmt: skip
 
 
-def program(g: Guest, action: str, args: list[str], timeout: float) -> dict[str, Any]:
-    """One action of the guest program; its JSON facts.
+def program(g: Guest, kind: type[M], action: str, args: list[str], timeout: float) -> M:
+    """One action of the guest program; its facts, a ``kind``.
 
-    :raise HarnessError: the program itself failed (never a finding).
+    :raise HarnessError: the program itself failed, or answered what the contract
+        cannot read (never a finding).
     """
-    facts: dict[str, Any] = json.loads(
-        _run(g, ["python3", PROGRAM, action, *args], timeout, f"recoveryload.py {action}")
-    )
-    return facts
+    what = f"recoveryload.py {action}"
+    return guestmsg.read(kind, what, _run(g, ["python3", PROGRAM, action, *args], timeout, what))
 
 
 def _run(g: Guest, argv: list[str], timeout: float, what: str) -> str:

@@ -45,6 +45,7 @@ from harness.errors import GuestPanic, GuestTimeout, HarnessError
 from harness.experiments import lifecycle
 from harness.experiments.recovery.crash import SERIALS, Target, guest_spec, make_states, program
 from harness.experiments.recovery.settings import Cell, RecoveryScenario, preflight
+from harness.guest import contract
 from harness.outcome import Outcome
 from harness.record import recorder as record
 from harness.report.recovery_fit import claims, fits
@@ -197,23 +198,23 @@ class Recovery(lifecycle.Observed):
                 args = ["--dev", g.disk(SERIALS[method]), "--fs", it.cell.fs]
                 args += ["--mount-opts", ",".join(it.cell.mount_options)]
                 args += ["--timeout", str(self.sc.timeout)]
-                facts = program(g, "replay", args, self.sc.timeout + 60)
-                if "disk_errors" in facts:  # the host's file failed: no recovery measured
+                facts = program(g, contract.Replayed, "replay", args, self.sc.timeout + 60)
+                if facts.disk_errors:  # the host's file failed: no recovery measured
                     raise HarnessError(
                         "a disk failed under the recovery (the host's file, not the filesystem)",
-                        detail="\n".join(facts["disk_errors"]),
+                        detail="\n".join(facts.disk_errors),
                     )
                 m = ms[method]
                 m["replay_boot_seconds"] = boot
-                m["replay"] = facts
-                if "before_mount" in facts:
-                    m["phases"]["log_replay"] = facts["before_mount"]["seconds"]
-                if facts["mount"]["rc"] == 0:  # a refused mount recovered nothing
-                    m["phases"]["mount"] = facts["mount"]["seconds"]
-                if "umount" in facts:
-                    m["phases"]["umount"] = facts["umount"]["seconds"]
-                if "usage" in facts:
-                    m["recovered"] = facts["usage"]
+                m["replay"] = facts.to_dict()
+                if facts.before_mount is not None:
+                    m["phases"]["log_replay"] = facts.before_mount.seconds
+                if facts.mount.rc == 0:  # a refused mount recovered nothing
+                    m["phases"]["mount"] = facts.mount.seconds
+                if facts.umount is not None:
+                    m["phases"]["umount"] = facts.umount.seconds
+                if facts.usage is not None:
+                    m["recovered"] = facts.usage.to_dict()
 
     def _verdict(self, it: Item, image: Path, work: Path, m: dict[str, Any]) -> dict[str, Any]:
         if m["replay"]["mount"]["rc"] != 0:

@@ -377,9 +377,15 @@ class DustFacts(Message):
 
 @dataclass(frozen=True, kw_only=True)
 class IoFacts(Message):
-    """ioprobe.py: the workload's steps and what the block layer saw (module docstring
-    there); ``steps`` carry ``stdout``/``stderr`` tails besides a command's record."""
+    """ioprobe.py: one workload cell measured (its module docstring). Each step has
+    ``step``, ``rc``, ``output`` and ``stderr`` (a command's ``argv`` and ``seconds``
+    too); ``space`` holds the space commands' stdout whole, by name."""
 
+    fs: str
     steps: list[dict[str, Any]]
-    facts: dict[str, Any]
+    failed: str = ""  # the setup step that failed: nothing was measured
+    seconds: float | None = None
+    cpu: dict[str, float] = field(default_factory=dict)
+    snapshots: list[dict[str, Any]] = field(default_factory=list)
+    space: dict[str, str] = field(default_factory=dict)
     version: int = VERSION

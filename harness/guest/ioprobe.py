@@ -3,9 +3,10 @@
 files, then -- with blktrace on the device and /proc/stat read before and after -- run
 the fio job with JSON output, sync, and read the space the filesystem reports.
 
-Stdlib only; the host copies it into the guest and reads back one JSON document (stdout)
-and the trace files (``--trace-dir``). Every step's exit status and output tail is in
-``steps``; a failed setup step stops the probe with ``failed`` naming it.
+Stdlib only; the host copies it into the guest and reads back a ``contract.IoFacts``
+(stdout) and the trace files (``--trace-dir``). Every step's exit status and output tail
+is in ``steps`` (its stderr's tail apart, as ``stderr``); a failed setup step stops the
+probe with ``failed`` naming it.
 
 Why lay out first: fio writes a file's full size before a random-write or read job, and
 those bytes are not in its ``io_bytes``; with the layout outside the traced window, the
@@ -22,11 +23,16 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import runner  # type: ignore[import-not-found]  # beside us in the guest
+
+if TYPE_CHECKING:
+    from harness.guest import contract
+else:
+    contract = runner.contract
 
 MNT = "/mnt/test"
 POOL = "tank"
@@ -42,16 +48,20 @@ class Probe:
         self.steps: list[dict[str, Any]] = []
         self.env = {**os.environ, "SIZE": a.size, "RUNTIME": a.runtime}
 
-    def sh(self, name: str, argv: list[str], *, must: bool = True, keep: int = 4000) -> str:
+    def sh(self, name: str, argv: list[str], *, must: bool = True) -> str:
         r = runner.run(argv, env=self.env)
-        # stdout and stderr apart: a step's error is read from "err" (experiments/workload)
-        self.steps.append(
-            {"step": name, **r.record(keep), "out": r.stdout[-keep:], "err": r.stderr[-keep:]}
-        )
+        # stderr apart too: a step's error is read from it (experiments/workload)
+        self.step(name, r.rc, r.stdout, r.stderr, argv=argv, seconds=round(r.seconds, 3))
         if must and r.rc != 0:
             raise Failed(name)
         out: str = r.stdout
         return out
+
+    def step(self, name: str, rc: int | None, stdout: str, stderr: str, **more: Any) -> None:
+        """A step's record: its output's tail (stdout then stderr) and stderr's apart."""
+        tail = contract.excerpt
+        rec = {"rc": rc, "output": tail(stdout + stderr), **more}
+        self.steps.append({"step": name, **rec, "stderr": tail(stderr)})
 
     def make_fs(self) -> None:
         a = self.a
@@ -131,9 +141,9 @@ class Probe:
             )
         return out
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> contract.IoFacts:
         a = self.a
-        facts: dict[str, Any] = {"fs": a.fs}
+        facts: dict[str, Any] = {}
         try:
             self.make_fs()
             fio = ["fio", f"--directory={MNT}", f"--randseed={a.seed}"]
@@ -160,9 +170,8 @@ class Probe:
             facts["snapshots"] = snaps
             facts["space"] = self.space()
         except Failed as e:
-            facts["failed"] = str(e)
-        facts["steps"] = self.steps
-        return facts
+            return contract.IoFacts(fs=a.fs, failed=str(e), steps=self.steps, **facts)
+        return contract.IoFacts(fs=a.fs, steps=self.steps, **facts)
 
     def snapshots(self, stop: threading.Event, out: list[dict[str, Any]]) -> None:
         n = 0
@@ -190,7 +199,7 @@ class Probe:
             time.sleep(0.1)
         if p.poll() is not None:
             err = p.stderr.read().decode(errors="replace") if p.stderr else ""
-            self.steps.append({"step": "blktrace", "rc": p.returncode, "err": err[-2000:]})
+            self.step("blktrace", p.returncode, "", err)
             raise Failed("blktrace")
         time.sleep(0.5)
         return p
@@ -198,13 +207,8 @@ class Probe:
     def stop_trace(self, p: subprocess.Popen[bytes]) -> None:
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=120)
-        self.steps.append(
-            {
-                "step": "blktrace",
-                "rc": p.returncode,
-                "out": out.decode(errors="replace")[-2000:],
-                "err": err.decode(errors="replace")[-2000:],
-            }
+        self.step(
+            "blktrace", p.returncode, out.decode(errors="replace"), err.decode(errors="replace")
         )
         if p.returncode != 0:
             raise Failed("blktrace")
@@ -252,7 +256,7 @@ def main() -> int:
     ap.add_argument("--trace-dir", default="")
     ap.add_argument("--snapshot-every", type=float, default=0.0)
     a = ap.parse_args()
-    json.dump(Probe(a).run(), sys.stdout)
+    sys.stdout.write(Probe(a).run().to_json())
     return 0
 
 

@@ -27,11 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import paths, proc
+from harness import guestmsg, paths, proc
 from harness.errors import GuestPanic, GuestTimeout, HarnessError, InputError
 from harness.experiments import lifecycle
 from harness.experiments.workload import iometrics
 from harness.experiments.workload.settings import IoCell, WorkloadScenario
+from harness.guest import contract
 from harness.outcome import Outcome
 from harness.record import blktrace
 from harness.record import recorder as record
@@ -165,8 +166,8 @@ class Workload(lifecycle.Observed):
         r = g.run(["python3", f"{record.GUEST_DIR}/ioprobe.py", *args], timeout=sc.timeout)
         if not r.ok:
             raise HarnessError("ioprobe.py failed in the guest", detail=(r.err or r.out)[-2000:])
-        facts: dict[str, Any] = json.loads(r.out)
-        if "failed" in facts:
+        facts = guestmsg.read(contract.IoFacts, "ioprobe.py", r.out)
+        if facts.failed:
             return _setup_failed(facts, cell)
         raw = _json_part(g.read_file(fio_out).decode())
         # The raw outputs stay beside the run log: fio's JSON, the probe's facts, the trace.
@@ -175,9 +176,9 @@ class Workload(lifecycle.Observed):
             shutil.rmtree(out)  # an earlier attempt of this item (resume)
         out.mkdir(parents=True)
         (out / "fio.json").write_text(raw)
-        (out / "probe.json").write_text(json.dumps(facts, indent=1))
+        (out / "probe.json").write_text(json.dumps(facts.to_dict(), indent=1))
         trace = self._fetch_trace(g, out) if sc.blktrace else None
-        return measured(facts, json.loads(raw), trace, g.accelerator, kernel)
+        return measured(facts.to_dict(), json.loads(raw), trace, g.accelerator, kernel)
 
     def _fetch_trace(self, g: Guest, out: Path) -> dict[str, Any]:
         names = g.run(["ls", GUEST_TRACE_DIR], check=True).out.split()
@@ -210,16 +211,16 @@ def _json_part(text: str) -> str:
     return text[i:] if i >= 0 else text
 
 
-def _setup_failed(facts: dict[str, Any], cell: IoCell) -> dict[str, Any]:
-    step: dict[str, Any] = next((s for s in facts["steps"] if s["step"] == facts["failed"]), {})
-    err = (step.get("err") or step.get("out") or "").strip()
-    where = f"cell {cell.name()!r}: step {facts['failed']}"
-    if facts["failed"] == "zpool-create" and "property" in err:
+def _setup_failed(facts: contract.IoFacts, cell: IoCell) -> dict[str, Any]:
+    step: dict[str, Any] = next((s for s in facts.steps if s["step"] == facts.failed), {})
+    err = (step.get("stderr") or step.get("output") or "").strip()
+    where = f"cell {cell.name()!r}: step {facts.failed}"
+    if facts.failed == "zpool-create" and "property" in err:
         where += f" (ZFS properties {cell.properties})"
     return {
         "outcome": str(Outcome.HARNESS_ERROR),
         "error": f"{where}: {err[-500:]}",
-        "steps": facts["steps"],
+        "steps": facts.steps,
     }
 
 
@@ -230,7 +231,8 @@ def measured(
     accelerator: str,
     kernel: str,
 ) -> dict[str, Any]:
-    """The stored metrics of one measured item."""
+    """The stored metrics of one measured item, from ``facts`` as stored beside the run
+    (probe.json: ``contract.IoFacts.to_dict()``, or an older probe's dict)."""
     jobs = iometrics.fio_jobs(fio)
     sp = iometrics.space(facts.get("space", {}))
     snaps = facts.get("snapshots", [])

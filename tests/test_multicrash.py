@@ -17,6 +17,7 @@ from harness.errors import InputError
 from harness.experiments.zfs import crash, parse
 from harness.experiments.zfs import record as zfs_record
 from harness.experiments.zfs.settings import Experiment, ZfsScenario
+from harness.guest.contract import ZfsRound
 from harness.outcome import Outcome
 from harness.record.logwrites import FLUSH, FUA, Log, open_log
 from harness.replay.honest import intervals, label_regions
@@ -168,9 +169,9 @@ def test_marks_must_agree(tmp_path: Path) -> None:
 
 def test_required_at_marks_excludes_what_the_next_round_touches() -> None:
     rounds = [
-        {"round": 1, "files": {"f000": "a", "f001": "b"}, "touched": ["f000", "f001"]},
-        {"round": 2, "files": {"f000": "c", "f001": "b"}, "touched": ["f000"]},
-        {"round": 3, "files": {"f000": "c"}, "touched": ["f001"]},
+        ZfsRound(round=1, files={"f000": "a", "f001": "b"}, touched=["f000", "f001"]),
+        ZfsRound(round=2, files={"f000": "c", "f001": "b"}, touched=["f000"]),
+        ZfsRound(round=3, files={"f000": "c"}, touched=["f001"]),
     ]
     req = zfs_record.required_at_marks(rounds)
     assert req[MKFS_MARK] == {}

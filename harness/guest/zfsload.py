@@ -20,7 +20,16 @@ import json
 import os
 import random
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import runner  # type: ignore[import-not-found]  # beside us in the guest
+
+if TYPE_CHECKING:
+    from harness.guest import contract
+else:
+    contract = runner.contract
 
 
 def _digest(path: str) -> str:
@@ -31,7 +40,9 @@ def _digest(path: str) -> str:
     return h.hexdigest()
 
 
-def do_round(root: str, seed: int, n: int, files: int, max_size: int, ops: int) -> dict[str, Any]:
+def do_round(
+    root: str, seed: int, n: int, files: int, max_size: int, ops: int
+) -> contract.ZfsRound:
     rng = random.Random(f"{seed}:{n}")
     touched: list[str] = []
     for _ in range(ops):
@@ -53,10 +64,10 @@ def do_round(root: str, seed: int, n: int, files: int, max_size: int, ops: int) 
         for name in sorted(os.listdir(root))
         if name.startswith("f") and os.path.isfile(os.path.join(root, name))
     }
-    return {"round": n, "files": state, "touched": sorted(set(touched))}
+    return contract.ZfsRound(round=n, files=state, touched=sorted(set(touched)))
 
 
-def verify(root: str, required: dict[str, str]) -> dict[str, Any]:
+def verify(root: str, required: dict[str, str]) -> contract.ZfsVerify:
     missing: list[str] = []
     mismatched: list[str] = []
     for name, want in sorted(required.items()):
@@ -68,12 +79,12 @@ def verify(root: str, required: dict[str, str]) -> dict[str, Any]:
             continue
         if got != want:
             mismatched.append(name)
-    return {
-        "ok": not missing and not mismatched,
-        "checked": len(required),
-        "missing": missing,
-        "mismatched": mismatched,
-    }
+    return contract.ZfsVerify(
+        ok=not missing and not mismatched,
+        checked=len(required),
+        missing=missing,
+        mismatched=mismatched,
+    )
 
 
 def main() -> int:
@@ -90,12 +101,13 @@ def main() -> int:
     v.add_argument("--root", required=True)
     v.add_argument("--required", required=True, help="JSON file: {name: sha256}")
     a = ap.parse_args()
+    out: contract.Message
     if a.cmd == "round":
         out = do_round(a.root, a.seed, a.round, a.files, a.max_size, a.ops)
     else:
         with open(a.required) as f:
             out = verify(a.root, json.load(f))
-    json.dump(out, sys.stdout)
+    sys.stdout.write(out.to_json())
     return 0
 
 

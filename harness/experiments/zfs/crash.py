@@ -55,11 +55,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import guestmsg
 from harness.check.guest import in_guests
 from harness.experiments import lifecycle
 from harness.experiments.zfs import parse, pool, zdb
 from harness.experiments.zfs.record import Recording, record_pool
 from harness.experiments.zfs.settings import CrashSpec, ZfsScenario
+from harness.guest import contract
 from harness.outcome import Outcome, reduce
 from harness.record import logwrites
 from harness.record import recorder as record
@@ -180,7 +182,11 @@ def _check_one(
             ],
             timeout=timeout,
         )
-        verify = json.loads(v.out) if v.exitcode == 0 else {"ok": False, "error": v.err[-500:]}
+        verify = (
+            guestmsg.read(contract.ZfsVerify, "zfsload.py verify", v.out).to_dict()
+            if v.exitcode == 0
+            else {"ok": False, "error": v.err[-500:]}
+        )
     else:
         out.append(f"zfs mount: exit {m.exitcode}\n{(m.err or m.out).strip()}")
     t = time.monotonic()

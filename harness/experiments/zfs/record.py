@@ -13,15 +13,16 @@ of one round are one moment of the whole pool.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import guestmsg
 from harness.experiments.zfs import pool
 from harness.experiments.zfs.settings import ZfsScenario
+from harness.guest import contract
 from harness.record import recorder as record
 from harness.replay.crashstates import MKFS_MARK
 from harness.vm.backend import Disk, GuestSpec, start_guest
@@ -63,14 +64,14 @@ class Recording:
         )
 
 
-def required_at_marks(rounds: Sequence[dict[str, Any]]) -> dict[str, dict[str, str]]:
+def required_at_marks(rounds: Sequence[contract.ZfsRound]) -> dict[str, dict[str, str]]:
     """The oracle: at ``crashlab:zsync:n``, every file after round n that round n+1 does
     not touch (the crash may fall anywhere in round n+1); nothing at mkfs."""
     out: dict[str, dict[str, str]] = {MKFS_MARK: {}}
     for i, r in enumerate(rounds):
-        nxt = set(rounds[i + 1]["touched"]) if i + 1 < len(rounds) else set()
-        out[f"{ZSYNC_PREFIX}{r['round']}"] = {
-            name: sha for name, sha in r["files"].items() if name not in nxt
+        nxt = set(rounds[i + 1].touched) if i + 1 < len(rounds) else set()
+        out[f"{ZSYNC_PREFIX}{r.round}"] = {
+            name: sha for name, sha in r.files.items() if name not in nxt
         }
     return out
 
@@ -89,7 +90,7 @@ def record_pool(rdir: Path, sc: ZfsScenario, seed: int) -> Recording:
                 f.truncate(size)
             disks.append(record.log_disk(path, name) if name.startswith("zl") else Disk(path, name))
     seconds: dict[str, float] = {}
-    rounds: list[dict[str, Any]] = []
+    rounds: list[contract.ZfsRound] = []
     spec = GuestSpec(disks=tuple(disks), memory_mb=sc.memory_mb, command_timeout=sc.timeout)
     t = time.monotonic()
     with start_guest(spec) as g:
@@ -146,7 +147,7 @@ def record_pool(rdir: Path, sc: ZfsScenario, seed: int) -> Recording:
                 ],
                 timeout=sc.timeout,
             )
-            rounds.append(json.loads(out))
+            rounds.append(guestmsg.read(contract.ZfsRound, "zfsload.py round", out))
             step("sync", ["zpool", "sync", pool.POOL])
             mark(f"{ZSYNC_PREFIX}{n}")
         step("export", ["zpool", "export", pool.POOL])

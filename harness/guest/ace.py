@@ -29,13 +29,18 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import opgen  # type: ignore[import-not-found]  # beside us in the guest
 import runner  # type: ignore[import-not-found]
 from oracle import FORMAT, parent  # type: ignore[import-not-found]
+
+if TYPE_CHECKING:
+    from harness.guest import contract
+else:
+    contract = runner.contract
 
 Op: Any = opgen.Op
 
@@ -469,7 +474,7 @@ def cmd_record(a: argparse.Namespace) -> int:
             result["error"] = lost if said else "a disk failed"
             result["kernel"] = [*disks, *said][:20]
     result["seconds"] = round(time.monotonic() - start, 3)
-    print(json.dumps(result))
+    print(contract.AceRecord(**result).to_json())
     return 0
 
 

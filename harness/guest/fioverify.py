@@ -31,7 +31,10 @@ import json
 import os
 import struct
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.guest import contract
 
 MAGIC = 0xACCA
 VERIFY_MD5 = 2  # fio's verify.h: VERIFY_NONE, VERIFY_HDR_ONLY, VERIFY_MD5, ...
@@ -148,12 +151,16 @@ def verify(
 
 
 def main(argv: list[str]) -> int:
-    """``fioverify.py ROOT ORACLE MARK``: the report as JSON (the recorder's check of the
-    oracle's premise on the live filesystem)."""
+    """``fioverify.py ROOT ORACLE MARK``: the report, a ``contract.FioPremise`` (the
+    recorder's check of the oracle's premise on the live filesystem)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import runner  # type: ignore[import-not-found]  # beside us; checkstate imports us
+
     root, path, mark = argv
     with open(path) as f:
         oracle = json.load(f)
-    json.dump(verify(root, oracle, mark), sys.stdout)
+    premise: contract.FioPremise = runner.contract.FioPremise(verdict=verify(root, oracle, mark))
+    sys.stdout.write(premise.to_json())
     return 0
 
 

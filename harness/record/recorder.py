@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import filesystems, proc
+from harness import filesystems, guestmsg, proc
 from harness.config import fiojob as fiojobrules
 from harness.config.crash import FsSpec
 from harness.errors import HarnessError, InputError
-from harness.guest import runner
+from harness.guest import contract, runner
 from harness.record import fiojob, fsstress, logwrites
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
@@ -357,7 +357,8 @@ def _run_fio(
     if oracle:
         path = f"{GUEST_DIR}/oracle.json"
         guest.write_file(path, json.dumps(oracle).encode())
-        said = json.loads(step("fio-premise", [*FIOVERIFY, MOUNTPOINT, path, final]))
+        out = step("fio-premise", [*FIOVERIFY, MOUNTPOINT, path, final])
+        said = guestmsg.read(contract.FioPremise, "fioverify.py", out).verdict
         if not said["ok"]:
             raise HarnessError(
                 "the fio job did not write every block of its sections once with a verify"

@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from harness import guestmsg
 from harness.config.crash import FsSpec
 from harness.errors import HarnessError, InputError
+from harness.guest import contract
 from harness.record import logwrites
 from harness.record import recorder as record
 from harness.replay.replayer import data_extents
@@ -93,7 +95,7 @@ def record_batch(
         disks=(Disk(dut, "dut"), record.log_disk(logdisk, "log")),
         command_timeout=timeout,
     )
-    results: list[dict[str, Any]] = []
+    results: list[contract.AceRecord] = []
     seconds: dict[str, float] = {}
     with start_guest(spec) as guest:
         seconds["boot"] = guest.boot_seconds()
@@ -122,10 +124,10 @@ def record_batch(
                     f"recording workload {w['id']} failed in the guest ({r.exitcode})",
                     detail=(r.err or r.out)[-3000:],
                 )
-            results.append(json.loads(r.out))
+            results.append(guestmsg.read(contract.AceRecord, "ace.py record", r.out))
             progress(i + 1)
         record.check_log_errors(guest)
-    seconds["record"] = sum(float(r["seconds"]) for r in results)
+    seconds["record"] = sum(r.seconds for r in results)
     for i, (w, res) in enumerate(zip(workloads, results, strict=True)):
         _keep(rdir, w, res, logdisk, i * log_size, log_size, size)
     dut.unlink()
@@ -146,7 +148,7 @@ def _which(w: dict[str, Any]) -> list[str]:
 def _keep(
     rdir: Path,
     w: dict[str, Any],
-    res: dict[str, Any],
+    res: contract.AceRecord,
     logdisk: Path,
     offset: int,
     length: int,
@@ -156,7 +158,7 @@ def _keep(
     its facts written last (they say the folder is complete)."""
     d = folder(rdir, w["id"])
     d.mkdir(parents=True, exist_ok=True)
-    if res["status"] == "recorded":
+    if res.status == "recorded":
         cut_region(logdisk, offset, length, d / "log.raw")
         try:
             with logwrites.open_log(d / "log.raw") as lg:
@@ -164,17 +166,17 @@ def _keep(
         except InputError as e:
             # The guest said it recorded, the log says otherwise: the lab's failure,
             # kept as this workload's (a harness error), never the run's bad input.
-            res = {**res, "status": "failed", "error": f"its log: {e.message}"}
+            res = replace(res, status="failed", error=f"its log: {e.message}")
         else:
             os.truncate(d / "log.raw", used)
-            (d / "oracle.json").write_text(json.dumps(res["oracle"]))
+            (d / "oracle.json").write_text(json.dumps(res.oracle))
     facts = {
         **w,
-        "status": res["status"],
-        "error": res.get("error") or (res.get("oracle") or {}).get("error"),
-        "seconds": res["seconds"],
+        "status": res.status,
+        "error": res.error or (res.oracle or {}).get("error"),
+        "seconds": res.seconds,
         "device_size": size,
-        **({"kernel": res["kernel"]} if res.get("kernel") else {}),
+        **({"kernel": res.kernel} if res.kernel else {}),
     }
     _write_facts(d, facts)
 

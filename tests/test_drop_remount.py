@@ -3,6 +3,7 @@ scenario's bad input, and (vm) the whole experiment on a real guest with dm-flak
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,11 @@ from harness.experiments.faults.dropremount import (
     judge_drop,
     sync_points,
 )
+from harness.guest.contract import EXCERPT, DropPoint
 from harness.image import build as image
 from harness.store.db import Store
+from tests.guestfacts import command
+from tests.guestfacts import facts as checked
 
 
 def load(*sets: str) -> Any:
@@ -78,33 +82,22 @@ def test_combined_verdict_keeps_findings_and_flags_disagreement() -> None:
 
 
 def test_a_failed_setup_step_is_the_labs_not_a_finding() -> None:
-    facts = {
-        "at": 3,
-        "steps": [{"step": "mkfs", "rc": 1, "out": "mkfs.ext4: bad option"}],
-        "failed": "mkfs",
-    }
+    mkfs = command(rc=1, output="mkfs.ext4: bad option").as_step("mkfs")
+    facts = DropPoint(at=3, mark="crashlab:sync:3", steps=[mkfs], failed="mkfs")
     r = judge_drop(facts)
     assert r["outcome"] == "harness_error" and "bad option" in r["error"]
-    never = {"at": 3, "steps": [], "switched": False, "check": {}}
+    never = DropPoint(at=3, mark="crashlab:sync:3", steps=[], switched=False, check=checked())
     assert judge_drop(never)["outcome"] == "harness_error"
 
 
 def test_drop_facts_are_judged_like_a_replayed_state() -> None:
-    ok = {"rc": 0, "seconds": 0.1, "output": ""}
-    facts = {
-        "at": 2,
-        "steps": [],
-        "switched": True,
-        "check": {
-            "mount": ok,
-            "verify": {"ok": False, "missing": ["d0/f1"], "mark": "crashlab:sync:2"},
-            "umount": ok,
-            "fsck": ok,
-        },
-    }
+    lost = {"ok": False, "missing": ["d0/f1"], "mark": "crashlab:sync:2"}
+    facts = DropPoint(
+        at=2, mark="crashlab:sync:2", steps=[], switched=True, check=checked(verify=lost)
+    )
     r = judge_drop(facts)
     assert r["outcome"] == "data_loss" and "d0/f1" in r["note"] and r["seconds"] == 0.1
-    facts["check"]["verify"] = {"ok": True}
+    facts = replace(facts, check=checked(verify={"ok": True}))
     assert judge_drop(facts)["outcome"] == "consistent"
 
 
@@ -158,7 +151,7 @@ def test_the_guest_program_reads_a_long_json_report_whole() -> None:
     from harness.guest import dropremount as guest
 
     r = guest.runner.run(["python3", "-c", "import json; print(json.dumps({'x': 'y' * 5000}))"], 30)
-    assert len(r.record()["out"]) == 1500 and r.stdout.startswith('{"x"')
+    assert len(r.record().output) == EXCERPT and r.stdout.startswith('{"x"')
     assert len(r.stdout) > 5000
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from harness.guest import runner
+from harness.guest import contract, runner
 
 GUEST = Path(runner.__file__).parent
 
@@ -15,9 +16,12 @@ GUEST = Path(runner.__file__).parent
 def test_a_command_s_record() -> None:
     r = runner.run(["sh", "-c", "echo out; echo err >&2; exit 3"], 30)
     assert (r.rc, r.stdout, r.stderr, r.timed_out) == (3, "out\n", "err\n", False)
-    rec = r.record(5, key="output")
-    assert rec["argv"][0] == "sh" and rec["rc"] == 3 and rec["output"] == "\nerr\n"
-    assert isinstance(rec["seconds"], float)
+    rec = r.record()
+    assert rec.argv[0] == "sh" and rec.rc == 3 and rec.output == "out\nerr\n"
+    assert isinstance(rec.seconds, float)
+    # one tail for every program: the contract's
+    long = runner.run(["sh", "-c", "head -c 5000 /dev/zero | tr '\\0' x"], 30).record()
+    assert len(long.output) == contract.EXCERPT
 
 
 def test_merge_keeps_the_order_the_command_printed_in() -> None:
@@ -31,7 +35,7 @@ def test_a_timeout_kills_and_says_so_with_the_output_so_far() -> None:
     assert time.monotonic() - t0 < 10
     assert r.rc == -1 and r.timed_out and r.stdout == "started\n"
     # check/guest.py reads a timed-out mount by this marker
-    assert runner.TIMED_OUT in r.record()["out"]
+    assert runner.TIMED_OUT in r.record().output
 
 
 def test_the_environment_keeps_udev_out_of_dmsetup() -> None:
@@ -70,7 +74,8 @@ def test_a_check_under_a_failed_disk_is_the_lab_s_failure_even_if_the_mount_fail
     from harness.check.guest import judge
     from harness.outcome import Outcome
 
-    refused = {"mount": {"rc": 32, "seconds": 0.1, "output": "mount: wrong fs type"}}
+    said = contract.Command(argv=["mount"], rc=32, seconds=0.1, output="mount: wrong fs type")
+    refused = contract.CheckFacts(mount=said)
     assert judge(refused).outcome is Outcome.MOUNT_FAILED
-    r = judge({**refused, "disk_errors": [HOST_FAILED]})
+    r = judge(replace(refused, disk_errors=[HOST_FAILED]))
     assert r.outcome is Outcome.HARNESS_ERROR and "dev vdc" in r.output

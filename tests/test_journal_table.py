@@ -7,13 +7,14 @@ texts are the kernel's own (fs/ext4/super.c "recovery complete", fs/jbd2/recover
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from harness.check import guest as guestcheck
+from harness.guest.contract import CheckFacts
 from harness.outcome import Outcome
 from harness.report import journal as _journal  # noqa: F401  (registers the table)
 from harness.report import query
 from harness.store.db import CheckResult, CrashState, LogInfo, RunKind, RunStatus, Store
+from tests.guestfacts import facts
 
 REPLAYED = ["EXT4-fs (vdb): recovery complete", "EXT4-fs (vdb): mounted filesystem"]
 REFUSED = [
@@ -22,10 +23,9 @@ REFUSED = [
 ]
 
 
-def _facts(kmsg: list[str], rc: int = 0) -> dict[str, Any]:
-    ok = {"rc": 0, "seconds": 0.1, "output": ""}
+def _facts(kmsg: list[str], rc: int = 0) -> CheckFacts:
     mount = {"rc": rc, "seconds": 0.2, "output": "x" * 3000 if rc == 0 else "wrong fs type"}
-    return {"mount": mount, "umount": ok, "fsck": ok, "kmsg": kmsg}
+    return facts(mount=mount, kmsg=kmsg)
 
 
 def test_the_mounts_kernel_messages_end_the_output_whole() -> None:

@@ -17,6 +17,7 @@ from harness.check import host
 from harness.errors import GuestAgentError, HarnessError
 from harness.experiments import lifecycle
 from harness.experiments.crash.experiment import CrashReplay
+from harness.guest.contract import CheckFacts
 from harness.outcome import Outcome, Tallied, tally
 from harness.proc import run
 from harness.store.db import (
@@ -29,6 +30,7 @@ from harness.store.db import (
     Stage,
     Store,
 )
+from tests import guestfacts
 
 LOG = LogInfo("abc", "/tmp/w.log", 10, 1, 1, 1, 0, 4096)
 
@@ -241,9 +243,7 @@ def test_asking_ext2_for_durable_names_is_bad_input_unless_findings_are_expected
     assert sc.expect == "findings"
 
 
-def _facts(**kw: Any) -> dict[str, Any]:
-    ok = {"rc": 0, "seconds": 0.1, "output": ""}
-    return {"mount": ok, "umount": ok, "fsck": ok, **kw}
+_facts = guestfacts.facts
 
 
 @pytest.mark.parametrize(
@@ -278,7 +278,7 @@ def _facts(**kw: Any) -> dict[str, Any]:
     ],
 )
 def test_guest_facts_are_judged_without_blaming_the_filesystem_for_the_lab(
-    facts: dict[str, Any], outcome: Outcome
+    facts: CheckFacts, outcome: Outcome
 ) -> None:
     assert guestcheck.judge(facts).outcome is outcome
 

@@ -35,7 +35,8 @@ from harness.store.model import Judged
 _JUDGES = (
     "check/host.py",
     "check/guest.py",
-    *(f"guest/{m}.py" for m in ("checkstate", "oracle", "fioverify", "apppat", "sqlitepat")),
+    *(f"guest/{m}.py" for m in ("checkstate", "contract", "oracle", "fioverify", "apppat")),
+    "guest/sqlitepat.py",
 )
 _HARNESS = Path(__file__).resolve().parents[2]
 

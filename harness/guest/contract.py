@@ -89,8 +89,11 @@ def _decode(kind: Any, data: Any, path: str) -> Any:
         options = typing.get_args(kind)
         if data is None and type(None) in options:
             return None
+        given = [o for o in options if o is not type(None)]
+        if len(given) == 1:  # X | None: X's own error, which names the field inside it
+            return _decode(given[0], data, path)
         errors = []
-        for option in (o for o in options if o is not type(None)):
+        for option in given:
             try:
                 return _decode(option, data, path)
             except ContractError as e:

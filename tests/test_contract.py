@@ -1,0 +1,312 @@
+"""harness/guest/contract.py: every message between the guest programs and the host
+round-trips, and one that breaks the contract -- a field unknown, missing, mistyped, of
+another version, or no JSON at all -- is named as such; on the host it is a harness
+failure (exit 3) naming the program, the field and what the guest printed, never a
+finding and never a traceback."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import guestmsg
+from harness.check import guest as guestcheck
+from harness.errors import EXIT_HARNESS, GuestMessageError
+from harness.guest import contract
+from harness.guest.contract import ContractError, Message
+from harness.outcome import Outcome
+from harness.vm.agent import ExecResult
+from tests.guestfacts import command
+
+GUEST = Path(contract.__file__).parent
+RAN = command(rc=0, output="ok")
+USAGE = contract.Usage(
+    files=3, dirs=1, inodes_used=15, inodes_total=64, blocks_used=9, block_size=4096
+)
+FACTS = contract.CheckFacts(
+    dev="/dev/vdb",
+    before_mount=None,
+    mount=RAN,
+    kmsg=["EXT4-fs (vdb): recovery complete"],
+    verify={"ok": False, "missing": ["d0/f1"]},
+    classes=[{"target": "db", "violated": False}],
+    umount=RAN,
+    fsck=command(rc=4, output="damage"),
+    repair=RAN,
+    fsck_after_repair=RAN,
+)
+# One of each message, every field set to something other than its default.
+SAMPLES: dict[type[Message], Message] = {
+    contract.Command: RAN,
+    contract.Step: RAN.as_step("mkfs"),
+    contract.CheckRequest: contract.CheckRequest(
+        dev="/dev/vdb",
+        fs="ext4",
+        mount_opts="data=journal",
+        mountpoint="/mnt/x",
+        oracle="/tmp/o.json",
+        mark="crashlab:sync:2",
+        exact=True,
+        timeout=30.0,
+    ),
+    contract.CheckFacts: FACTS,
+    contract.AceRecord: contract.AceRecord(
+        index=7, status="recorded", seconds=1.5, oracle={"format": "x"}, error="", kernel=["k"]
+    ),
+    contract.FioPremise: contract.FioPremise(verdict={"ok": True, "blocks": {"new": 8}}),
+    contract.ZfsRound: contract.ZfsRound(round=2, files={"f000": "ab"}, touched=["f000"]),
+    contract.ZfsVerify: contract.ZfsVerify(ok=False, checked=3, missing=["f1"], mismatched=[]),
+    contract.Usage: USAGE,
+    contract.Populated: contract.Populated(
+        mkfs=RAN, mount=RAN, fallocate=command(rc=1), populate_seconds=2.5, usage=USAGE
+    ),
+    contract.Churning: contract.Churning(pid=4242),
+    contract.Stopped: contract.Stopped(stopped=True, was_running=True, seconds=0.2),
+    contract.Replayed: contract.Replayed(
+        mount=RAN, before_mount=RAN, usage=USAGE, umount=RAN, disk_errors=["x"], kernel_log=["y"]
+    ),
+    contract.WorkloadEnd: contract.WorkloadEnd(
+        complete=False, error="op 3", final_mark="crashlab:sync:1"
+    ),
+    contract.DropPoint: contract.DropPoint(
+        at=2,
+        mark="crashlab:sync:2",
+        steps=[RAN.as_step("mkfs")],
+        workload=contract.WorkloadEnd(complete=True, error=None, final_mark=None),
+        switched=True,
+        check=FACTS,
+        failed="",
+    ),
+    contract.DropResult: contract.DropResult(points=[]),
+    contract.EioFacts: contract.EioFacts(
+        steps=[{"step": "fsync-1", "errno": 5, "error": "EIO", "seconds": 0.1}],
+        kernel_log=["Buffer I/O error"],
+    ),
+    contract.DustFacts: contract.DustFacts(
+        fs="zfs",
+        commands={"create": RAN},
+        layout="mirror",
+        bad_disk=1,
+        sha_before=["a"],
+        sha_after=["a"],
+        scrub_seconds=3.0,
+        status="{}",
+        file_block=9,
+        read={"errno": 0},
+    ),
+    contract.IoFacts: contract.IoFacts(
+        fs="btrfs",
+        steps=[{"step": "fio", "rc": 0}],
+        failed="",
+        seconds=9.5,
+        cpu={"busy_pct": 50.0},
+        snapshots=[{"n": 1}],
+        space={"df": "1 2 3"},
+    ),
+}
+
+
+def _all_messages() -> set[type[Message]]:
+    found: set[type[Message]] = set()
+    todo = list(Message.__subclasses__())
+    while todo:
+        kind = todo.pop()
+        found.add(kind)
+        todo += kind.__subclasses__()
+    return found
+
+
+def test_every_message_has_a_sample() -> None:
+    assert _all_messages() == set(SAMPLES)
+
+
+@pytest.mark.parametrize("kind", SAMPLES, ids=lambda k: k.__name__)
+def test_every_message_round_trips(kind: type[Message]) -> None:
+    sample = SAMPLES[kind]
+    assert isinstance(sample, kind)
+    assert kind.from_json(sample.to_json()) == sample
+    assert kind.from_dict(json.loads(json.dumps(sample.to_dict()))) == sample
+
+
+@pytest.mark.parametrize("kind", SAMPLES, ids=lambda k: k.__name__)
+def test_an_unknown_field_is_refused_by_name(kind: type[Message]) -> None:
+    data = {**SAMPLES[kind].to_dict(), "surprise": 1}
+    with pytest.raises(ContractError, match="unknown field") as e:
+        kind.from_dict(data)
+    assert e.value.field == f"{kind.__name__}.surprise"
+
+
+@pytest.mark.parametrize("kind", SAMPLES, ids=lambda k: k.__name__)
+def test_every_missing_field_is_refused_by_name(kind: type[Message]) -> None:
+    data = SAMPLES[kind].to_dict()
+    for name in data:
+        with pytest.raises(ContractError, match="missing field") as e:
+            kind.from_dict({k: v for k, v in data.items() if k != name})
+        assert e.value.field == f"{kind.__name__}.{name}"
+
+
+def test_a_nested_field_is_named_by_its_path() -> None:
+    data = FACTS.to_dict()
+    data["mount"] = {**data["mount"], "rc": "0"}
+    with pytest.raises(ContractError, match="expected int") as e:
+        contract.CheckFacts.from_dict(data)
+    assert e.value.field == "CheckFacts.mount.rc"
+    point = SAMPLES[contract.DropPoint].to_dict()
+    point["steps"][0].pop("output")
+    with pytest.raises(ContractError) as e:
+        contract.DropPoint.from_dict(point)
+    assert e.value.field == "DropPoint.steps[0].output"
+
+
+def test_types_are_checked_not_coerced() -> None:
+    data = RAN.to_dict()
+    with pytest.raises(ContractError, match="expected a number"):
+        contract.Command.from_dict({**data, "seconds": "1.5"})
+    with pytest.raises(ContractError, match="expected int"):
+        contract.Command.from_dict({**data, "rc": True})  # a bool is no exit status
+    with pytest.raises(ContractError, match="expected a list"):
+        contract.Command.from_dict({**data, "argv": "mount /dev/vdb"})
+    with pytest.raises(ContractError, match="expected an object"):
+        contract.CheckFacts.from_dict([])
+    # JSON has one kind of number: a whole float is still a float
+    assert contract.Command.from_dict({**data, "seconds": 2}).seconds == 2.0
+
+
+def test_another_version_is_refused() -> None:
+    data = {**SAMPLES[contract.Stopped].to_dict(), "version": contract.VERSION + 1}
+    with pytest.raises(ContractError, match="this side reads") as e:
+        contract.Stopped.from_dict(data)
+    assert e.value.field == "Stopped.version"
+
+
+def test_the_old_argv_request_is_refused_clearly() -> None:
+    """A host that still sends checkstate an argv list gets an error, not a check."""
+    with pytest.raises(ContractError, match="expected an object"):
+        contract.CheckRequest.from_json(json.dumps(["--dev", "/dev/vdb", "--fs", "ext4"]))
+
+
+@pytest.mark.parametrize(
+    ("printed", "field"),
+    [
+        ("Traceback (most recent call last):\n  ...\nKeyError: 'rc'", "Stopped"),
+        ('{"stopped": true, "was_running": true, "seconds": 0.1}', "Stopped.version"),
+        ('{"stopped": true, "was_running": true, "seconds": 0.1, "version": 1, "x": 2}',
+         "Stopped.x"),
+    ],
+)  # fmt: skip
+def test_an_unreadable_answer_is_a_harness_failure_naming_program_field_output(
+    printed: str, field: str
+) -> None:
+    with pytest.raises(GuestMessageError) as e:
+        guestmsg.read(contract.Stopped, "recoveryload.py stop", printed)
+    err = e.value
+    assert err.exit_status == EXIT_HARNESS
+    assert (err.program, err.field) == ("recoveryload.py stop", field)
+    assert err.message.startswith(
+        f"recoveryload.py stop answered what the host cannot read: {field}"
+    )
+    assert printed[:40] in (err.detail or "")
+
+
+def test_a_long_unreadable_answer_keeps_its_head_and_its_tail() -> None:
+    printed = "{" + "x" * 5000 + "END"
+    with pytest.raises(GuestMessageError) as e:
+        guestmsg.read(contract.IoFacts, "ioprobe.py", printed)
+    detail = e.value.detail or ""
+    assert detail.count("x") < 1300 and "{x" in detail and detail.endswith("END")
+
+
+class _Guest:
+    """What check/guest._check_one asks of a guest: a disk's path and one command."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    def disk(self, serial: str) -> str:
+        return f"/dev/disk/by-id/virtio-{serial}"
+
+    def run(self, argv: list[str], timeout: float) -> ExecResult:
+        self.request = contract.CheckRequest.from_json(argv[4])
+        return ExecResult(argv, 0, self.out.encode(), b"", 0.5)
+
+
+def _check(out: str) -> guestcheck.CheckResult:
+    from harness.config.crash import FsSpec
+
+    it = guestcheck.Item("s1", Path("/nonexistent"), "crashlab:sync:1", exact=True)
+    guest: Any = _Guest(out)
+    r = guestcheck._check_one(guest, "s0", it, FsSpec(type="ext4"), True, 30.0)
+    assert guest.request.mark == "crashlab:sync:1" and guest.request.exact
+    return r
+
+
+def test_checkstate_facts_that_do_not_parse_are_that_states_harness_error() -> None:
+    said = json.dumps({"mount": {"rc": 0}, "verify": {"ok": False}})
+    r = _check(said)
+    assert r.outcome is Outcome.HARNESS_ERROR  # never data_loss, though verify says not ok
+    assert "checkstate.py answered what the host cannot read" in r.output
+    assert '"verify"' in r.output  # what the guest printed
+
+
+def test_checkstate_facts_that_parse_are_judged() -> None:
+    assert _check(FACTS.to_json()).outcome is Outcome.DATA_LOSS
+    serve = contract.CheckFacts(serve_error="Traceback ...\nValueError: boom").to_json()
+    r = _check(serve)
+    assert r.outcome is Outcome.HARNESS_ERROR and "boom" in r.output
+
+
+def test_the_contract_is_installed_beside_the_programs() -> None:
+    from harness.record import recorder
+
+    written: dict[str, bytes] = {}
+
+    class Fake:
+        def run(self, argv: list[str], check: bool = False) -> None:
+            pass
+
+        def write_file(self, path: str, data: bytes) -> None:
+            written[path] = data
+
+    guest: Any = Fake()
+    recorder.install_scripts(guest)
+    assert written[f"{recorder.GUEST_DIR}/contract.py"] == (GUEST / "contract.py").read_bytes()
+
+
+def test_a_program_answers_through_the_contract_without_the_harness(tmp_path: Path) -> None:
+    """In the guest there is no harness package: the programs find the contract beside
+    them (python -I: no PYTHONPATH, no harness)."""
+    for path in GUEST.glob("*.py"):
+        shutil.copy(path, tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-I", str(tmp_path / "recoveryload.py"), "stop", "--pid", "999999999"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    said = contract.Stopped.from_json(out.stdout)
+    assert said == contract.Stopped(stopped=True, was_running=False, seconds=0.0)
+
+
+def test_the_cli_exits_3_with_program_field_and_output_and_no_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.cli import lab, main
+
+    def unreadable(args: Any) -> int:
+        said = {"steps": [], "kernel_log": "EIO", "version": contract.VERSION}
+        guestmsg.read(contract.EioFacts, "eioprobe.py", json.dumps(said))
+        return 0
+
+    monkeypatch.setattr(lab, "cmd_list", unreadable)
+    assert main.main(["list"]) == EXIT_HARNESS
+    err = capsys.readouterr().err
+    assert "eioprobe.py answered what the host cannot read: EioFacts.kernel_log" in err
+    assert '"kernel_log": "EIO"' in err  # what it printed
+    assert "Traceback" not in err

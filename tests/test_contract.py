@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from harness import guestmsg
 from harness.check import guest as guestcheck
 from harness.errors import EXIT_HARNESS, GuestMessageError
 from harness.guest import contract
 from harness.guest.contract import ContractError, Message
 from harness.outcome import Outcome
+from harness.record import guestmsg
 from harness.vm.agent import ExecResult
 from tests.guestfacts import command
 

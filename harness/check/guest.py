@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness import guestmsg
 from harness.check.host import CheckResult
 from harness.config.crash import FsSpec
 from harness.errors import GuestError, GuestMessageError, GuestPanic, GuestTimeout, HarnessError
 from harness.guest import contract
 from harness.outcome import Outcome, reduce
+from harness.record import guestmsg
 from harness.record import recorder as record
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 

@@ -7,7 +7,7 @@ renamed field on either one -- as QEMU's QMP schema or syzkaller's ``rpctype`` d
 
 Decoding is strict: an unknown field, a missing one, a value of the wrong type or another
 ``version`` raises :class:`ContractError`, which names the field. The host turns it into
-a harness failure (``harness.guestmsg``), never a finding.
+a harness failure (``harness.record.guestmsg``), never a finding.
 
 A command's output crosses as the last :data:`EXCERPT` characters under ``output``: one
 size and one name for every program.

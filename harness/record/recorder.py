@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import filesystems, guestmsg, proc
+from harness import filesystems, proc
 from harness.config import fiojob as fiojobrules
 from harness.config.crash import FsSpec
 from harness.errors import HarnessError, InputError
 from harness.guest import contract, runner
-from harness.record import fiojob, fsstress, logwrites
+from harness.record import fiojob, fsstress, guestmsg, logwrites
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 DM_NAME = "crashlab-lw"

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from faults.dm import healthy_table_args
-from harness import guestmsg
 from harness.check import guest as guestcheck
 from harness.check.host import CheckResult
 from harness.config import crash as crashcfg
@@ -41,7 +40,7 @@ from harness.experiments.faults.experiment import Cell, FsyncEio
 from harness.experiments.faults.settings import FaultsScenario, FsCell
 from harness.guest import contract, opgen
 from harness.outcome import Outcome, is_harness, reduce
-from harness.record import logwrites
+from harness.record import guestmsg, logwrites
 from harness.replay import crashstates
 from harness.vm.backend import Guest
 

@@ -22,12 +22,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 from faults.dm import healthy_table_args
-from harness import guestmsg
 from harness.errors import GuestPanic, GuestTimeout, HarnessError
 from harness.experiments import lifecycle
 from harness.experiments.faults.settings import FaultsScenario, FsCell
 from harness.guest import contract
 from harness.outcome import Outcome
+from harness.record import guestmsg
 from harness.record import recorder as record
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 

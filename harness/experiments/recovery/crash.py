@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness import guestmsg
 from harness.errors import HarnessError
 from harness.experiments.recovery.settings import Cell, RecoveryScenario
 from harness.guest import contract
-from harness.record import logwrites
+from harness.record import guestmsg, logwrites
 from harness.record import recorder as record
 from harness.replay.replayer import Replayer
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest

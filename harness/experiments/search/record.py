@@ -17,11 +17,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness import guestmsg
 from harness.config.crash import FsSpec
 from harness.errors import HarnessError, InputError
 from harness.guest import contract
-from harness.record import logwrites
+from harness.record import guestmsg, logwrites
 from harness.record import recorder as record
 from harness.replay.replayer import data_extents
 from harness.vm.backend import Disk, GuestSpec, start_guest

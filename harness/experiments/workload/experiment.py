@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import guestmsg, paths, proc
+from harness import paths, proc
 from harness.errors import GuestPanic, GuestTimeout, HarnessError, InputError
 from harness.experiments import lifecycle
 from harness.experiments.workload import iometrics
 from harness.experiments.workload.settings import IoCell, WorkloadScenario
 from harness.guest import contract
 from harness.outcome import Outcome
-from harness.record import blktrace
+from harness.record import blktrace, guestmsg
 from harness.record import recorder as record
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 

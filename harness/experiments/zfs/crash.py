@@ -55,7 +55,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import guestmsg
 from harness.check.guest import in_guests
 from harness.experiments import lifecycle
 from harness.experiments.zfs import parse, pool, zdb
@@ -63,7 +62,7 @@ from harness.experiments.zfs.record import Recording, record_pool
 from harness.experiments.zfs.settings import CrashSpec, ZfsScenario
 from harness.guest import contract
 from harness.outcome import Outcome, reduce
-from harness.record import logwrites
+from harness.record import guestmsg, logwrites
 from harness.record import recorder as record
 from harness.replay import multicrash
 from harness.replay import replayer as replay

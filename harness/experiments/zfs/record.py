@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import guestmsg
 from harness.experiments.zfs import pool
 from harness.experiments.zfs.settings import ZfsScenario
 from harness.guest import contract
+from harness.record import guestmsg
 from harness.record import recorder as record
 from harness.replay.crashstates import MKFS_MARK
 from harness.vm.backend import Disk, GuestSpec, start_guest

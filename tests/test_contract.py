@@ -292,6 +292,11 @@ def test_a_program_answers_through_the_contract_without_the_harness(tmp_path: Pa
     )
     said = contract.Stopped.from_json(out.stdout)
     assert said == contract.Stopped(stopped=True, was_running=False, seconds=0.0)
+    # every program imports there, and all of them share the one contract module
+    programs = sorted(p.stem for p in GUEST.glob("*.py") if p.stem != "__init__")
+    check = f"import sys; sys.path[:0] = ['.']; import {', '.join(programs)}"
+    check += "; assert checkstate.contract is runner.contract is contract"
+    subprocess.run([sys.executable, "-I", "-c", check], check=True, cwd=tmp_path)
 
 
 def test_the_cli_exits_3_with_program_field_and_output_and_no_traceback(

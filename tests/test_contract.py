@@ -254,6 +254,17 @@ def test_checkstate_facts_that_do_not_parse_are_that_states_harness_error() -> N
     assert '"verify"' in r.output  # what the guest printed
 
 
+def test_a_state_checked_without_its_oracle_asks_for_no_mark() -> None:
+    from harness.config.crash import FsSpec
+
+    it = guestcheck.Item("s1", Path("/nonexistent"), "crashlab:sync:1", exact=True)
+    guest = _Guest(FACTS.to_json())
+    anyguest: Any = guest
+    guestcheck._check_one(anyguest, "s0", it, FsSpec(type="ext4"), False, 30.0)
+    asked = guest.request
+    assert (asked.oracle, asked.mark, asked.exact) == ("", "", False)
+
+
 def test_checkstate_facts_that_parse_are_judged() -> None:
     assert _check(FACTS.to_json()).outcome is Outcome.DATA_LOSS
     serve = contract.CheckFacts(serve_error="Traceback ...\nValueError: boom").to_json()

@@ -150,7 +150,7 @@ def _check_one(
         mount_opts=",".join(fs.all_mount_options()),
         timeout=timeout,
         oracle=oracle_path(it.oracle) if verify else "",
-        mark=it.mark or "" if verify else "",
+        mark=(it.mark or "") if verify else "",
         exact=it.exact and verify,
     )
     r = guest.run(["sh", "-c", ASK, "sh", request.to_json(), SERVER], timeout=timeout * 4 + 30)

@@ -325,7 +325,7 @@ def perform(root: str, op: Op, noop_sync: bool = False, fds: dict[str, int] | No
     elif k == "rename":
         os.rename(p, os.path.join(root, op.dst))
     elif k == "link":
-        os.link(p, os.path.join(root, op.dst))
+        os.link(p, os.path.join(root, op.dst), follow_symlinks=False)  # link(2): the link itself
     elif k == "unlink":
         os.unlink(p)
     elif k == "mkdir":

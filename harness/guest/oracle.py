@@ -72,8 +72,9 @@ Rules, per mark n (``marks[i]`` in the oracle file):
    kept, fsync commits the whole inode, its link count included: an inode whose last
    name was removed is committed unlinked, so the names removed from it stay gone (an
    fsync'd unlinked-but-open file does not come back). A held directory's fsync is that
-   directory's fsync while it exists; a removed one's promises nothing. O_TMPFILE +
-   linkat: a new inode, named at linkat (rule 10).
+   directory's fsync while it exists; once removed, the same holds as for a file: its
+   fsync commits it removed, and its name stays gone (fstests generic/792 expects it of
+   ext4, xfs and btrfs). O_TMPFILE + linkat: a new inode, named at linkat (rule 10).
 15. renameat2: RENAME_NOREPLACE is rename to a free name; RENAME_EXCHANGE swaps what two
    names refer to in one step, neither name durable until its directory is synced (a
    crash before shows the old pair, which no durable requirement forbids).
@@ -176,6 +177,7 @@ class Model:
         # by its path (None once removed).
         self.handles: dict[str, Inode | str | None] = {}
         self.removed_ino: dict[str, int] = {}  # a removed file name -> its inode
+        self.held_removed: dict[str, str] = {}  # a held directory removed -> its old path
 
     def _new_inode(self) -> Inode:
         inode = Inode(self._next_ino, data_durable=self.fsync_names)
@@ -273,6 +275,7 @@ class Model:
             for fd, h in self.handles.items():
                 if h == op.path:
                     self.handles[fd] = None
+                    self.held_removed[fd] = op.path
         elif k == "fsync":
             self._fsynced(self.files[op.path], op.path)
         elif k == "fdatasync":
@@ -360,8 +363,14 @@ class Model:
             self._fsynced(inode, None)
         elif k in ("fsync_fd", "fdatasync_fd"):
             d = self.handles[op.fd]
-            if isinstance(d, str):  # a directory still there: its fsync (a removed one: none)
+            if isinstance(d, str):  # a directory still there: its fsync
                 self._dir_synced(d)
+            elif k == "fsync_fd" and self.fsync_names and op.fd in self.held_removed:
+                # A removed directory's inode committed with its link count 0 (rule 14).
+                path = self.held_removed[op.fd]
+                if path in self.removed:
+                    self.removed.discard(path)
+                    self.gone.add(path)
 
     def _exchange(self, op: Any) -> None:
         """renameat2(RENAME_EXCHANGE): both names stay, each now names the other's

@@ -1,5 +1,5 @@
 """Workload files (issue 37): the format, its errors, the new ops run against real files,
-and the oracle's rules 12-16 -- each checked against trees a crash could and could not
+and the oracle's rules 13-17 -- each checked against trees a crash could and could not
 leave."""
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def test_a_removed_directorys_fsync_commits_its_removal(tmp_path: Path) -> None:
     steps = "mkdir d1\nmkdir d1/d2\nmkdir d3\nsync\nchmod d1 0700\nfsync d1\n"
     steps += "rename d1/d2 d3/d2\nopen fd d1\nrmdir d1\nfsync_fd fd\n"
     o = run(tmp_path / "r", steps)
-    assert "d1" in at(o, 3)["absent"]  # committed removed, as a file's unlink (rule 14)
+    assert "d1" in at(o, 3)["absent"]  # committed removed, as a file's unlink (rule 15)
     assert "d1" not in at(run(tmp_path / "p", steps, fsync_names=False), 3)["absent"]
     # A held directory that still exists: its fsync is that directory's fsync.
     held = run(
@@ -215,3 +215,25 @@ def test_a_snapshots_files_are_required_only_after_sync(tmp_path: Path) -> None:
     assert "snap/f" not in model.durable_files()
     model.apply(opgen.Op("sync"))
     assert model.durable_files()["snap/f"]["sha256"] == model.durable_files()["s/f"]["sha256"]
+
+
+def test_a_failure_says_which_promise_it_broke(tmp_path: Path) -> None:
+    """Profiles: the journaled filesystems' fsync makes the name it went through
+    durable; POSIX does not. A lost name of that kind broke the stronger promise alone,
+    lost fsync'd data under a synced name broke POSIX."""
+    o = run(
+        tmp_path / "r",
+        "mkdir d\nsync\nwrite d/a 0 4K\nfsync d/a\nwrite d/b 0 4K\nfsync d\nfsync d/b\n",
+    )
+    assert o["profile"] == "fsync-names"
+    state = tmp_path / "s"
+    shutil.copytree(tmp_path / "r", state)
+    os.unlink(state / "d" / "a")  # durable only through fsync(d/a): the stronger promise
+    got = oracle.verify(str(state), o, "crashlab:sync:2", exact=True)
+    assert (got["missing"], got["promise"]) == (["d/a"], "fsync-names")
+    with open(state / "d" / "b", "r+b") as f:  # named by fsync(d), data by fsync(d/b)
+        f.write(b"torn")
+    got = oracle.verify(str(state), o, "crashlab:sync:4", exact=True)
+    assert got["promise"] == "posix"
+    assert oracle.verify(str(tmp_path / "r"), o, "crashlab:sync:4", exact=True)["promise"] is None
+    assert run(tmp_path / "p", "write a 0 1\nfsync a\n", fsync_names=False)["profile"] == "posix"

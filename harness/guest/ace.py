@@ -105,7 +105,7 @@ HANDLE = "@"
 
 def extended_cores() -> list[Core]:
     """``ace-x``'s classes beyond ACE's: the operations this year's real bugs needed
-    (harness/guest/opfile.py's, oracle rules 12-15), after ACE's own in the same space."""
+    (harness/guest/opfile.py's, oracle rules 13-16), after ACE's own in the same space."""
     out = [Core("symlink", "symlink", n, target="foo") for n in NEW]
     out += [Core("rename-dir-out", "rename", "A/C", "C"), Core("rmdir-held", "rmdir-held", "A/C")]
     out += [Core("exchange", "exchange", "foo", "A/foo")]

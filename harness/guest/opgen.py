@@ -36,6 +36,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import runner  # type: ignore[import-not-found]  # beside us in the guest
 from oracle import (  # type: ignore[import-not-found]
     FORMAT,
+    PROFILES,
+    Floor,
     PERSIST_OPS,
     SYNC_OPS,
     SYNCED_WRITES,
@@ -476,6 +478,9 @@ def execute(
     """
     model = Model(fsync_names)
     rec = Recorder()
+    # The POSIX floor beside the journaled filesystems' promise, so that a finding can
+    # say which one broke (oracle.py: "profiles").
+    floor = Floor() if fsync_names else None
     log: list[dict[str, Any]] = []
     error: str | None = None
     fds: dict[str, int] = {}  # a workload file's held descriptors
@@ -483,6 +488,8 @@ def execute(
     def step(op: Op) -> None:
         paths, inodes = model.touches(op)
         rec.touch(op, paths, inodes)
+        if floor is not None:
+            floor.touch(op)
         entry = {"i": len(log), **op.describe()}
         log.append(entry)
         try:
@@ -492,12 +499,16 @@ def execute(
                 f"op {entry['i']} {op.kind} {op.path!r}: {e.strerror}", e.errno
             ) from None
         model.apply(op)
+        if floor is not None:
+            floor.model.apply(op)
         if op.kind in PERSIST_OPS:
             if flush_after_sync and not noop_sync:
                 flush_device(dm_name)
             text = f"{MARK_PREFIX}{len(rec.marks) + 1 + (rec.pending is not None)}"
             emit_mark(mark_cmd, dm_name, text)
             rec.mark(model, text, entry["i"])
+            if floor is not None:
+                floor.rec.mark(floor.model, text, entry["i"])
             entry["mark"] = text
             if on_mark is not None:
                 on_mark(text)
@@ -523,7 +534,10 @@ def execute(
         for fd in fds.values():
             os.close(fd)
     rec.settle()
+    if floor is not None:
+        floor.label(rec.marks)
     return {
+        "profile": PROFILES[fsync_names],
         "marks": rec.marks,
         "final_mark": final_mark,
         "ops": log,

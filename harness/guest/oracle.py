@@ -57,16 +57,16 @@ Rules, per mark n (``marks[i]`` in the oracle file):
    it was, at every state during and after it. The block exchange is journaled; a
    state that shows other bytes lost data a defragmenter promised not to touch.
 
-12. Symbolic links (``symlink``): the target is the link's data, written with its inode
+13. Symbolic links (``symlink``): the target is the link's data, written with its inode
    in the transaction that makes the name; once the name is durable (rule 1's name rules:
    its directory's fsync or sync -- a link cannot be fsync'd through its name, open(2)
    follows it) the link must exist and read back its target (readlink), not what it
    points at.
-13. Mode and owner (``mode``, ``owner``): a file's chmod / chown is durable once sync, or
+14. Mode and owner (``mode``, ``owner``): a file's chmod / chown is durable once sync, or
    fsync of the file where rule 1's name promise is kept (fsync commits the whole
    inode), returned after it. fdatasync does not cover them (not needed to read the
    data, as rule 8). Times (``utimes``) are not checked: every write changes them too.
-14. Held descriptors (``open``, ``tmpfile``; ``fsync_fd``, ``write_fd``): fsync through a
+15. Held descriptors (``open``, ``tmpfile``; ``fsync_fd``, ``write_fd``): fsync through a
    descriptor is fsync of its inode (rule 1's data promise), whatever names it has now;
    it makes no name durable (it was fsync'd through none). Where rule 1's name promise is
    kept, fsync commits the whole inode, its link count included: an inode whose last
@@ -75,13 +75,15 @@ Rules, per mark n (``marks[i]`` in the oracle file):
    directory's fsync while it exists; once removed, the same holds as for a file: its
    fsync commits it removed, and its name stays gone (fstests generic/792 expects it of
    ext4, xfs and btrfs). O_TMPFILE + linkat: a new inode, named at linkat (rule 10).
-15. renameat2: RENAME_NOREPLACE is rename to a free name; RENAME_EXCHANGE swaps what two
+16. renameat2: RENAME_NOREPLACE is rename to a free name; RENAME_EXCHANGE swaps what two
    names refer to in one step, neither name durable until its directory is synced (a
    crash before shows the old pair, which no durable requirement forbids).
-16. btrfs subvolumes are directories to the namespace (rule 9); a snapshot is a new
+17. btrfs subvolumes are directories to the namespace (rule 9); a snapshot is a new
    directory holding new inodes with the source's contents as they were. Its name is
    durable like a new directory's; its files are required only after a sync (no rule
    of the kernel's says the snapshot ioctl makes them durable).
+
+(Rule 12 is fio's, docs/verdicts.md and fioverify.py.)
 
 After the final mark nothing changes: a state cut after ``crashlab:umount`` or at the end
 of the log (``dm-log-writes-end``) requires what the final mark requires, exactly.
@@ -112,7 +114,7 @@ PERSIST_OPS = SYNC_OPS | frozenset(SYNCED_WRITES)
 CONTENT_KEEPING = frozenset({"defrag"})
 # Ops that change a file's bytes the way a write does (a direct or mmap'ed write).
 WRITE_OPS = frozenset({"write", "append", "overwrite", "dwrite", "mwrite", *SYNCED_WRITES})
-# Ops that change an inode's metadata alone (rules 12 and 13).
+# Ops that change an inode's metadata alone (rules 13 and 14).
 INODE_META_OPS = frozenset({"chmod", "chown", "utimes"})
 # Ops on a descriptor the workload holds (``open``, ``tmpfile``) rather than on a name.
 HANDLE_OPS = frozenset({"open", "close", "tmpfile", "write_fd", "fsync_fd", "fdatasync_fd"})
@@ -140,9 +142,9 @@ class Inode:
     xattrs_used: bool = False  # ever set: only then are they required (rule 8)
     version: int = 0
     names_changed: int = 0  # op count of the last create / link / unlink / rename
-    symlink: str | None = None  # a symbolic link's target (rule 12)
-    perm: int | None = None  # set by chmod: then required once durable (rule 13)
-    owner: tuple[int, int] | None = None  # set by chown (rule 13)
+    symlink: str | None = None  # a symbolic link's target (rule 13)
+    perm: int | None = None  # set by chmod: then required once durable (rule 14)
+    owner: tuple[int, int] | None = None  # set by chown (rule 14)
     meta_durable: bool = True
     _digest: tuple[int, str] | None = None
 
@@ -304,7 +306,7 @@ class Model:
             return
         # Where fsync commits the whole inode (rule 1's filesystems), its attributes,
         # mode and owner go with it (rules 8, 13); and an inode with no name left is
-        # committed with its link count 0: its removed names stay gone (rule 14).
+        # committed with its link count 0: its removed names stay gone (rule 15).
         inode.xattrs_durable = inode.meta_durable = True
         if path is not None:
             self.file_name_durable[path] = True
@@ -319,7 +321,7 @@ class Model:
         k = op.kind
         if k in HANDLE_OPS:
             self._apply_handle(op)
-        elif k == "symlink":  # rule 12: an inode whose "data" is its target
+        elif k == "symlink":  # rule 13: an inode whose "data" is its target
             link = self._new_inode()
             link.symlink = op.target
             self.files[op.path] = link
@@ -366,7 +368,7 @@ class Model:
             if isinstance(d, str):  # a directory still there: its fsync
                 self._dir_synced(d)
             elif k == "fsync_fd" and self.fsync_names and op.fd in self.held_removed:
-                # A removed directory's inode committed with its link count 0 (rule 14).
+                # A removed directory's inode committed with its link count 0 (rule 15).
                 path = self.held_removed[op.fd]
                 if path in self.removed:
                     self.removed.discard(path)
@@ -619,6 +621,37 @@ class Recorder:
         self._either = {}
 
 
+# The promises a run is judged by: POSIX alone (fsync makes a file's data durable, a
+# directory's fsync or sync its names), or the journaled filesystems' (ext3/ext4 with a
+# journal, xfs, btrfs, jfs, f2fs, reiserfs): fsync also makes the name it was called
+# through durable and commits the whole inode (rules 1, 8, 10, 14, 15).
+PROFILES = {False: "posix", True: "fsync-names"}
+
+
+class Floor:
+    """What POSIX alone requires at each mark, beside a stronger profile's model: a
+    failed requirement the floor also makes broke POSIX; one it does not, only the
+    stronger promise."""
+
+    def __init__(self) -> None:
+        self.model = Model(fsync_names=False)
+        self.rec = Recorder()
+
+    def touch(self, op: Any) -> None:
+        paths, inodes = self.model.touches(op)
+        self.rec.touch(op, paths, inodes)
+
+    def label(self, marks: list[dict[str, Any]]) -> None:
+        """Give each of the stronger profile's ``marks`` the names POSIX requires there
+        (``posix``; ``posix_exact``: and when cut exactly at it)."""
+        self.rec.settle()
+        for entry, low in zip(marks, self.rec.marks, strict=True):
+            entry["posix"] = sorted({*low["files"], *low["prefixes"], *low["either"]} | {
+                *low["absent"], *(d + "/" for d in low["dirs"])})  # fmt: skip
+            exact = low["exact"]
+            entry["posix_exact"] = sorted({*exact["files"], *exact["absent"]})
+
+
 def load_oracle(path: str) -> dict[str, Any]:
     try:
         with open(path) as f:
@@ -649,6 +682,20 @@ def user_xattrs(path: str) -> dict[str, str]:
     """A file's ``user.`` attributes, values in hex (what the oracle stores)."""
     names = sorted(n for n in os.listxattr(path) if n.startswith("user."))
     return {n: os.getxattr(path, n).hex() for n in names}
+
+
+def _promise(
+    oracle: dict[str, Any], req: dict[str, Any] | None, failed: set[str], exact: bool
+) -> str | None:
+    """Which promise a failed check broke: ``posix`` when POSIX alone required one of
+    the failed names, else the run's stronger profile (``fsync-names``)."""
+    if not failed or req is None:
+        return None
+    profile = str(oracle.get("profile", PROFILES[bool(oracle.get("fsync_names", True))]))
+    if "posix" not in req:
+        return profile  # a posix run, or an oracle from before profiles: its own
+    floor = {*req["posix"], *(req.get("posix_exact", []) if exact else [])}
+    return "posix" if failed & floor else profile
 
 
 def _meta_ok(st: os.stat_result, want: dict[str, Any]) -> bool:
@@ -692,7 +739,7 @@ def verify(
 
     def content(path: str, want: dict[str, Any], limit: int | None = None) -> None:
         full = os.path.join(root, path)
-        if "symlink" in want:  # rule 12: the link itself, never what it points at
+        if "symlink" in want:  # rule 13: the link itself, never what it points at
             if not os.path.islink(full):
                 missing.append(path)
             elif (got_target := os.readlink(full)) != want["symlink"]:
@@ -758,10 +805,12 @@ def verify(
             checked += 1
             if os.path.lexists(os.path.join(root, name)):
                 present.append(name)
+    failed = {*missing, *present, *(m["path"] for m in [*mismatched, *nlink])}
     return {
         "mark": mark,
         "exact": exact,
         "known": req is not None,
+        "promise": _promise(oracle, req, failed, exact or mark in AFTER_FINAL),
         "checked": checked,
         "missing": missing,
         "mismatched": mismatched,

@@ -3,7 +3,7 @@
 Held descriptors (``open``, ``tmpfile``, ``write_fd``, ``fsync_fd``, ``fdatasync_fd``,
 ``close``, ``linkat``), symbolic links, metadata-only changes (``chmod``, ``chown``,
 ``utimes``), renameat2's RENAME_NOREPLACE and RENAME_EXCHANGE, an O_DIRECT write with
-RWF_DSYNC, and btrfs subvolumes. The oracle's rules for each are rules 12-16 of
+RWF_DSYNC, and btrfs subvolumes. The oracle's rules for each are rules 13-17 of
 ``oracle.py``; the file format that names them is ``opfile.py``.
 """
 

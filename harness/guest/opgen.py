@@ -36,12 +36,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import runner  # type: ignore[import-not-found]  # beside us in the guest
 from oracle import (  # type: ignore[import-not-found]
     FORMAT,
-    PROFILES,
-    Floor,
     PERSIST_OPS,
+    PROFILES,
     SYNC_OPS,
     SYNCED_WRITES,
     WRITE_OPS,
+    Floor,
     Model,
     Recorder,
     UsageError,

@@ -237,3 +237,23 @@ def test_a_failure_says_which_promise_it_broke(tmp_path: Path) -> None:
     assert got["promise"] == "posix"
     assert oracle.verify(str(tmp_path / "r"), o, "crashlab:sync:4", exact=True)["promise"] is None
     assert run(tmp_path / "p", "write a 0 1\nfsync a\n", fsync_names=False)["profile"] == "posix"
+
+
+def test_ordered_metadata_keeps_what_came_before_the_fsyncd_change(tmp_path: Path) -> None:
+    """Rule 18 (generic/785's steps): the root's fsync keeps the new directory's entry
+    under the ordered-metadata profile; fsync-names requires only the root's entries."""
+    steps = "create file1\nsync\nwrite file1 0 1000\nfsync file1\nmkdir dir\n"
+    steps += "create dir/foo\nrename file1 file2\nfsync .\n"
+    plain = run(tmp_path / "a", steps)
+    assert "dir/foo" not in at(plain, 3)["files"] and "dir" in at(plain, 3)["dirs"]
+    o = run(tmp_path / "b", steps, ordered=True)
+    assert o["profile"] == "ordered-metadata"
+    assert "dir/foo" in at(o, 3)["files"] and "file1" in at(o, 3)["absent"]
+    state = tmp_path / "s"
+    shutil.copytree(tmp_path / "b", state)
+    os.unlink(state / "dir" / "foo")  # what 5630f7557de6's kernels left
+    got = oracle.verify(str(state), o, "crashlab:sync:3", exact=True)
+    assert (got["missing"], got["promise"]) == (["dir/foo"], "ordered-metadata")
+    # A file untouched since a sync: its fsync commits nothing, so nothing after it.
+    late = run(tmp_path / "c", "create a\nsync\ncreate b\nfsync a\n", ordered=True)
+    assert "b" not in at(late, 2)["files"]

@@ -276,6 +276,11 @@ class FileWorkload(Settings):
     noop_sync: bool = Field(
         False, description="a positive control: 'sync' without calling fsync; expect findings"
     )
+    ordered_metadata: bool = Field(
+        False,
+        description="judge by the ordered-metadata profile too: namespace ops persist in "
+        "order (oracle rule 18; ext4, xfs, and what btrfs's maintainers test against)",
+    )
 
     @model_validator(mode="after")
     def _read(self) -> FileWorkload:

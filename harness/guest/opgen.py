@@ -37,15 +37,15 @@ import runner  # type: ignore[import-not-found]  # beside us in the guest
 from oracle import (  # type: ignore[import-not-found]
     FORMAT,
     PERSIST_OPS,
-    PROFILES,
     SYNC_OPS,
     SYNCED_WRITES,
     WRITE_OPS,
-    Floor,
     Model,
     Recorder,
     UsageError,
+    floors,
     load_oracle,
+    profile_of,
     verify,
 )
 from syscalls import MORE_OPS, perform_more  # type: ignore[import-not-found]
@@ -466,6 +466,7 @@ def execute(
     noop_sync: bool = False,
     flush_after_sync: bool = False,
     on_mark: Callable[[str], None] | None = None,
+    ordered: bool = False,
 ) -> dict[str, Any]:
     """Run ops (given, or ``count`` drawn from ``generator``) and return the oracle body.
 
@@ -476,11 +477,10 @@ def execute(
     filesystem's missing flush from a rule of ours (the model does not change). The
     returned dict has ``marks``, ``final_mark``, ``ops``, ``complete`` and ``error``.
     """
-    model = Model(fsync_names)
+    model = Model(fsync_names, ordered)
     rec = Recorder()
-    # The POSIX floor beside the journaled filesystems' promise, so that a finding can
-    # say which one broke (oracle.py: "profiles").
-    floor = Floor() if fsync_names else None
+    # The weaker profiles beside the run's, so that a finding says which promise broke.
+    lower = floors(profile_of(fsync_names, ordered))
     log: list[dict[str, Any]] = []
     error: str | None = None
     fds: dict[str, int] = {}  # a workload file's held descriptors
@@ -488,7 +488,7 @@ def execute(
     def step(op: Op) -> None:
         paths, inodes = model.touches(op)
         rec.touch(op, paths, inodes)
-        if floor is not None:
+        for floor in lower:
             floor.touch(op)
         entry = {"i": len(log), **op.describe()}
         log.append(entry)
@@ -499,7 +499,7 @@ def execute(
                 f"op {entry['i']} {op.kind} {op.path!r}: {e.strerror}", e.errno
             ) from None
         model.apply(op)
-        if floor is not None:
+        for floor in lower:
             floor.model.apply(op)
         if op.kind in PERSIST_OPS:
             if flush_after_sync and not noop_sync:
@@ -507,7 +507,7 @@ def execute(
             text = f"{MARK_PREFIX}{len(rec.marks) + 1 + (rec.pending is not None)}"
             emit_mark(mark_cmd, dm_name, text)
             rec.mark(model, text, entry["i"])
-            if floor is not None:
+            for floor in lower:
                 floor.rec.mark(floor.model, text, entry["i"])
             entry["mark"] = text
             if on_mark is not None:
@@ -534,10 +534,10 @@ def execute(
         for fd in fds.values():
             os.close(fd)
     rec.settle()
-    if floor is not None:
+    for floor in lower:
         floor.label(rec.marks)
     return {
-        "profile": PROFILES[fsync_names],
+        "profile": profile_of(fsync_names, ordered),
         "marks": rec.marks,
         "final_mark": final_mark,
         "ops": log,
@@ -595,6 +595,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         fsync_names=args.fsync_names == "yes",
         noop_sync=args.noop_sync,
         flush_after_sync=args.flush_after_sync,
+        ordered=args.ordered_metadata,
     )
     oracle = oracle_doc(args, body)
     write_json(args.oracle, oracle)
@@ -648,6 +649,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--oracle", required=True, help="where to write the oracle JSON")
     r.add_argument("--ops-file", help="run these ops (JSON from opfile.py) instead of drawing")
+    r.add_argument(
+        "--ordered-metadata",
+        action="store_true",
+        help="judge by the ordered-metadata profile (oracle.py rule 18)",
+    )
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("verify", help="check a mounted crash state against the oracle")
     v.add_argument("--root", required=True)

@@ -83,6 +83,19 @@ Rules, per mark n (``marks[i]`` in the oracle file):
    durable like a new directory's; its files are required only after a sync (no rule
    of the kernel's says the snapshot ioctl makes them durable).
 
+18. Ordered metadata (profile ``ordered-metadata``, chosen per run): a namespace op
+   (create, link, unlink, rename, mkdir, rmdir, symlink) is durable once a file or
+   directory that changed after it is fsync'd -- one journal commits in order, so the
+   commit that makes the fsync'd inode's last change durable makes every earlier one
+   durable too. ext4 (data=ordered or journal, no fast commit) and xfs work this way;
+   btrfs's maintainers test against it (fstests generic/785: a directory's fsync keeps
+   the new subdirectory and its entry). Not POSIX, and not the default.
+
+Profiles: ``posix`` (rules without 1's name promise), ``fsync-names`` (the journaled
+filesystems' default) and ``ordered-metadata`` (and rule 18). A run's oracle says its
+profile and, per mark, what each weaker one requires (``floors``); a failed check says
+the weakest promise it broke (``promise``).
+
 (Rule 12 is fio's, docs/verdicts.md and fioverify.py.)
 
 After the final mark nothing changes: a state cut after ``crashlab:umount`` or at the end
@@ -165,8 +178,10 @@ def parent(path: str) -> str:
 class Model:
     """The namespace and contents the real file system should hold, with durability."""
 
-    def __init__(self, fsync_names: bool = True) -> None:
+    def __init__(self, fsync_names: bool = True, ordered: bool = False) -> None:
         self.fsync_names = fsync_names
+        # Rule 18 (profile ordered-metadata): namespace ops persist in order.
+        self.ordering = Ordering() if ordered and fsync_names else None
         self.files: dict[str, Inode] = {}
         self.file_name_durable: dict[str, bool] = {}
         self.dirs: dict[str, bool] = {"": True}
@@ -202,6 +217,14 @@ class Model:
         self.removed_ino[path] = inode.ino
 
     def apply(self, op: Any) -> None:
+        if self.ordering is not None and op.kind not in SYNC_OPS:
+            paths, inodes = self.touches(op)
+            self._apply(op)
+            self.ordering.after(self, paths, inodes)
+        else:
+            self._apply(op)
+
+    def _apply(self, op: Any) -> None:
         self.ops += 1
         k = op.kind
         if k == "create":
@@ -284,6 +307,8 @@ class Model:
             self.files[op.path].data_durable = True
         elif k == "fsync_dir":
             self._dir_synced(op.path)
+            if self.ordering is not None:
+                self.ordering.persist(self, self.ordering.dir_at.get(op.path, -1))
         elif k in ("sync", "syncfs"):  # syncfs: sync of this filesystem alone
             for inode in self.files.values():
                 inode.data_durable = inode.xattrs_durable = True
@@ -294,6 +319,8 @@ class Model:
             self.gone |= self.removed
             self.removed.clear()
             self.last_sync = self.ops
+            if self.ordering is not None:
+                self.ordering.pending.clear()
             for inode in self.files.values():
                 inode.meta_durable = True
         else:
@@ -308,6 +335,8 @@ class Model:
         # mode and owner go with it (rules 8, 13); and an inode with no name left is
         # committed with its link count 0: its removed names stay gone (rule 15).
         inode.xattrs_durable = inode.meta_durable = True
+        if self.ordering is not None:
+            self.ordering.persist(self, self.ordering.inode_at.get(inode.ino, -1))
         if path is not None:
             self.file_name_durable[path] = True
         elif inode not in self.files.values():
@@ -367,6 +396,8 @@ class Model:
             d = self.handles[op.fd]
             if isinstance(d, str):  # a directory still there: its fsync
                 self._dir_synced(d)
+                if self.ordering is not None and k == "fsync_fd":
+                    self.ordering.persist(self, self.ordering.dir_at.get(d, -1))
             elif k == "fsync_fd" and self.fsync_names and op.fd in self.held_removed:
                 # A removed directory's inode committed with its link count 0 (rule 15).
                 path = self.held_removed[op.fd]
@@ -544,6 +575,49 @@ class Model:
         return sorted(n for n in self.gone if self.dir_durable(parent(n)))
 
 
+class Ordering:
+    """Rule 18: on the ordered-metadata profile a namespace op (create, link, unlink,
+    rename, mkdir, rmdir, symlink) is durable once a file or directory changed after it
+    is fsync'd: one journal commits in order, so the commit that makes the fsync'd
+    inode's last change durable makes every earlier one durable too."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[int, str, str, Inode | None]] = []
+        self.inode_at: dict[int, int] = {}  # an inode -> the op that last changed it
+        self.dir_at: dict[str, int] = {}  # a directory -> the op that last changed its entries
+
+    def after(self, model: Model, paths: set[str], inodes: set[int]) -> None:
+        """Note what the op just applied (which changed ``paths`` and ``inodes``) did."""
+        for ino in inodes:
+            self.inode_at[ino] = model.ops
+        for p in paths:
+            self.dir_at[parent(p)] = model.ops
+            if p in model.files:
+                self.pending.append((model.ops, "name", p, model.files[p]))
+            elif p in model.dirs:
+                self.dir_at[p] = model.ops
+                self.pending.append((model.ops, "dir", p, None))
+            elif p in model.removed:
+                self.pending.append((model.ops, "gone", p, None))
+
+    def persist(self, model: Model, horizon: int) -> None:
+        """Every namespace op up to op ``horizon`` is durable (those since undone by a
+        later op no longer name what they made, and are passed over)."""
+        keep = []
+        for entry in self.pending:
+            i, kind, p, inode = entry
+            if i > horizon:
+                keep.append(entry)
+            elif kind == "name" and model.files.get(p) is inode:
+                model.file_name_durable[p] = True
+            elif kind == "dir" and p in model.dirs:
+                model.dirs[p] = True
+            elif kind == "gone" and p in model.removed:
+                model.removed.discard(p)
+                model.gone.add(p)
+        self.pending = keep
+
+
 class Recorder:
     """Keeps the marks; each mark's interval requirements are settled at the next one."""
 
@@ -625,16 +699,20 @@ class Recorder:
 # directory's fsync or sync its names), or the journaled filesystems' (ext3/ext4 with a
 # journal, xfs, btrfs, jfs, f2fs, reiserfs): fsync also makes the name it was called
 # through durable and commits the whole inode (rules 1, 8, 10, 14, 15).
-PROFILES = {False: "posix", True: "fsync-names"}
+PROFILES = ("posix", "fsync-names", "ordered-metadata")
+
+
+def profile_of(fsync_names: bool, ordered: bool = False) -> str:
+    return PROFILES[0] if not fsync_names else PROFILES[1 + ordered]
 
 
 class Floor:
-    """What POSIX alone requires at each mark, beside a stronger profile's model: a
-    failed requirement the floor also makes broke POSIX; one it does not, only the
-    stronger promise."""
+    """What a weaker profile requires at each mark, beside a stronger profile's model: a
+    failed requirement the floor also makes broke the weaker promise too."""
 
-    def __init__(self) -> None:
-        self.model = Model(fsync_names=False)
+    def __init__(self, profile: str) -> None:
+        self.profile = profile
+        self.model = Model(fsync_names=profile != "posix")
         self.rec = Recorder()
 
     def touch(self, op: Any) -> None:
@@ -642,14 +720,19 @@ class Floor:
         self.rec.touch(op, paths, inodes)
 
     def label(self, marks: list[dict[str, Any]]) -> None:
-        """Give each of the stronger profile's ``marks`` the names POSIX requires there
-        (``posix``; ``posix_exact``: and when cut exactly at it)."""
+        """Give each of the stronger profile's ``marks`` the names this profile requires
+        there (``floors[profile]``: and ``exact``, when cut exactly at it)."""
         self.rec.settle()
         for entry, low in zip(marks, self.rec.marks, strict=True):
-            entry["posix"] = sorted({*low["files"], *low["prefixes"], *low["either"]} | {
-                *low["absent"], *(d + "/" for d in low["dirs"])})  # fmt: skip
-            exact = low["exact"]
-            entry["posix_exact"] = sorted({*exact["files"], *exact["absent"]})
+            names = {*low["files"], *low["prefixes"], *low["either"], *low["absent"]}
+            names |= {d + "/" for d in low["dirs"]}
+            exact = sorted({*low["exact"]["files"], *low["exact"]["absent"]})
+            entry.setdefault("floors", {})[self.profile] = {"names": sorted(names), "exact": exact}
+
+
+def floors(profile: str) -> list[Floor]:
+    """The weaker profiles' floors of a run judged by ``profile``."""
+    return [Floor(p) for p in PROFILES[: PROFILES.index(profile)]]
 
 
 def load_oracle(path: str) -> dict[str, Any]:
@@ -687,15 +770,15 @@ def user_xattrs(path: str) -> dict[str, str]:
 def _promise(
     oracle: dict[str, Any], req: dict[str, Any] | None, failed: set[str], exact: bool
 ) -> str | None:
-    """Which promise a failed check broke: ``posix`` when POSIX alone required one of
-    the failed names, else the run's stronger profile (``fsync-names``)."""
+    """Which promise a failed check broke: the weakest profile that required one of the
+    failed names (``posix`` when POSIX alone did), else the run's own."""
     if not failed or req is None:
         return None
-    profile = str(oracle.get("profile", PROFILES[bool(oracle.get("fsync_names", True))]))
-    if "posix" not in req:
-        return profile  # a posix run, or an oracle from before profiles: its own
-    floor = {*req["posix"], *(req.get("posix_exact", []) if exact else [])}
-    return "posix" if failed & floor else profile
+    profile = str(oracle.get("profile", profile_of(bool(oracle.get("fsync_names", True)))))
+    for weaker, floor in req.get("floors", {}).items():  # weakest first
+        if failed & {*floor["names"], *(floor["exact"] if exact else [])}:
+            return str(weaker)
+    return profile
 
 
 def _meta_ok(st: os.stat_result, want: dict[str, Any]) -> bool:

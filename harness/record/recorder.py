@@ -54,6 +54,7 @@ class WorkloadSpec:
     procs: int | None = None  # "fsstress": processes (None: the guest's CPUs, at most 8)
     binary: str = ""  # "fsstress": the host's binary, copied into the guest
     ops_json: str = ""  # "file": the parsed ops (harness/guest/opfile.py), as JSON
+    ordered_metadata: bool = False  # judged by oracle rule 18 too
 
 
 @dataclass(frozen=True)
@@ -395,6 +396,7 @@ def _generator_argv(w: WorkloadSpec, seed: int, oracle_path: str, marks: list[st
     if w.type in ("ops", "file"):
         program = ["opgen.py", "run", "--ops", str(w.ops), "--max-size", str(w.max_size)]
         program += ["--ops-file", OPS_FILE] if w.type == "file" else []
+        program += ["--ordered-metadata"] if w.ordered_metadata else []
         program += ["--noop-sync"] if w.noop_sync else []
         program += ["--flush-after-sync"] if w.flush_after_sync else []
         program += ["--extended"] if w.extended else []

@@ -56,6 +56,7 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
             ops_json=json.dumps(w.ops(str(sc.fs.type))),
             fsync_names=bool(w.fsync_names),
             noop_sync=w.noop_sync,
+            ordered_metadata=w.ordered_metadata,
         )
     if isinstance(w, AppWorkload):
         return record.WorkloadSpec(

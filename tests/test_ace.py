@@ -42,8 +42,9 @@ def test_a_sample_is_seeded_sorted_and_bounded_by_the_space() -> None:
         ace.selection(1, ace.space(1) + 1, 1)
 
 
+@pytest.mark.parametrize("grammar", ace.GRAMMARS)
 def test_every_seq1_workload_holds_its_oracle_at_every_mark(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grammar: str
 ) -> None:
     """Run each seq-1 workload on this host's ext4 and snapshot the tree at each mark (a
     crash cut exactly there keeps what the tree held): whatever a mark requires must
@@ -57,12 +58,12 @@ def test_every_seq1_workload_holds_its_oracle_at_every_mark(
         subprocess.run(["cp", "-a", str(root), str(snaps[text])], check=True)
 
     monkeypatch.setattr(opgen, "emit_mark", snapshot)
-    for index in ace.selection(1, 0, 1):
+    for index in ace.selection(1, 0, 1, grammar=grammar):
         subprocess.run(["rm", "-rf", str(tmp_path)], check=True)
         root.mkdir(parents=True)
         snaps.clear()
-        body = opgen.execute(str(root), ace.ops_of(1, index))
-        label = ace.describe(1, index)["ops"]
+        body = opgen.execute(str(root), ace.ops_of(1, index, grammar))
+        label = ace.describe(1, index, grammar)["ops"]
         assert body["complete"], (label, body["error"])
         o = {"format": oracle.FORMAT, **body}
         for entry in body["marks"]:
@@ -111,3 +112,28 @@ def test_relog_keeps_workloads_acting_again_on_a_file_they_fsynced() -> None:
     picked = ace.selection(2, 0, 1, classes=["append", "link", "rename"], relog=True)
     assert picked and all(ace.relogs(ace.decode(2, i)) for i in picked)
     assert ace.selection(1, 0, 1, relog=True) == []
+
+
+def test_ace_x_adds_the_classes_real_bugs_need_and_keeps_aces_space() -> None:
+    """ace-x's exact counts (printed for the note) and its classes; ACE's own space and
+    indices are unchanged, so every stored ace workload keeps its meaning."""
+    assert (ace.space(1), ace.space(2)) == (213, 56445)
+    counts = {seq: ace.space(seq, "ace-x") for seq in (1, 2, 3)}
+    print("ace-x spaces:", counts, "valid seq-1:", len(ace.selection(1, 0, 1, grammar="ace-x")))
+    assert counts[1] == 281
+    new = {c.op_class for c in ace.cores("ace-x")} - {c.op_class for c in ace.cores()}
+    assert new == {
+        "truncate-zero", "chmod", "symlink", "exchange", "rename-noreplace", "rename-dir-out",
+        "unlink-held", "rmdir-held", "tmpfile-link",
+    }  # fmt: skip
+    assert ace.describe(1, 5, "ace-x")["id"] == "xseq1-000005"
+    assert ace.describe(1, 5, "ace-x")["ops"] == ace.describe(1, 5)["ops"]  # ACE's first
+
+
+def test_a_held_descriptors_fsync_follows_its_unlink() -> None:
+    held = next(
+        i for i in ace.selection(1, 0, 1, classes=["unlink-held"], grammar="ace-x")
+        if ace.describe(1, i, "ace-x")["persistence"] == "fsync_fd"
+    )  # fmt: skip
+    kinds = [op.kind for op in ace.ops_of(1, held, "ace-x")[-3:]]
+    assert kinds == ["open", "unlink", "fsync_fd"]

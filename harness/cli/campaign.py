@@ -26,8 +26,8 @@ from harness.config import campaign as config_campaign
 from harness.config import scenario
 from harness.config.campaign import Campaign, Element
 from harness.config.crash import parse_dask_target
-from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK
-from harness.report import mutants, runlog
+from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK, InputError
+from harness.report import knownbugs, mutants, runlog
 from harness.report.markup import cells, esc
 from harness.store.db import Store
 
@@ -77,6 +77,17 @@ def register(sub: Any) -> None:
     )
     mut.add_argument("--json", action="store_true")
     mut.set_defaults(func=cmd_mutants)
+    kb = csub.add_parser(
+        "known-bugs",
+        parents=[common],
+        help="the known-bugs table: each real bug x the kernel that has it, the fixed one, "
+        "the image's",
+        description="Exit 0: every bug caught where present and clean where fixed; 1: one "
+        "missed or found where it should be clean; bugs that do not reproduce are listed "
+        "with their reasons.",
+    )
+    kb.add_argument("--json", action="store_true")
+    kb.set_defaults(func=cmd_known_bugs)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -169,10 +180,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _mutant_reads(st: Store, lt: _Latest) -> list[mutants.Cell]:
-    reads = {
-        r.run_id: (st.account(r.run_id)[0], st.item_outcomes(r.run_id)) for r in lt.rows if r.run_id
-    }
-    return mutants.runs_of(lt.rows, reads)
+    return mutants.runs_of(lt.rows, _run_reads(st, lt))
 
 
 def cmd_mutants(args: argparse.Namespace) -> int:
@@ -198,6 +206,50 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         console.print(t)
         console.print(mutants.summary_line(d), markup=False)
     return EXIT_FINDING if d.gaps or d.false_alarms else EXIT_OK
+
+
+def _run_reads(st: Store, lt: _Latest) -> dict[str, tuple[outcome.Account, Any]]:
+    return {
+        r.run_id: (st.account(r.run_id)[0], st.item_outcomes(r.run_id)) for r in lt.rows if r.run_id
+    }
+
+
+def cmd_known_bugs(args: argparse.Namespace) -> int:
+    camp = config_campaign.load(args.file)
+    if not camp.bugs:
+        raise InputError(f"{args.file}: no [[bug]] tables", hint="e.g. campaigns/known-bugs.toml")
+    got = _latest(args, lambda st, lt: knownbugs.table(camp.bugs, lt.rows, _run_reads(st, lt)))
+    rows = got if got is not None else knownbugs.table(camp.bugs, [], {})
+    if args.json:
+        print(json.dumps([r.to_json() for r in rows], indent=2))
+    else:
+        console.print(_known_bugs_table(rows))
+        console.print(knownbugs.summary_line(rows), markup=False)
+    return EXIT_OK if all(r.as_expected for r in rows) else EXIT_FINDING
+
+
+_RESULT_STYLE = {"caught": "green", "clean": "green", "MISSED": "red", "FOUND": "red"}
+
+
+def _known_bugs_table(rows: Sequence[knownbugs.BugRow]) -> Table:
+    t = Table("bug", "fs", "fix", *knownbugs.ROLES, box=box.SIMPLE_HEAD)
+    for r in rows:
+        b = r.bug
+        cols = []
+        for role in knownbugs.ROLES:
+            v = r.verdicts.get(role)
+            if v is None:
+                cols.append("-")
+                continue
+            what = f"[{_RESULT_STYLE.get(v.result, 'yellow')}]{esc(v.result)}[/]"
+            more = f" {v.findings}/{v.states} states" if v.run_id else ""
+            more += f" {v.seconds:.0f} s" if v.seconds else ""
+            cols.append(f"{esc(v.kernel)}: {what}{esc(more)}")
+        fix = f"{b.commit[:12]} {b.title}" + (f" ({b.fstests})" if b.fstests else "")
+        if not b.reproduces:
+            fix += f"\nnot reproduced: {b.reason}"
+        t.add_row(esc(b.name), esc(b.fs), esc(fix), *cols)
+    return t
 
 
 def _accounts(

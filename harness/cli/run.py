@@ -22,6 +22,13 @@ def register(sub: Any, add_set_option: Any) -> None:
     add_set_option(p)
     p.add_argument("--seed", type=int, help="the scenario's seed: the same as --set seed=N")
     p.add_argument(
+        "--workload-file",
+        type=lambda s: Path(s).expanduser().resolve(),
+        metavar="FILE",
+        help="run these ops (one a line: harness/guest/opfile.py) instead of the scenario's"
+        " workload; the same as --set workload.type=file --set workload.path=FILE",
+    )
+    p.add_argument(
         "--db", type=Path, default=None, help="SQLite store (default results/lab.sqlite)"
     )
     p.add_argument(
@@ -68,9 +75,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         *(args.set or []),
         *([f"check.dask={args.dask}"] if args.dask else []),
         *backend.overrides(args),
+        *workload_file(args.workload_file),
     ]
     sc = scenario.load(args.name, scenario.seeded(sets, args.seed))
     return run_and_report(sc, args.db, fresh=args.fresh)
+
+
+def workload_file(path: Path | None) -> list[str]:
+    """``--workload-file``'s overrides."""
+    return ["workload.type=file", f"workload.path={path}"] if path else []
 
 
 def run_and_report(sc: Any, db: Path | None, *, fresh: bool) -> int:

@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -48,15 +48,62 @@ class RunSpec(Settings):
         return self
 
 
+class BugSpec(Settings):
+    """One ``[[bug]]`` of a known-bugs catalogue (``campaigns/known-bugs.toml``): a real,
+    fixed bug, its steps, the kernel package that has it and the first that has the fix.
+    It becomes elements: the buggy kernel (expect findings), the fixed one (expect clean)
+    and the image's own kernel (as ``image`` says)."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", description="a short slug")
+    fs: str
+    commit: str = Field(pattern=r"^[0-9a-f]{12,40}$", description="the upstream fix")
+    title: str = Field(min_length=1, description="the fix's subject line")
+    fstests: str = Field("", description="the fstests test that covers it, if any")
+    scenario: str = Field(description="the crash scenario the steps run in")
+    workload: str = Field(description="the workload file, relative to the campaign file")
+    buggy: str = Field(description="a kernel release that has the bug: 6.1.0-54-amd64")
+    fixed: str = Field(
+        "", description="the first kernel release that has the fix ('': none in reach)"
+    )
+    image: Literal["clean", "buggy", "skip"] = Field(
+        "clean", description="what the image's own kernel is expected to show"
+    )
+    symptom: str = Field(min_length=1, description="what a crash state shows on the buggy one")
+    set: tuple[str, ...] = Field((), description="--set overrides (mkfs options, states)")
+    reproduces: bool = Field(True, description="false: kept in the table with the reason")
+    reason: str = Field("", description="why it does not reproduce here (race, ENOSPC, ...)")
+
+    @model_validator(mode="after")
+    def _reason(self) -> BugSpec:
+        if not self.reproduces and not self.reason:
+            raise problem("a bug that does not reproduce needs its reason", key="reason")
+        return self
+
+    def elements(self, base: Path) -> list[tuple[str, tuple[str, ...]]]:
+        """(role, overrides) of each element: buggy, fixed, image."""
+        if not self.reproduces:
+            return []
+        steps = ("workload.type=file", f"workload.path={(base / self.workload).resolve()}")
+        out = [("buggy", (*steps, *self.set, f"kernel={self.buggy}", "expect=findings"))]
+        if self.fixed:
+            out.append(("fixed", (*steps, *self.set, f"kernel={self.fixed}", "expect=clean")))
+        if self.image != "skip":
+            expect = "findings" if self.image == "buggy" else "clean"
+            out.append(("image", (*steps, *self.set, f"expect={expect}")))
+        return out
+
+
 class CampaignFile(Settings):
-    """A campaign file: scenarios x a matrix of ``--set`` overrides x seeds."""
+    """A campaign file: scenarios x a matrix of ``--set`` overrides x seeds, and known
+    bugs (``[[bug]]``), each on the kernels that have and do not have it."""
 
     description: str = ""
     max_failures: int = Field(DEFAULT_MAX_FAILURES, gt=0)
     max_interruptions: int = Field(DEFAULT_MAX_INTERRUPTIONS, gt=0)
     stall_factor: float = Field(DEFAULT_STALL_FACTOR, gt=0)
     stall_floor: float = Field(DEFAULT_STALL_FLOOR, gt=0)
-    run: tuple[RunSpec, ...] = Field(min_length=1)
+    run: tuple[RunSpec, ...] = ()
+    bug: tuple[BugSpec, ...] = ()
     # Applied to every element before its own `set` (harness/config/vm.py).
     backend: Backend | None = Field(None, description="the VM backend of every element")
     libvirt_uri: str | None = Field(None, description="libvirt URI of every element")
@@ -79,6 +126,7 @@ class Element:
     scenario: str
     overrides: tuple[str, ...]
     seed: int | None
+    bug: tuple[str, str] | None = None  # a known bug's (name, role): not part of its key
 
     @property
     def key(self) -> str:
@@ -105,6 +153,7 @@ class Campaign:
     stall_factor: float = DEFAULT_STALL_FACTOR
     stall_floor: float = DEFAULT_STALL_FLOOR
     skipped: tuple[str, ...] = ()  # optional scenarios that do not exist (yet)
+    bugs: tuple[BugSpec, ...] = ()
 
     @property
     def spec_hash(self) -> str:
@@ -136,7 +185,7 @@ def load(path: Path, last: Sequence[str] = ()) -> Campaign:
         axes = [[f"{k}={_set_value(v)}" for v in values] for k, values in run.matrix.items()]
         for combo in itertools.product(*axes):
             overrides = (*f.vm_overrides(), *run.set, *combo, *last)
-            sc = _load_scenario(path, i, run.scenario, overrides)
+            sc = _load_scenario(path, f"run[{i}]", run.scenario, overrides)
             seeds = run.seeds or tuple(sc.seed + r for r in range(run.repetitions))
             for seed in seeds:
                 el = Element(len(elements), run.scenario, overrides, seed)
@@ -147,8 +196,17 @@ def load(path: Path, last: Sequence[str] = ()) -> Campaign:
                     )
                 seen.add(el.key)
                 elements.append(el)
+    for i, bug in enumerate(f.bug):
+        for role, overrides in bug.elements(path.parent):
+            where = f"bug[{i}] ({bug.name}, {role})"
+            sc = _load_scenario(path, where, bug.scenario, (*f.vm_overrides(), *overrides, *last))
+            el = Element(len(elements), bug.scenario, (*f.vm_overrides(), *overrides, *last),
+                         sc.seed, (bug.name, role))  # fmt: skip
+            elements.append(el)
     if not elements:
-        raise InputError(f"{path}: the campaign has no runs", hint="add a [[run]] table")
+        raise InputError(
+            f"{path}: the campaign has no runs", hint="add a [[run]] or a [[bug]] table"
+        )
     return Campaign(
         path.stem,
         path,
@@ -159,6 +217,7 @@ def load(path: Path, last: Sequence[str] = ()) -> Campaign:
         f.stall_factor,
         f.stall_floor,
         tuple(skipped),
+        f.bug,
     )
 
 
@@ -168,8 +227,8 @@ def _set_value(v: Any) -> str:
     return str(v)
 
 
-def _load_scenario(path: Path, i: int, name: str, overrides: Sequence[str]) -> Any:
+def _load_scenario(path: Path, where: str, name: str, overrides: Sequence[str]) -> Any:
     try:
         return scenario.load(name, overrides)
     except InputError as e:
-        raise InputError(f"{path}: run[{i}] ({name}): {e.message}", hint=e.hint) from None
+        raise InputError(f"{path}: {where} ({name}): {e.message}", hint=e.hint) from None

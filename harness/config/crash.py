@@ -16,6 +16,7 @@ from harness.config.base import ScenarioBase
 from harness.config.settings import Settings, Size, problem, size_text
 from harness.config.states import StateSpec
 from harness.errors import InputError
+from harness.guest import opfile
 
 if TYPE_CHECKING:
     pass
@@ -50,6 +51,7 @@ class WorkloadType(StrEnum):
     FIO = "fio"
     APP = "app"
     FSSTRESS = "fsstress"
+    FILE = "file"
 
 
 class Pattern(StrEnum):
@@ -259,7 +261,47 @@ class FsstressWorkload(Settings):
         return v
 
 
-Workload = OpsWorkload | FioWorkload | AppWorkload | FsstressWorkload
+class FileWorkload(Settings):
+    """A workload file (``harness/guest/opfile.py``): a bug report's steps, one op a line,
+    judged at every persistence point by the same oracle as the op generator's."""
+
+    type: Literal["file"]
+    path: str = Field("", description="the op file (relative paths: from the current directory)")
+    text: str = Field(
+        "", description="the ops themselves (filled from `path`; a run keeps what it ran)"
+    )
+    fsync_names: bool | None = Field(
+        None, description="require names made durable by a file fsync (default: per fs)"
+    )
+    noop_sync: bool = Field(
+        False, description="a positive control: 'sync' without calling fsync; expect findings"
+    )
+    ordered_metadata: bool = Field(
+        False,
+        description="judge by the ordered-metadata profile too: namespace ops persist in "
+        "order (oracle rule 18; ext4, xfs, and what btrfs's maintainers test against)",
+    )
+
+    @model_validator(mode="after")
+    def _read(self) -> FileWorkload:
+        if self.path and not self.text:
+            try:
+                text = Path(self.path).expanduser().read_text()
+            except OSError as e:
+                raise problem(
+                    f"{self.path}: {e.strerror}", "a file of ops, one a line", key="path"
+                ) from None
+            object.__setattr__(self, "text", text)
+        if not self.text:
+            raise problem("a file workload needs its ops", "set workload.path", key="path")
+        return self
+
+    def ops(self, fs: str) -> list[dict[str, Any]]:
+        """The parsed ops, checked for ``fs`` (``opfile.OpFileError`` when they are not)."""
+        return opfile.parse(self.text, fs)
+
+
+Workload = OpsWorkload | FioWorkload | AppWorkload | FsstressWorkload | FileWorkload
 
 
 def _workload_type(v: Any) -> str:
@@ -363,7 +405,8 @@ class Scenario(ScenarioBase):
         Annotated[OpsWorkload, Tag("ops")]
         | Annotated[FioWorkload, Tag("fio")]
         | Annotated[AppWorkload, Tag("app")]
-        | Annotated[FsstressWorkload, Tag("fsstress")],
+        | Annotated[FsstressWorkload, Tag("fsstress")]
+        | Annotated[FileWorkload, Tag("file")],
         Discriminator(_workload_type),
     ] = Field(default_factory=OpsWorkload)
     crash: CrashSpec = Field(default_factory=CrashSpec)
@@ -398,8 +441,12 @@ class Scenario(ScenarioBase):
         w = self.workload
         if isinstance(w, AppWorkload) and w.pattern == Pattern.E4DEFRAG:
             self._check_defrag()
-        if not isinstance(w, OpsWorkload):
+        if isinstance(w, FileWorkload):
+            self._check_file(w)
+        if not isinstance(w, OpsWorkload | FileWorkload):
             return self
+        if isinstance(w, FileWorkload):
+            return self._fsync_names(w)
         # Hard links share data, so files * max_size bounds the data; leave room for metadata.
         if w.files * w.max_size > self.fs.disk_size // 2:
             raise problem(
@@ -422,6 +469,22 @@ class Scenario(ScenarioBase):
                 "it is a positive control: declare expect = 'findings'",
                 key="workload.noop_sync",
             )
+        return self._fsync_names(w)
+
+    def _check_file(self, w: FileWorkload) -> None:
+        try:
+            w.ops(str(self.fs.type))
+        except opfile.OpFileError as e:
+            where = f"{w.path}: " if w.path else ""
+            raise problem(f"{where}{e}", e.hint or None, key="workload.path") from None
+        if w.noop_sync and self.expect != "findings":
+            raise problem(
+                "a workload that never really syncs can only lose data",
+                "it is a positive control: declare expect = 'findings'",
+                key="workload.noop_sync",
+            )
+
+    def _fsync_names(self, w: OpsWorkload | FileWorkload) -> Scenario:
         promised = self.fs.journaled
         if w.fsync_names is None:
             object.__setattr__(self, "workload", w.model_copy(update={"fsync_names": promised}))

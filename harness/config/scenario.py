@@ -116,6 +116,10 @@ def build(
             and any("^has_journal" in str(o) for o in fs.get("mkfs_options", ()))
         ):
             data["fs"] = {k: v for k, v in data["fs"].items() if k != "data_mode"}
+        # --set workload.type=file (--workload-file) on an op-generator scenario: the
+        # generator's keys went with its type; what was set stays.
+        if "workload.type" in touched and isinstance(data.get("workload"), dict):
+            data["workload"] = dict(given.get("workload", {}))
     full = {**data, "path": path, "extends": chain}
     # The seed has a value of its own in the run's parameters: how it was given (--seed,
     # --set seed=, a campaign's seeds) must not make two runs of one setting.

@@ -93,14 +93,41 @@ class Core:
     length: int = 0  # bytes of data (writes, xattr values)
     mode: str = ""
     name: str = ""
+    target: str = ""  # symlink
+    perm: int = 0  # chmod
 
     def label(self) -> str:
         args = ", ".join(a for a in (self.path, self.dst) if a)
         return f"{self.op_class}({args})"
 
 
-def cores() -> list[Core]:
-    """Every core op over the file set, in a fixed order."""
+GRAMMARS = ("ace", "ace-x")
+# Multi-op cores of ``ace-x``: a descriptor held across a namespace change, and O_TMPFILE
+# named by linkat (ops_of expands them; "@" is the core's descriptor).
+HELD = frozenset({"unlink-held", "rmdir-held", "tmpfile-link"})
+HANDLE = "@"
+
+
+def extended_cores() -> list[Core]:
+    """``ace-x``'s classes beyond ACE's: the operations this year's real bugs needed
+    (harness/guest/opfile.py's, oracle rules 13-16), after ACE's own in the same space."""
+    out = [Core("symlink", "symlink", n, target="foo") for n in NEW]
+    out += [Core("rename-dir-out", "rename", "A/C", "C"), Core("rmdir-held", "rmdir-held", "A/C")]
+    out += [Core("exchange", "exchange", "foo", "A/foo")]
+    out += [Core("tmpfile-link", "tmpfile-link", n, length=4 * KiB) for n in NEW]
+    for f in FILES:
+        out += [Core("truncate-zero", "truncate", f, size=0), Core("chmod", "chmod", f, perm=0o600)]
+        out += [Core("unlink-held", "unlink-held", f)]
+        out += [Core("rename-noreplace", "rename_noreplace", f, n) for n in NEW]
+    return out
+
+
+def cores(grammar: str = "ace") -> list[Core]:
+    """Every core op over the file set, in a fixed order (``ace-x``: and its classes)."""
+    return _ace_cores() + (extended_cores() if grammar == "ace-x" else [])
+
+
+def _ace_cores() -> list[Core]:
     out: list[Core] = [Core("creat", "create", n) for n in NEW]
     out += [Core("mkdir", "mkdir", d) for d in ("B", "A/D")]
     out += [Core("rmdir", "rmdir", "A/C"), Core("rename-dir", "rename", "A", "B")]
@@ -119,6 +146,13 @@ PERSIST_NONE = "none"
 def persistence(c: Core) -> list[tuple[str, str]]:
     """(persistence op, its path) choices after ``c``: fsync and fdatasync of the files
     it leaves, fsync of the directories it changed, and sync."""
+    if c.kind in ("unlink-held", "rmdir-held"):
+        fd = [("fsync_fd", HANDLE)] + (
+            [("fdatasync_fd", HANDLE)] if c.kind == "unlink-held" else []
+        )
+        return [*fd, ("fsync_dir", parent(c.path)), ("sync", "")]
+    if c.kind == "symlink":  # fsync(2) of a link's name would follow it
+        return [("fsync_dir", parent(c.path)), ("sync", "")]
     names = _names_after(c)
     files = [p for p in names if p in _FILE_NAMES]
     dirs = sorted(
@@ -134,38 +168,38 @@ _FILE_NAMES = frozenset((*FILES, *NEW))
 
 def _names_after(c: Core) -> list[str]:
     """The names ``c`` leaves that a persistence op can open."""
-    if c.kind in ("unlink", "rmdir"):
+    if c.kind in ("unlink", "rmdir", "unlink-held", "rmdir-held"):
         return []
-    if c.kind == "rename":
+    if c.kind in ("rename", "rename_noreplace"):
         return [c.dst]
-    if c.kind == "link":
+    if c.kind in ("link", "exchange"):
         return [c.path, c.dst]
     return [c.path]
 
 
 @functools.cache
-def units(last: bool) -> list[tuple[Core, tuple[str, str]]]:
+def units(last: bool, grammar: str = "ace") -> list[tuple[Core, tuple[str, str]]]:
     """The (core op, persistence op) pairs one digit of an index ranges over."""
     out = []
-    for c in cores():
+    for c in cores(grammar):
         choices = persistence(c) + ([] if last else [(PERSIST_NONE, "")])
         out += [(c, p) for p in choices]
     return out
 
 
-def space(seq: int) -> int:
+def space(seq: int, grammar: str = "ace") -> int:
     """Number of indices of ``seq`` ops (valid or not)."""
-    n = len(units(True))
+    n = len(units(True, grammar))
     for _ in range(seq - 1):
-        n *= len(units(False))
+        n *= len(units(False, grammar))
     return n
 
 
-def decode(seq: int, index: int) -> list[tuple[Core, tuple[str, str]]]:
+def decode(seq: int, index: int, grammar: str = "ace") -> list[tuple[Core, tuple[str, str]]]:
     """Workload ``index``'s ops: the last op is the least significant digit."""
-    if not 0 <= index < space(seq):
-        raise ValueError(f"index {index} is outside seq-{seq}'s {space(seq)} workloads")
-    last, other = units(True), units(False)
+    if not 0 <= index < space(seq, grammar):
+        raise ValueError(f"index {index} is outside seq-{seq}'s {space(seq, grammar)} workloads")
+    last, other = units(True, grammar), units(False, grammar)
     index, digit = divmod(index, len(last))
     picked = [last[digit]]
     for _ in range(seq - 1):
@@ -182,7 +216,7 @@ def valid(picked: Sequence[tuple[Core, tuple[str, str]]]) -> bool:
     for c, (pkind, ppath) in picked:
         if not _step(c, files, dirs):
             return False
-        if pkind in ("fsync", "fdatasync") and ppath not in files:
+        if pkind in ("fsync", "fdatasync") and files.get(ppath, -1) < 0:  # gone, or a link
             return False
         if pkind == "fsync_dir" and ppath not in dirs:
             return False
@@ -190,16 +224,17 @@ def valid(picked: Sequence[tuple[Core, tuple[str, str]]]) -> bool:
 
 
 def _step(c: Core, files: dict[str, int], dirs: set[str]) -> bool:
+    """Apply ``c`` to the names (file -> size; a symbolic link's size is -1)."""
     k = c.kind
-    if k in ("create", "mkdir"):
+    if k in ("create", "mkdir", "symlink", "tmpfile-link"):
         if c.path in files or c.path in dirs or parent(c.path) not in dirs:
             return False
-        if k == "create":
-            files[c.path] = 0
-        else:
+        if k == "mkdir":
             dirs.add(c.path)
+        else:
+            files[c.path] = {"create": 0, "symlink": -1}.get(k, c.length)
         return True
-    if k == "rmdir":
+    if k in ("rmdir", "rmdir-held"):
         pre = c.path + "/"
         busy = any(x.startswith(pre) for x in (*files, *dirs))
         if c.path not in dirs or busy:
@@ -218,17 +253,26 @@ def _step(c: Core, files: dict[str, int], dirs: set[str]) -> bool:
         return True
     if c.path not in files:
         return False
-    if k in ("link", "rename"):
+    if k == "exchange":
+        if c.dst not in files:
+            return False
+        files[c.path], files[c.dst] = files[c.dst], files[c.path]
+        return True
+    if k == "rename_noreplace" and c.dst in files:
+        return False
+    if k in ("link", "rename", "rename_noreplace"):
         over = k == "rename" and c.dst in files
         if (c.dst in files and not over) or c.dst in dirs or parent(c.dst) not in dirs:
             return False
         files[c.dst] = files[c.path]
-        if k == "rename":
+        if k != "link":
             del files[c.path]
         return True
     size = files[c.path]
-    if k == "unlink":
+    if k in ("unlink", "unlink-held"):
         del files[c.path]
+    elif size < 0:  # a symbolic link: any other op would follow it
+        return False
     elif k == "mwrite":
         return c.offset + c.length <= size
     elif k in ("append", "overwrite", "write", "dwrite"):
@@ -248,6 +292,7 @@ def selection(
     classes: Sequence[str] = (),
     indices: Sequence[int] = (),
     relog: bool = False,
+    grammar: str = "ace",
 ) -> list[int]:
     """The valid indices a run takes: all of them in order, or ``sample`` of them drawn
     by ``seed`` (sorted); only those whose core ops are all of ``classes`` when given
@@ -257,7 +302,7 @@ def selection(
     keep = set(classes)
 
     def wanted(i: int) -> bool:
-        picked = decode(seq, i)
+        picked = decode(seq, i, grammar)
         return (
             valid(picked)
             and (not keep or all(c.op_class in keep for c, _ in picked))
@@ -271,7 +316,7 @@ def selection(
         return chosen[:limit] if limit else chosen
     if sample:
         rng = random.Random(seed)
-        total = space(seq)
+        total = space(seq, grammar)
         if sample > total:
             raise ValueError(f"a sample of {sample} is larger than seq-{seq}'s {total} workloads")
         out: set[int] = set()
@@ -285,7 +330,7 @@ def selection(
                 out.add(i)
         picked = sorted(out)
     else:
-        picked = [i for i in range(space(seq)) if wanted(i)]
+        picked = [i for i in range(space(seq, grammar)) if wanted(i)]
     return picked[:limit] if limit else picked
 
 
@@ -322,26 +367,35 @@ def _bytes(seed: str, n: int) -> bytes:
     return random.Random(seed).randbytes(n)
 
 
-def ops_of(seq: int, index: int) -> list[Any]:
+def ops_of(seq: int, index: int, grammar: str = "ace") -> list[Any]:
     """Workload ``index`` as opgen ops (base included; opgen adds the final sync)."""
     ops = base_ops()
-    for n, (c, (pkind, ppath)) in enumerate(decode(seq, index)):
+    for n, (c, (pkind, ppath)) in enumerate(decode(seq, index, grammar)):
         data = _bytes(f"{index}:{n}", c.length) if c.length else b""
-        ops.append(
-            Op(
-                c.kind,
-                c.path,
-                dst=c.dst,
-                offset=c.offset,
-                size=c.size,
-                data=data,
-                mode=c.mode,
-                name=c.name,
-            )
-        )
+        fd = f"h{n}"  # the core's own descriptor, if it holds one
+        ops += _expand(c, data, fd)
         if pkind != PERSIST_NONE:
-            ops.append(Op(pkind, ppath))
+            ops.append(Op(pkind, fd=fd) if ppath == HANDLE else Op(pkind, ppath))
     return ops
+
+
+def _expand(c: Core, data: bytes, fd: str) -> list[Any]:
+    """A core's ops: one, or the held-descriptor and O_TMPFILE sequences."""
+    if c.kind in ("unlink-held", "rmdir-held"):
+        return [Op("open", c.path, fd=fd), Op(c.kind.removesuffix("-held"), c.path)]
+    if c.kind == "tmpfile-link":
+        d = parent(c.path)
+        return [
+            Op("tmpfile", d, fd=fd),
+            Op("write_fd", fd=fd, data=data),
+            Op("linkat", c.path, fd=fd),
+        ]
+    return [
+        Op(
+            c.kind, c.path, dst=c.dst, offset=c.offset, size=c.size, data=data, mode=c.mode,
+            name=c.name, target=c.target, perm=c.perm,
+        )
+    ]  # fmt: skip
 
 
 def generated(
@@ -364,7 +418,11 @@ def source_ops(source: dict[str, Any]) -> list[Any]:
     ``{"kind": "opgen", "seed", "ops", "files", "max_size", "extended", "fsync_names"}``
     (what triage's minimal workload re-records a subset of)."""
     if source["kind"] == "ace":
-        return ops_of(int(source["seq"]), int(source["index"]))
+        return ops_of(int(source["seq"]), int(source["index"]), source.get("grammar", "ace"))
+    if source["kind"] == "file":  # a workload file's ops (opfile.py), parsed on the host
+        import opfile  # type: ignore[import-not-found]
+
+        return list(opfile.to_ops(source["ops"]))
     return generated(
         int(source["seed"]),
         int(source["ops"]),
@@ -375,16 +433,18 @@ def source_ops(source: dict[str, Any]) -> list[Any]:
     )
 
 
-def describe(seq: int, index: int) -> dict[str, Any]:
+def describe(seq: int, index: int, grammar: str = "ace") -> dict[str, Any]:
     """What the host stores of a workload: its ops, op classes and persistence ops."""
-    picked = decode(seq, index)
+    picked = decode(seq, index, grammar)
     text = "; ".join(
         c.label() + ("" if p == PERSIST_NONE else f" {p}({pp})") for c, (p, pp) in picked
     )
     return {
-        "id": f"seq{seq}-{index:06d}",
+        # ace-x's ids apart from ace's: the same index is another workload there.
+        "id": f"{'x' if grammar == 'ace-x' else ''}seq{seq}-{index:06d}",
         "index": index,
         "seq": seq,
+        **({"grammar": grammar} if grammar != "ace" else {}),
         "ops": text,
         "op_class": "+".join(c.op_class for c, _ in picked),
         "persistence": "+".join(p for _, (p, _) in picked),
@@ -481,7 +541,7 @@ def cmd_record(a: argparse.Namespace) -> int:
 def _ops(a: argparse.Namespace) -> list[Any]:
     """The workload's ops: ACE's ``--index``, or ``--keep`` of a ``--source``'s."""
     if a.source is None:
-        return ops_of(a.seq, a.index)
+        return ops_of(a.seq, a.index, a.grammar)
     ops = source_ops(json.loads(a.source))
     keep = [int(i) for i in a.keep.split(",") if i] if a.keep is not None else range(len(ops))
     return [ops[i] for i in keep]
@@ -502,8 +562,8 @@ class StepFailed(Exception):
 
 
 def cmd_list(a: argparse.Namespace) -> int:
-    for i in selection(a.seq, a.sample, a.seed, a.limit, a.classes):
-        print(json.dumps(describe(a.seq, i)))
+    for i in selection(a.seq, a.sample, a.seed, a.limit, a.classes, grammar=a.grammar):
+        print(json.dumps(describe(a.seq, i, a.grammar)))
     return 0
 
 
@@ -516,9 +576,11 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--seed", type=int, default=1)
     ls.add_argument("--limit", type=int, default=0)
     ls.add_argument("--classes", nargs="*", default=(), help="only these core op classes")
+    ls.add_argument("--grammar", choices=GRAMMARS, default="ace")
     ls.set_defaults(func=cmd_list)
     r = sub.add_parser("record", help="record one workload under its own log")
     r.add_argument("--seq", type=int, default=1)
+    r.add_argument("--grammar", choices=GRAMMARS, default="ace")
     r.add_argument("--index", type=int, required=True, help="ACE's index; names the devices")
     r.add_argument("--source", help="another workload's ops, as JSON (source_ops)")
     r.add_argument("--keep", help="only these ops of --source, by index: 0,3,4")

@@ -43,9 +43,12 @@ from oracle import (  # type: ignore[import-not-found]
     Model,
     Recorder,
     UsageError,
+    floors,
     load_oracle,
+    profile_of,
     verify,
 )
+from syscalls import MORE_OPS, perform_more  # type: ignore[import-not-found]
 
 MARK_PREFIX = "crashlab:sync:"
 EXIT_OK = 0
@@ -109,12 +112,17 @@ class Op:
     data: bytes = b""  # setxattr: the value
     mode: str = ""  # falloc: a key of oracle.FALLOC_MODES
     name: str = ""  # setxattr / removexattr: the attribute
+    fd: str = ""  # a held descriptor's name (open, tmpfile, *_fd, linkat, close)
+    target: str = ""  # symlink: what the link points at
+    perm: int = 0  # chmod
+    uid: int = -1  # chown
+    gid: int = -1
 
     def describe(self) -> dict[str, Any]:
         d: dict[str, Any] = {"op": self.kind}
-        if self.kind != "sync":
+        if self.path:
             d["path"] = self.path
-        if self.kind in ("rename", "link"):
+        if self.kind in ("rename", "link", "rename_noreplace", "exchange", "snapshot"):
             d["dst"] = self.dst
         if self.kind in (*WRITE_OPS, "rewrite", "falloc"):
             d["offset"] = self.offset
@@ -126,6 +134,13 @@ class Op:
             d["mode"] = self.mode
         if self.name:
             d["name"] = self.name
+        for key in ("fd", "target"):
+            if getattr(self, key):
+                d[key] = getattr(self, key)
+        if self.kind == "chmod":
+            d["perm"] = oct(self.perm)
+        if self.kind == "chown":
+            d["uid"], d["gid"] = self.uid, self.gid
         return d
 
 
@@ -269,14 +284,17 @@ class Generator:
         raise ValueError(f"unknown op kind {kind!r}")
 
 
-def perform(root: str, op: Op, noop_sync: bool = False) -> None:
+def perform(root: str, op: Op, noop_sync: bool = False, fds: dict[str, int] | None = None) -> None:
     """Do ``op`` on the real file system under ``root`` (``noop_sync``: skip the sync
-    calls -- a broken fsync, the oracle's positive control)."""
+    calls -- a broken fsync, the oracle's positive control). ``fds`` holds the
+    descriptors a workload file's ``open`` and ``tmpfile`` keep, by name."""
     if noop_sync and op.kind in SYNC_OPS:
         return
     p = os.path.join(root, op.path)
     k = op.kind
-    if k == "create":
+    if k in MORE_OPS:
+        perform_more(root, op, noop_sync, {} if fds is None else fds)
+    elif k == "create":
         os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
     elif k in ("write", "append", "overwrite", "rewrite", *SYNCED_WRITES):
         # rewrite: open with O_TRUNC and write from 0 -- the truncate-and-rewrite update
@@ -309,7 +327,7 @@ def perform(root: str, op: Op, noop_sync: bool = False) -> None:
     elif k == "rename":
         os.rename(p, os.path.join(root, op.dst))
     elif k == "link":
-        os.link(p, os.path.join(root, op.dst))
+        os.link(p, os.path.join(root, op.dst), follow_symlinks=False)  # link(2): the link itself
     elif k == "unlink":
         os.unlink(p)
     elif k == "mkdir":
@@ -448,6 +466,7 @@ def execute(
     noop_sync: bool = False,
     flush_after_sync: bool = False,
     on_mark: Callable[[str], None] | None = None,
+    ordered: bool = False,
 ) -> dict[str, Any]:
     """Run ops (given, or ``count`` drawn from ``generator``) and return the oracle body.
 
@@ -458,29 +477,38 @@ def execute(
     filesystem's missing flush from a rule of ours (the model does not change). The
     returned dict has ``marks``, ``final_mark``, ``ops``, ``complete`` and ``error``.
     """
-    model = Model(fsync_names)
+    model = Model(fsync_names, ordered)
     rec = Recorder()
+    # The weaker profiles beside the run's, so that a finding says which promise broke.
+    lower = floors(profile_of(fsync_names, ordered))
     log: list[dict[str, Any]] = []
     error: str | None = None
+    fds: dict[str, int] = {}  # a workload file's held descriptors
 
     def step(op: Op) -> None:
         paths, inodes = model.touches(op)
         rec.touch(op, paths, inodes)
+        for floor in lower:
+            floor.touch(op)
         entry = {"i": len(log), **op.describe()}
         log.append(entry)
         try:
-            perform(root, op, noop_sync)
+            perform(root, op, noop_sync, fds)
         except OSError as e:
             raise OpFailed(
                 f"op {entry['i']} {op.kind} {op.path!r}: {e.strerror}", e.errno
             ) from None
         model.apply(op)
+        for floor in lower:
+            floor.model.apply(op)
         if op.kind in PERSIST_OPS:
             if flush_after_sync and not noop_sync:
                 flush_device(dm_name)
             text = f"{MARK_PREFIX}{len(rec.marks) + 1 + (rec.pending is not None)}"
             emit_mark(mark_cmd, dm_name, text)
             rec.mark(model, text, entry["i"])
+            for floor in lower:
+                floor.rec.mark(floor.model, text, entry["i"])
             entry["mark"] = text
             if on_mark is not None:
                 on_mark(text)
@@ -502,8 +530,14 @@ def execute(
         final_mark = log[-1]["mark"]
     except OpFailed as e:
         error, failed_errno = str(e), e.errno
+    finally:
+        for fd in fds.values():
+            os.close(fd)
     rec.settle()
+    for floor in lower:
+        floor.label(rec.marks)
     return {
+        "profile": profile_of(fsync_names, ordered),
         "marks": rec.marks,
         "final_mark": final_mark,
         "ops": log,
@@ -545,8 +579,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if (args.mark_cmd == "dmsetup" or args.flush_after_sync) and not args.dm_name:
         raise UsageError("--mark-cmd dmsetup needs --dm-name (the dm-log-writes device)")
     gen = Generator(args.seed, args.files, args.max_size, args.extended)
+    ops = None
+    if args.ops_file:  # a workload file's ops (opfile.py), parsed and checked on the host
+        import opfile  # type: ignore[import-not-found]
+
+        with open(args.ops_file) as f:
+            ops = opfile.to_ops(json.load(f))
     body = execute(
         args.root,
+        ops,
         generator=gen,
         count=args.ops,
         mark_cmd=args.mark_cmd,
@@ -554,6 +595,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         fsync_names=args.fsync_names == "yes",
         noop_sync=args.noop_sync,
         flush_after_sync=args.flush_after_sync,
+        ordered=args.ordered_metadata,
     )
     oracle = oracle_doc(args, body)
     write_json(args.oracle, oracle)
@@ -606,6 +648,12 @@ def build_parser() -> argparse.ArgumentParser:
         " sync_file_range, syncfs",
     )
     r.add_argument("--oracle", required=True, help="where to write the oracle JSON")
+    r.add_argument("--ops-file", help="run these ops (JSON from opfile.py) instead of drawing")
+    r.add_argument(
+        "--ordered-metadata",
+        action="store_true",
+        help="judge by the ordered-metadata profile (oracle.py rule 18)",
+    )
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("verify", help="check a mounted crash state against the oracle")
     v.add_argument("--root", required=True)

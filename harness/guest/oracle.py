@@ -57,6 +57,47 @@ Rules, per mark n (``marks[i]`` in the oracle file):
    it was, at every state during and after it. The block exchange is journaled; a
    state that shows other bytes lost data a defragmenter promised not to touch.
 
+13. Symbolic links (``symlink``): the target is the link's data, written with its inode
+   in the transaction that makes the name; once the name is durable (rule 1's name rules:
+   its directory's fsync or sync -- a link cannot be fsync'd through its name, open(2)
+   follows it) the link must exist and read back its target (readlink), not what it
+   points at.
+14. Mode and owner (``mode``, ``owner``): a file's chmod / chown is durable once sync, or
+   fsync of the file where rule 1's name promise is kept (fsync commits the whole
+   inode), returned after it. fdatasync does not cover them (not needed to read the
+   data, as rule 8). Times (``utimes``) are not checked: every write changes them too.
+15. Held descriptors (``open``, ``tmpfile``; ``fsync_fd``, ``write_fd``): fsync through a
+   descriptor is fsync of its inode (rule 1's data promise), whatever names it has now;
+   it makes no name durable (it was fsync'd through none). Where rule 1's name promise is
+   kept, fsync commits the whole inode, its link count included: an inode whose last
+   name was removed is committed unlinked, so the names removed from it stay gone (an
+   fsync'd unlinked-but-open file does not come back). A held directory's fsync is that
+   directory's fsync while it exists; once removed, the same holds as for a file: its
+   fsync commits it removed, and its name stays gone (fstests generic/792 expects it of
+   ext4, xfs and btrfs). O_TMPFILE + linkat: a new inode, named at linkat (rule 10).
+16. renameat2: RENAME_NOREPLACE is rename to a free name; RENAME_EXCHANGE swaps what two
+   names refer to in one step, neither name durable until its directory is synced (a
+   crash before shows the old pair, which no durable requirement forbids).
+17. btrfs subvolumes are directories to the namespace (rule 9); a snapshot is a new
+   directory holding new inodes with the source's contents as they were. Its name is
+   durable like a new directory's; its files are required only after a sync (no rule
+   of the kernel's says the snapshot ioctl makes them durable).
+
+18. Ordered metadata (profile ``ordered-metadata``, chosen per run): a namespace op
+   (create, link, unlink, rename, mkdir, rmdir, symlink) is durable once a file or
+   directory that changed after it is fsync'd -- one journal commits in order, so the
+   commit that makes the fsync'd inode's last change durable makes every earlier one
+   durable too. ext4 (data=ordered or journal, no fast commit) and xfs work this way;
+   btrfs's maintainers test against it (fstests generic/785: a directory's fsync keeps
+   the new subdirectory and its entry). Not POSIX, and not the default.
+
+Profiles: ``posix`` (rules without 1's name promise), ``fsync-names`` (the journaled
+filesystems' default) and ``ordered-metadata`` (and rule 18). A run's oracle says its
+profile and, per mark, what each weaker one requires (``floors``); a failed check says
+the weakest promise it broke (``promise``).
+
+(Rule 12 is fio's, docs/verdicts.md and fioverify.py.)
+
 After the final mark nothing changes: a state cut after ``crashlab:umount`` or at the end
 of the log (``dm-log-writes-end``) requires what the final mark requires, exactly.
 """
@@ -66,22 +107,30 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from typing import Any
 
 FORMAT = "crashlab-oracle/2"
 # Marks after the workload's final sync: nothing happens between them and it.
 AFTER_FINAL = ("crashlab:umount", "dm-log-writes-end")
-SYNC_OPS = frozenset({"fsync", "fdatasync", "fsync_dir", "sync", "syncfs"})
-# A write through an O_SYNC / O_DSYNC descriptor returns once it is durable, as if
-# fsync / fdatasync followed it: a persistence point that also changes the file.
-SYNCED_WRITES = {"osync_write": "fsync", "odsync_write": "fdatasync"}
+SYNC_OPS = frozenset(
+    {"fsync", "fdatasync", "fsync_dir", "sync", "syncfs", "fsync_fd", "fdatasync_fd"}
+)
+# A write through an O_SYNC / O_DSYNC descriptor (or an O_DIRECT one with RWF_DSYNC)
+# returns once it is durable, as if fsync / fdatasync followed it: a persistence point
+# that also changes the file.
+SYNCED_WRITES = {"osync_write": "fsync", "odsync_write": "fdatasync", "dwrite_dsync": "fdatasync"}
 # What the workload marks in the log after it returns.
 PERSIST_OPS = SYNC_OPS | frozenset(SYNCED_WRITES)
 # Ops that move a file's blocks and promise its bytes unchanged (rule 11).
 CONTENT_KEEPING = frozenset({"defrag"})
 # Ops that change a file's bytes the way a write does (a direct or mmap'ed write).
 WRITE_OPS = frozenset({"write", "append", "overwrite", "dwrite", "mwrite", *SYNCED_WRITES})
+# Ops that change an inode's metadata alone (rules 13 and 14).
+INODE_META_OPS = frozenset({"chmod", "chown", "utimes"})
+# Ops on a descriptor the workload holds (``open``, ``tmpfile``) rather than on a name.
+HANDLE_OPS = frozenset({"open", "close", "tmpfile", "write_fd", "fsync_fd", "fdatasync_fd"})
 # fallocate(2) modes: (keeps the size, zeroes the range).
 FALLOC_MODES: dict[str, tuple[bool, bool]] = {
     "default": (False, False),
@@ -106,6 +155,10 @@ class Inode:
     xattrs_used: bool = False  # ever set: only then are they required (rule 8)
     version: int = 0
     names_changed: int = 0  # op count of the last create / link / unlink / rename
+    symlink: str | None = None  # a symbolic link's target (rule 13)
+    perm: int | None = None  # set by chmod: then required once durable (rule 14)
+    owner: tuple[int, int] | None = None  # set by chown (rule 14)
+    meta_durable: bool = True
     _digest: tuple[int, str] | None = None
 
     def changed(self) -> None:
@@ -125,8 +178,10 @@ def parent(path: str) -> str:
 class Model:
     """The namespace and contents the real file system should hold, with durability."""
 
-    def __init__(self, fsync_names: bool = True) -> None:
+    def __init__(self, fsync_names: bool = True, ordered: bool = False) -> None:
         self.fsync_names = fsync_names
+        # Rule 18 (profile ordered-metadata): namespace ops persist in order.
+        self.ordering = Ordering() if ordered and fsync_names else None
         self.files: dict[str, Inode] = {}
         self.file_name_durable: dict[str, bool] = {}
         self.dirs: dict[str, bool] = {"": True}
@@ -135,6 +190,20 @@ class Model:
         self.ops = 0
         self.last_sync = -1
         self._next_ino = 1
+        # Descriptors the workload holds: a file's inode (named or not), or a directory
+        # by its path (None once removed).
+        self.handles: dict[str, Inode | str | None] = {}
+        self.removed_ino: dict[str, int] = {}  # a removed file name -> its inode
+        self.held_removed: dict[str, str] = {}  # a held directory removed -> its old path
+
+    def _new_inode(self) -> Inode:
+        inode = Inode(self._next_ino, data_durable=self.fsync_names)
+        self._next_ino += 1
+        return inode
+
+    def handle_inode(self, fd: str) -> Inode | None:
+        h = self.handles.get(fd)
+        return h if isinstance(h, Inode) else None
 
     def _name_appears(self, path: str, inode: Inode) -> None:
         self.file_name_durable[path] = False
@@ -142,18 +211,26 @@ class Model:
         self.gone.discard(path)
         inode.names_changed = self.ops
 
-    def _name_goes(self, path: str) -> None:
+    def _name_goes(self, path: str, inode: Inode) -> None:
         del self.file_name_durable[path]
         self.removed.add(path)
+        self.removed_ino[path] = inode.ino
 
     def apply(self, op: Any) -> None:
+        if self.ordering is not None and op.kind not in SYNC_OPS:
+            paths, inodes = self.touches(op)
+            self._apply(op)
+            self.ordering.after(self, paths, inodes)
+        else:
+            self._apply(op)
+
+    def _apply(self, op: Any) -> None:
         self.ops += 1
         k = op.kind
         if k == "create":
             # Rule 10: nothing written yet is nothing to lose; the inode itself comes
             # with the name on the filesystems that keep rule 1's name promise.
-            inode = Inode(self._next_ino, data_durable=self.fsync_names)
-            self._next_ino += 1
+            inode = self._new_inode()
             self.files[op.path] = inode
             self._name_appears(op.path, inode)
         elif k in WRITE_OPS:
@@ -203,15 +280,16 @@ class Model:
             if op.dst in self.files:
                 self.files[op.dst].names_changed = self.ops
             inode = self.files.pop(op.path)
-            self._name_goes(op.path)
+            self._name_goes(op.path, inode)
             self.files[op.dst] = inode
             self._name_appears(op.dst, inode)
         elif k == "link":
             self.files[op.dst] = self.files[op.path]
             self._name_appears(op.dst, self.files[op.path])
         elif k == "unlink":
-            self.files.pop(op.path).names_changed = self.ops
-            self._name_goes(op.path)
+            inode = self.files.pop(op.path)
+            inode.names_changed = self.ops
+            self._name_goes(op.path, inode)
         elif k == "mkdir":
             self.dirs[op.path] = False
             self.removed.discard(op.path)
@@ -219,16 +297,18 @@ class Model:
         elif k == "rmdir":
             del self.dirs[op.path]
             self.removed.add(op.path)
+            for fd, h in self.handles.items():
+                if h == op.path:
+                    self.handles[fd] = None
+                    self.held_removed[fd] = op.path
         elif k == "fsync":
-            inode = self.files[op.path]
-            inode.data_durable = True
-            if self.fsync_names:
-                self.file_name_durable[op.path] = True
-                inode.xattrs_durable = True
+            self._fsynced(self.files[op.path], op.path)
         elif k == "fdatasync":
             self.files[op.path].data_durable = True
         elif k == "fsync_dir":
             self._dir_synced(op.path)
+            if self.ordering is not None:
+                self.ordering.persist(self, self.ordering.dir_at.get(op.path, -1))
         elif k in ("sync", "syncfs"):  # syncfs: sync of this filesystem alone
             for inode in self.files.values():
                 inode.data_durable = inode.xattrs_durable = True
@@ -239,8 +319,131 @@ class Model:
             self.gone |= self.removed
             self.removed.clear()
             self.last_sync = self.ops
+            if self.ordering is not None:
+                self.ordering.pending.clear()
+            for inode in self.files.values():
+                inode.meta_durable = True
+        else:
+            self._apply_more(op)
+
+    def _fsynced(self, inode: Inode, path: str | None) -> None:
+        """fsync of a file, through ``path`` or a held descriptor (``None``)."""
+        inode.data_durable = True
+        if not self.fsync_names:
+            return
+        # Where fsync commits the whole inode (rule 1's filesystems), its attributes,
+        # mode and owner go with it (rules 8, 13); and an inode with no name left is
+        # committed with its link count 0: its removed names stay gone (rule 15).
+        inode.xattrs_durable = inode.meta_durable = True
+        if self.ordering is not None:
+            self.ordering.persist(self, self.ordering.inode_at.get(inode.ino, -1))
+        if path is not None:
+            self.file_name_durable[path] = True
+        elif inode not in self.files.values():
+            mine = {n for n in self.removed if self.removed_ino.get(n) == inode.ino}
+            self.gone |= mine
+            self.removed -= mine
+
+    def _apply_more(self, op: Any) -> None:
+        """The ops of workload files (``opfile.py``): held descriptors, symbolic links,
+        metadata alone, renameat2's flags and btrfs subvolumes."""
+        k = op.kind
+        if k in HANDLE_OPS:
+            self._apply_handle(op)
+        elif k == "symlink":  # rule 13: an inode whose "data" is its target
+            link = self._new_inode()
+            link.symlink = op.target
+            self.files[op.path] = link
+            self._name_appears(op.path, link)
+        elif k in INODE_META_OPS:
+            meta = self.files.get(op.path)  # a directory's mode is not checked
+            if meta is not None and k != "utimes":
+                if k == "chmod":
+                    meta.perm = op.perm
+                else:
+                    meta.owner = (op.uid, op.gid)
+                meta.meta_durable = False
+        elif k == "rename_noreplace":
+            self.apply(type(op)("rename", op.path, dst=op.dst))
+            self.ops -= 1
+        elif k == "exchange":
+            self._exchange(op)
+        elif k == "linkat" and (tmp := self.handle_inode(op.fd)) is not None:
+            self.files[op.path] = tmp
+            self._name_appears(op.path, tmp)
+        elif k in ("subvol_create", "snapshot"):
+            self._subvolume(op)
         else:
             raise ValueError(f"unknown op {k!r}")
+
+    def _apply_handle(self, op: Any) -> None:
+        k = op.kind
+        if k == "open":
+            self.handles[op.fd] = self.files.get(op.path, op.path)
+        elif k == "tmpfile":  # O_TMPFILE: an inode without a name until linkat
+            self.handles[op.fd] = self._new_inode()
+        elif k == "close":
+            del self.handles[op.fd]
+        elif k == "write_fd":
+            inode = self.handle_inode(op.fd)
+            assert inode is not None
+            self._put(inode, op.offset, op.data)
+        elif k == "fdatasync_fd" and (inode := self.handle_inode(op.fd)) is not None:
+            inode.data_durable = True
+        elif k == "fsync_fd" and (inode := self.handle_inode(op.fd)) is not None:
+            self._fsynced(inode, None)
+        elif k in ("fsync_fd", "fdatasync_fd"):
+            d = self.handles[op.fd]
+            if isinstance(d, str):  # a directory still there: its fsync
+                self._dir_synced(d)
+                if self.ordering is not None and k == "fsync_fd":
+                    self.ordering.persist(self, self.ordering.dir_at.get(d, -1))
+            elif k == "fsync_fd" and self.fsync_names and op.fd in self.held_removed:
+                # A removed directory's inode committed with its link count 0 (rule 15).
+                path = self.held_removed[op.fd]
+                if path in self.removed:
+                    self.removed.discard(path)
+                    self.gone.add(path)
+
+    def _exchange(self, op: Any) -> None:
+        """renameat2(RENAME_EXCHANGE): both names stay, each now names the other's
+        file or tree; neither is durable until its directory is synced (as rename)."""
+        a, b = op.path, op.dst
+        if a in self.files and b in self.files:
+            ia, ib = self.files[a], self.files[b]
+            self.files[a], self.files[b] = ib, ia
+            for path, inode in ((a, ib), (b, ia)):
+                self.file_name_durable[path] = False
+                inode.names_changed = self.ops
+            return
+        tmp = f"{a}.crashlab-exchange"
+        for src, dst in ((a, tmp), (b, a), (tmp, b)):
+            self.apply(type(op)("rename", src, dst=dst))
+            self.ops -= 1
+        self.removed -= {a, b, tmp}
+
+    def _subvolume(self, op: Any) -> None:
+        """A subvolume is a directory to the namespace; a snapshot a new one holding a
+        copy of the source's tree as it is now: new inodes, durable like new files
+        (rule 10) once the snapshot's name is."""
+        if op.kind == "subvol_create":
+            self.apply(type(op)("mkdir", op.path))
+            self.ops -= 1
+            return
+        dirs, files = self.under(op.path)
+        for d in dirs:
+            self.dirs[op.dst + d[len(op.path) :]] = False
+        for f in files:
+            src = self.files[f]
+            copy = self._new_inode()
+            copy.data = bytearray(src.data)
+            copy.symlink, copy.xattrs = src.symlink, dict(src.xattrs)
+            copy.data_durable = False
+            path = op.dst + f[len(op.path) :]
+            self.files[path] = copy
+            self._name_appears(path, copy)
+        self.removed.discard(op.dst)
+        self.gone.discard(op.dst)
 
     @staticmethod
     def _put(inode: Inode, offset: int, data: bytes) -> None:
@@ -267,6 +470,9 @@ class Model:
 
         for d in dirs:
             self.dirs[moved(d)] = self.dirs.pop(d)
+        for fd, h in self.handles.items():  # a held directory moves with its tree
+            if isinstance(h, str) and h in dirs:
+                self.handles[fd] = moved(h)
         for f in files:
             inode = self.files.pop(f)
             self.files[moved(f)] = inode
@@ -293,14 +499,34 @@ class Model:
         k = op.kind
         if k in SYNC_OPS or k == "sync_file_range" or k in CONTENT_KEEPING:
             return set(), set()
-        if k in ("create", "mkdir", "rmdir"):
+        if k in ("open", "close", "tmpfile"):
+            return set(), set()
+        if k == "write_fd":
+            inode = self.handle_inode(op.fd)
+            return set(), {inode.ino} if inode else set()
+        if k == "linkat":
+            inode = self.handle_inode(op.fd)
+            return {op.path}, {inode.ino} if inode else set()
+        if k in ("create", "mkdir", "rmdir", "symlink", "subvol_create"):
             return {op.path}, set()
-        if k == "rename" and op.path in self.dirs:
+        if k in INODE_META_OPS and op.path not in self.files:
+            return set(), set()  # a directory's metadata: not checked
+        if k == "snapshot":
+            return {op.dst}, set()
+        if k == "exchange" and (op.path in self.dirs or op.dst in self.dirs):
+            paths: set[str] = set()
+            inodes: set[int] = set()
+            for a, b in ((op.path, op.dst), (op.dst, op.path)):
+                p, i = self.touches(type(op)("rename", a, dst=b))
+                paths |= p
+                inodes |= i
+            return paths, inodes
+        if k in ("rename", "rename_noreplace") and op.path in self.dirs:
             dirs, files = self.under(op.path)
             moved = {op.dst + f[len(op.path) :] for f in files}
             return {*dirs, op.dst, *files, *moved}, {self.files[f].ino for f in files}
         inodes = {self.files[op.path].ino}
-        if k == "rename" and op.dst in self.files:
+        if k in ("rename", "exchange") and op.dst in self.files:
             inodes.add(self.files[op.dst].ino)
         return {op.path, op.dst} - {""}, inodes
 
@@ -332,6 +558,12 @@ class Model:
                     req["nlink"] = names[inode.ino]
                 if inode.xattrs_used and inode.xattrs_durable:
                     req["xattrs"] = {n: v.hex() for n, v in sorted(inode.xattrs.items())}
+                if inode.symlink is not None:
+                    req["symlink"] = inode.symlink
+                if inode.meta_durable and inode.perm is not None:
+                    req["mode"] = inode.perm
+                if inode.meta_durable and inode.owner is not None:
+                    req["owner"] = list(inode.owner)
                 out[path] = req
         return out
 
@@ -341,6 +573,49 @@ class Model:
     def durable_absent(self) -> list[str]:
         """Names whose removal is durable (rule 6), under durable directories."""
         return sorted(n for n in self.gone if self.dir_durable(parent(n)))
+
+
+class Ordering:
+    """Rule 18: on the ordered-metadata profile a namespace op (create, link, unlink,
+    rename, mkdir, rmdir, symlink) is durable once a file or directory changed after it
+    is fsync'd: one journal commits in order, so the commit that makes the fsync'd
+    inode's last change durable makes every earlier one durable too."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[int, str, str, Inode | None]] = []
+        self.inode_at: dict[int, int] = {}  # an inode -> the op that last changed it
+        self.dir_at: dict[str, int] = {}  # a directory -> the op that last changed its entries
+
+    def after(self, model: Model, paths: set[str], inodes: set[int]) -> None:
+        """Note what the op just applied (which changed ``paths`` and ``inodes``) did."""
+        for ino in inodes:
+            self.inode_at[ino] = model.ops
+        for p in paths:
+            self.dir_at[parent(p)] = model.ops
+            if p in model.files:
+                self.pending.append((model.ops, "name", p, model.files[p]))
+            elif p in model.dirs:
+                self.dir_at[p] = model.ops
+                self.pending.append((model.ops, "dir", p, None))
+            elif p in model.removed:
+                self.pending.append((model.ops, "gone", p, None))
+
+    def persist(self, model: Model, horizon: int) -> None:
+        """Every namespace op up to op ``horizon`` is durable (those since undone by a
+        later op no longer name what they made, and are passed over)."""
+        keep = []
+        for entry in self.pending:
+            i, kind, p, inode = entry
+            if i > horizon:
+                keep.append(entry)
+            elif kind == "name" and model.files.get(p) is inode:
+                model.file_name_durable[p] = True
+            elif kind == "dir" and p in model.dirs:
+                model.dirs[p] = True
+            elif kind == "gone" and p in model.removed:
+                model.removed.discard(p)
+                model.gone.add(p)
+        self.pending = keep
 
 
 class Recorder:
@@ -420,6 +695,46 @@ class Recorder:
         self._either = {}
 
 
+# The promises a run is judged by: POSIX alone (fsync makes a file's data durable, a
+# directory's fsync or sync its names), or the journaled filesystems' (ext3/ext4 with a
+# journal, xfs, btrfs, jfs, f2fs, reiserfs): fsync also makes the name it was called
+# through durable and commits the whole inode (rules 1, 8, 10, 14, 15).
+PROFILES = ("posix", "fsync-names", "ordered-metadata")
+
+
+def profile_of(fsync_names: bool, ordered: bool = False) -> str:
+    return PROFILES[0] if not fsync_names else PROFILES[1 + ordered]
+
+
+class Floor:
+    """What a weaker profile requires at each mark, beside a stronger profile's model: a
+    failed requirement the floor also makes broke the weaker promise too."""
+
+    def __init__(self, profile: str) -> None:
+        self.profile = profile
+        self.model = Model(fsync_names=profile != "posix")
+        self.rec = Recorder()
+
+    def touch(self, op: Any) -> None:
+        paths, inodes = self.model.touches(op)
+        self.rec.touch(op, paths, inodes)
+
+    def label(self, marks: list[dict[str, Any]]) -> None:
+        """Give each of the stronger profile's ``marks`` the names this profile requires
+        there (``floors[profile]``: and ``exact``, when cut exactly at it)."""
+        self.rec.settle()
+        for entry, low in zip(marks, self.rec.marks, strict=True):
+            names = {*low["files"], *low["prefixes"], *low["either"], *low["absent"]}
+            names |= {d + "/" for d in low["dirs"]}
+            exact = sorted({*low["exact"]["files"], *low["exact"]["absent"]})
+            entry.setdefault("floors", {})[self.profile] = {"names": sorted(names), "exact": exact}
+
+
+def floors(profile: str) -> list[Floor]:
+    """The weaker profiles' floors of a run judged by ``profile``."""
+    return [Floor(p) for p in PROFILES[: PROFILES.index(profile)]]
+
+
 def load_oracle(path: str) -> dict[str, Any]:
     try:
         with open(path) as f:
@@ -450,6 +765,27 @@ def user_xattrs(path: str) -> dict[str, str]:
     """A file's ``user.`` attributes, values in hex (what the oracle stores)."""
     names = sorted(n for n in os.listxattr(path) if n.startswith("user."))
     return {n: os.getxattr(path, n).hex() for n in names}
+
+
+def _promise(
+    oracle: dict[str, Any], req: dict[str, Any] | None, failed: set[str], exact: bool
+) -> str | None:
+    """Which promise a failed check broke: the weakest profile that required one of the
+    failed names (``posix`` when POSIX alone did), else the run's own."""
+    if not failed or req is None:
+        return None
+    profile = str(oracle.get("profile", profile_of(bool(oracle.get("fsync_names", True)))))
+    for weaker, floor in req.get("floors", {}).items():  # weakest first
+        if failed & {*floor["names"], *(floor["exact"] if exact else [])}:
+            return str(weaker)
+    return profile
+
+
+def _meta_ok(st: os.stat_result, want: dict[str, Any]) -> bool:
+    """Rule 13: the mode and owner a chmod / chown set, once durable."""
+    if "mode" in want and stat.S_IMODE(st.st_mode) != want["mode"]:
+        return False
+    return "owner" not in want or [st.st_uid, st.st_gid] == want["owner"]
 
 
 def requirements(oracle: dict[str, Any], mark: str | None, exact: bool) -> dict[str, Any] | None:
@@ -486,7 +822,15 @@ def verify(
 
     def content(path: str, want: dict[str, Any], limit: int | None = None) -> None:
         full = os.path.join(root, path)
-        if not os.path.isfile(full):
+        if "symlink" in want:  # rule 13: the link itself, never what it points at
+            if not os.path.islink(full):
+                missing.append(path)
+            elif (got_target := os.readlink(full)) != want["symlink"]:
+                mismatched.append(
+                    {"path": path, "symlink": got_target, "expected": want["symlink"]}
+                )
+            return
+        if not os.path.isfile(full) or os.path.islink(full):
             missing.append(path)
             return
         try:
@@ -509,10 +853,12 @@ def verify(
             )
         elif limit is None and "nlink" in want and st.st_nlink != want["nlink"]:
             nlink.append({"path": path, "nlink": st.st_nlink, "expected": want["nlink"]})
-        elif limit is None and "xattrs" in want:
-            got_x = user_xattrs(full)
-            if got_x != want["xattrs"]:
-                mismatched.append({"path": path, "xattrs": got_x, "expected": want["xattrs"]})
+        elif limit is None and "xattrs" in want and (got_x := user_xattrs(full)) != want["xattrs"]:
+            mismatched.append({"path": path, "xattrs": got_x, "expected": want["xattrs"]})
+        elif limit is None and not _meta_ok(st, want):
+            got_m = {"mode": stat.S_IMODE(st.st_mode), "owner": [st.st_uid, st.st_gid]}
+            mismatched.append({"path": path, "metadata": got_m, "expected_mode": want.get("mode"),
+                               "expected_owner": want.get("owner")})  # fmt: skip
 
     if req is not None:
         for d in req["dirs"]:
@@ -542,10 +888,12 @@ def verify(
             checked += 1
             if os.path.lexists(os.path.join(root, name)):
                 present.append(name)
+    failed = {*missing, *present, *(m["path"] for m in [*mismatched, *nlink])}
     return {
         "mark": mark,
         "exact": exact,
         "known": req is not None,
+        "promise": _promise(oracle, req, failed, exact or mark in AFTER_FINAL),
         "checked": checked,
         "missing": missing,
         "mismatched": mismatched,

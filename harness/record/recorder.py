@@ -53,6 +53,8 @@ class WorkloadSpec:
     transactions: int = 4  # "app", sqlite-commit: transactions per database
     procs: int | None = None  # "fsstress": processes (None: the guest's CPUs, at most 8)
     binary: str = ""  # "fsstress": the host's binary, copied into the guest
+    ops_json: str = ""  # "file": the parsed ops (harness/guest/opfile.py), as JSON
+    ordered_metadata: bool = False  # judged by oracle rule 18 too
 
 
 @dataclass(frozen=True)
@@ -315,7 +317,9 @@ def _record_in(
         if marker.per_sync
         else ["--mark-cmd", "none"]
     )
-    if workload.type in ("ops", "app"):
+    if workload.type in ("ops", "app", "file"):
+        if workload.type == "file":
+            guest.write_file(OPS_FILE, workload.ops_json.encode())
         output = step("workload", _generator_argv(workload, seed, oracle_path, marks))
         oracle = json.loads(guest.read_file(oracle_path))
         if not marker.per_sync and oracle.get("final_mark"):
@@ -369,6 +373,7 @@ def _run_fio(
 
 
 FIOVERIFY = ["python3", f"{GUEST_DIR}/fioverify.py"]
+OPS_FILE = f"{GUEST_DIR}/ops.json"  # a workload file's ops, for opgen.py run --ops-file
 
 
 def _run_fsstress(
@@ -389,8 +394,10 @@ def _run_fsstress(
 def _generator_argv(w: WorkloadSpec, seed: int, oracle_path: str, marks: list[str]) -> list[str]:
     """The guest command of a workload that writes its own oracle: the op generator, or
     an application pattern (harness/guest/apppat.py)."""
-    if w.type == "ops":
+    if w.type in ("ops", "file"):
         program = ["opgen.py", "run", "--ops", str(w.ops), "--max-size", str(w.max_size)]
+        program += ["--ops-file", OPS_FILE] if w.type == "file" else []
+        program += ["--ordered-metadata"] if w.ordered_metadata else []
         program += ["--noop-sync"] if w.noop_sync else []
         program += ["--flush-after-sync"] if w.flush_after_sync else []
         program += ["--extended"] if w.extended else []

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.config.crash import FsSpec
-from harness.guest import ace
+from harness.guest import ace, opfile
 from harness.guest.oracle import AFTER_FINAL, PERSIST_OPS, Model, parent
 from harness.triage import ddmin
 
@@ -120,9 +120,13 @@ def _source(
             "kind": "ace",
             "seq": int(workload["seq"]),
             "index": int(workload["index"]),
+            "grammar": workload.get("grammar", "ace"),
             "fsync_names": journaled,
         }
     w = params.get("workload") or {}
+    if w.get("type") == "file":  # a workload file's ops, as the run parsed them
+        fs = str(params["fs"]["type"])
+        return {"kind": "file", "ops": opfile.parse(w["text"], fs), "fsync_names": w["fsync_names"]}
     return {
         "kind": "opgen",
         "seed": oracle.get("seed", seed),

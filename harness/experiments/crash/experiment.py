@@ -20,6 +20,7 @@ from harness import paths
 from harness.check import host as check
 from harness.config.crash import (
     AppWorkload,
+    FileWorkload,
     FioWorkload,
     FsSpec,
     FsstressWorkload,
@@ -48,6 +49,15 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
         )
     if isinstance(w, FsstressWorkload):
         return record.WorkloadSpec(type="fsstress", ops=w.ops, procs=w.procs, binary=w.binary)
+    if isinstance(w, FileWorkload):
+        return record.WorkloadSpec(
+            type="file",
+            ops=0,
+            ops_json=json.dumps(w.ops(str(sc.fs.type))),
+            fsync_names=bool(w.fsync_names),
+            noop_sync=w.noop_sync,
+            ordered_metadata=w.ordered_metadata,
+        )
     if isinstance(w, AppWorkload):
         return record.WorkloadSpec(
             type="app",

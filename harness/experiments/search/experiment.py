@@ -71,8 +71,9 @@ class Search(lifecycle.Experiment):
             w.op_classes,
             indices=w.indices,
             relog=w.relog,
+            grammar=w.grammar,
         )
-        wanted = [ace.describe(w.seq, i) for i in picked]
+        wanted = [ace.describe(w.seq, i, w.grammar) for i in picked]
         self.workloads = {d["id"]: d for d in wanted}
         self._record_missing(wanted)
         for d in wanted:

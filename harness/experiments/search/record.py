@@ -141,7 +141,7 @@ def _which(w: dict[str, Any]) -> list[str]:
         # One token each: an empty --keep (the oracle point alone) stays an argument.
         keep = ",".join(map(str, w["keep"]))
         return [*argv, f"--source={json.dumps(w['source'])}", f"--keep={keep}"]
-    return [*argv, "--seq", str(w["seq"])]
+    return [*argv, "--seq", str(w["seq"]), "--grammar", w.get("grammar", "ace")]
 
 
 def _keep(

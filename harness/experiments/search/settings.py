@@ -31,7 +31,12 @@ def _default_crash() -> CrashSpec:
 class AceSpec(Settings):
     """Which workloads of ACE's space a run takes."""
 
-    grammar: Literal["ace"] = "ace"
+    grammar: Literal["ace", "ace-x"] = Field(
+        "ace",
+        description="ACE's classes, or ace-x: and truncate to 0, symlink, chmod, "
+        "RENAME_EXCHANGE / NOREPLACE, a directory moved into another, fsync through a "
+        "descriptor held across unlink / rmdir, O_TMPFILE + linkat",
+    )
     seq: int = Field(1, ge=1, le=3, description="core ops per workload")
     sample: int = Field(0, ge=0, description="a seeded sample of this many (0: every one)")
     limit: int = Field(0, ge=0, description="only the first N of the selection (a CI slice)")
@@ -59,7 +64,7 @@ class AceSpec(Settings):
 
     @model_validator(mode="after")
     def _check(self) -> AceSpec:
-        known = sorted({c.op_class for c in ace.cores()})
+        known = sorted({c.op_class for c in ace.cores(self.grammar)})
         bad = [c for c in self.op_classes if c not in known]
         if bad:
             raise problem(
@@ -71,9 +76,9 @@ class AceSpec(Settings):
                 "set workload.seq = 2 or 3",
                 key="relog",
             )
-        size = ace.space(self.seq)
+        size = ace.space(self.seq, self.grammar)
         for i in self.indices:
-            if not 0 <= i < size or not ace.valid(ace.decode(self.seq, i)):
+            if not 0 <= i < size or not ace.valid(ace.decode(self.seq, i, self.grammar)):
                 raise problem(
                     f"workload {i} is not a valid seq-{self.seq} workload",
                     f"indices lie in 0..{size - 1} and name workloads whose ops can run "

@@ -41,7 +41,8 @@ from harness import filesystems, outcome, paths
 from harness.errors import EXIT_FINDING, EXIT_HARNESS, NotRun
 from harness.experiments import registry
 from harness.image.build import Image, require_image
-from harness.kernel.store import Kernel, booting, describe
+from harness.kernel.boot import booting
+from harness.kernel.store import Kernel, describe
 from harness.store.db import Accelerator, RunEnv, RunStatus, Store
 from harness.store.model import ItemOutcome
 from harness.vm import backend

@@ -335,7 +335,7 @@ class CheckSpec(Settings):
 
 
 class RecoveryCrashSpec(Settings):
-    """A crash during recovery (``harness/experiments/crash/recoverycrash.py``): the
+    """A crash during recovery (``harness/crashstate/recoverycrash.py``): the
     filesystem's own recovery of a sample of crash states, recorded and cut again."""
 
     sample: int = Field(

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import paths
+from harness.crashstate.statelog import file_name
 from harness.errors import HarnessError
-from harness.experiments.statelog import file_name
 from harness.kernel.boot import booting
 from harness.record import logwrites
 from harness.replay.crashstates import CrashState

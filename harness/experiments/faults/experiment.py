@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 from faults.dm import healthy_table_args
+from harness.check.zpool import parse_status
 from harness.errors import GuestPanic, GuestTimeout, HarnessError
 from harness.experiments import lifecycle
 from harness.experiments.faults.settings import FaultsScenario, FsCell
@@ -224,8 +225,6 @@ def judge_dust(facts: dict[str, Any]) -> dict[str, Any]:
         row = {"read": read.get("error") or "ok", "file block": facts.get("file_block")}
         ok = read.get("error") == "EIO"
         return {"outcome": str(Outcome.CONSISTENT if ok else Outcome.DATA_LOSS), "row": row}
-    from harness.experiments.zfs.parse import parse_status
-
     for step in ("create", "write", "export", "import", "scrub"):
         if facts[step]["rc"] != 0:
             return {"outcome": str(Outcome.HARNESS_ERROR), "row": {"failed": step}}

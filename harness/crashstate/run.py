@@ -14,14 +14,9 @@ Progress = Callable[[str, int, int], None]  # (what, done, total)
 
 
 class Run(Protocol):
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def run_id(self) -> str: ...
-
-    @property
-    def seed(self) -> int: ...
+    store: Store
+    run_id: str
+    seed: int
 
     @property
     def progress(self) -> Progress: ...

@@ -21,20 +21,13 @@ from harness.store.db import Store
 class Report(Protocol):
     """What the body reads of the lifecycle's ``Report``."""
 
-    @property
-    def run_id(self) -> str: ...
-
-    @property
-    def db(self) -> Path: ...
+    run_id: str
+    db: Path
+    items: int
+    summary: dict[str, Any]
 
     @property
     def experiment(self) -> object: ...
-
-    @property
-    def items(self) -> int: ...
-
-    @property
-    def summary(self) -> dict[str, Any]: ...
 
     @property
     def counts(self) -> Mapping[str, int]: ...

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.config import scenario
 from harness.config.crash import FsSpec
+from harness.crashstate import recording
 from harness.errors import HarnessError
-from harness.experiments.crash import experiment as run
 from harness.record import recorder as record
 from harness.record.logwrites import open_log
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
@@ -43,7 +43,9 @@ def load(name: str, sets: list[str]) -> scenario.Scenario:
 def cmd_record(args: argparse.Namespace) -> None:
     sc = load(args.scenario, args.set)
     seed = sc.seed if args.seed is None else args.seed
-    rec = record.record(args.output, sc.fs, run.workload_spec(sc), seed, timeout=sc.check.timeout)
+    rec = record.record(
+        args.output, sc.fs, recording.workload_spec(sc), seed, timeout=sc.check.timeout
+    )
     (args.output / "oracle.json").write_text(json.dumps(rec.oracle))
     (args.output / "recording.json").write_text(
         json.dumps(
@@ -102,7 +104,7 @@ def _fio_once(guest: Guest, fs: FsSpec, logged: bool, job: str) -> float:
 def cmd_overhead(args: argparse.Namespace) -> None:
     sc = load(args.scenario, args.set)
     fs = sc.fs
-    job = run.workload_spec(sc).fio_job
+    job = recording.workload_spec(sc).fio_job
     if not job:
         raise SystemExit(f"{sc.name} has no fio job")
     with tempfile.TemporaryDirectory(dir=args.scratch) as tmp:

@@ -69,6 +69,11 @@ def work_dir() -> Path:
     return d
 
 
+def run_dir(run_id: str) -> Path:
+    """A run's working directory (recorded logs, batches), kept for a resume."""
+    return work_dir() / "runs" / run_id
+
+
 @contextmanager
 def fast_scratch(run_dir: Path, need_bytes: int) -> Iterator[Path]:
     """Where a run's working crash image lives: tmpfs (/dev/shm) when it has room for

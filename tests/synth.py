@@ -253,8 +253,8 @@ def minimised_twice(db: Path, run_id: str, state: Any, monkeypatch: Any) -> tupl
     """Triage a reorder ``state`` of a host-only run twice, its verdict and every
     candidate's judged by a stand-in that fails exactly when the middle one of its dropped
     writes is missing: (first, second, that write)."""
-    from harness.experiments.crash import states
-    from harness.experiments.crash.experiment import commit_state
+    from harness.crashstate import checking as states
+    from harness.crashstate.onelog import commit_state
     from harness.store.db import Store
     from harness.triage import judge, minimal
 

@@ -166,7 +166,7 @@ def test_a_host_only_run_is_stored_like_any_crash_run(
     # The run directory holds the log, so `scenario reproduce` rebuilds any state.
     rdir = lifecycle.run_dir(r.run_id)
     assert (rdir / "log.raw").read_bytes() == log_path.read_bytes()
-    from harness.experiments.crash.experiment import reproduce
+    from harness.crashstate.stored import reproduce
 
     out, info = reproduce(detail.states[0].id, db=db, out=tmp_path / "s.img")
     assert out.stat().st_size == 32 << 20 and info["run_id"] == r.run_id

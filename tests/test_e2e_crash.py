@@ -11,8 +11,8 @@ import pytest
 
 from harness.check import guest as guestcheck
 from harness.config import scenario
+from harness.crashstate import stored
 from harness.experiments import lifecycle
-from harness.experiments.crash import experiment as run
 from harness.image import build as image
 from harness.outcome import HARNESS, Outcome
 
@@ -83,7 +83,7 @@ def test_oracle_has_teeth(small_run: tuple[lifecycle.Report, Path], tmp_path: Pa
     sid = con.execute(
         "SELECT id FROM crash_states WHERE run_id = ? ORDER BY prefix LIMIT 1", (report.run_id,)
     ).fetchone()[0]
-    img, _ = run.reproduce(sid, db=db, out=tmp_path / "state.img")
+    img, _ = stored.reproduce(sid, db=db, out=tmp_path / "state.img")
     oracle = json.loads((lifecycle.run_dir(report.run_id) / "oracle.json").read_text())
     final = oracle["final_mark"]
     required = next(m for m in oracle["marks"] if m["mark"] == final)

@@ -12,6 +12,7 @@ import pytest
 from harness import proc
 from harness.config import scenario
 from harness.config.crash import FsstressWorkload
+from harness.crashstate import recording
 from harness.errors import HarnessError, InputError
 from harness.experiments.crash import experiment
 from harness.record import fsstress
@@ -85,7 +86,7 @@ def test_fsstress_scenarios_and_their_bad_keys() -> None:
     assert sc.fs.disk_size == 200 << 20 and w.keep_log == "logs/generic-482.log"
     ci = scenario.load("fsstress-482-ci")
     assert isinstance(ci.workload, FsstressWorkload) and ci.crash.max_states <= 10
-    spec = experiment.workload_spec(scenario.load("fsstress-482", ["workload.procs=4"]))
+    spec = recording.workload_spec(scenario.load("fsstress-482", ["workload.procs=4"]))
     assert (spec.type, spec.ops, spec.procs) == ("fsstress", 512, 4)
     for bad, words in (
         ("workload.keep_log=/etc/x", "leaves the results directory"),
@@ -103,5 +104,5 @@ def test_keep_log_replaces_an_earlier_copy(tmp_path: Path) -> None:
     dest = tmp_path / "results" / "logs" / "generic-482.log"
     dest.parent.mkdir(parents=True)
     dest.write_bytes(b"old")
-    experiment.keep_log(log, dest)
+    recording.keep_log(log, dest)
     assert dest.read_bytes() == b"new" and not dest.with_name(dest.name + ".part").exists()

@@ -22,9 +22,9 @@ from harness.errors import InputError, NotRun
 from harness.experiments import lifecycle, registry
 from harness.image.build import Image, load_recipe
 from harness.kernel import add, initrd, mutant
+from harness.kernel.boot import booting
 from harness.kernel.store import (
     Kernel,
-    booting,
     cached,
     image_kernel,
     parse_config,

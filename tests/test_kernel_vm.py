@@ -8,7 +8,7 @@ import pytest
 
 from harness.image import build as image
 from harness.kernel import add, mutant
-from harness.kernel.store import booting
+from harness.kernel.boot import booting
 from harness.vm.backend import GuestSpec, start_guest
 
 pytestmark = pytest.mark.vm

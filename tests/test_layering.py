@@ -66,11 +66,27 @@ def test_sql_only_in_the_store() -> None:
     assert _sql_outside_the_store() == []
 
 
-def _imported(name: str, tree: ast.Module, known: set[str]) -> set[str]:
-    """The modules of ``known`` that module ``name`` imports anywhere (a function's lazy
-    import too: it is still a dependency, only a later one)."""
+def _type_checking(node: ast.AST) -> bool:
+    """An ``if TYPE_CHECKING:`` block: imports for annotations, never executed."""
+    test = node.test if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _import_names(name: str, tree: ast.Module, *, annotations: bool = True) -> set[str]:
+    """Every dotted name module ``name`` imports, anywhere (a function's lazy import too:
+    it is still a dependency, only a later one): ``from a.b import c`` gives ``a.b`` and
+    ``a.b.c`` (c may be a module). ``annotations=False`` leaves out ``if TYPE_CHECKING:``
+    blocks."""
     out: set[str] = set()
-    for node in ast.walk(tree):
+    todo: list[ast.AST] = [tree]
+    while todo:
+        node = todo.pop()
+        if not annotations and _type_checking(node):
+            assert isinstance(node, ast.If)
+            todo += node.orelse
+            continue
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -78,40 +94,131 @@ def _imported(name: str, tree: ast.Module, known: set[str]) -> set[str]:
             assert not node.level, f"{name}:{node.lineno}: a relative import"
             base = node.module or ""
             out |= {base, *(f"{base}.{a.name}" for a in node.names)}
-    return (out & known) - {name}
+        todo += ast.iter_child_nodes(node)
+    return out
 
 
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import cycle of ``graph``, as the modules along it, or None."""
-    done: set[str] = set()
-
-    def visit(node: str, path: list[str]) -> list[str] | None:
-        if node in path:
-            return [*path[path.index(node) :], node]
-        if node in done:
-            return None
-        for nxt in sorted(graph[node]):
-            found = visit(nxt, [*path, node])
-            if found:
-                return found
-        done.add(node)
-        return None
-
-    for start in sorted(graph):
-        found = visit(start, [])
-        if found:
-            return found
-    return None
+def _imported(
+    name: str, tree: ast.Module, known: set[str], *, annotations: bool = True
+) -> set[str]:
+    """The modules of ``known`` that module ``name`` imports anywhere."""
+    return (_import_names(name, tree, annotations=annotations) & known) - {name}
 
 
-def test_no_import_cycle_among_the_vm_modules() -> None:
-    # The backends implement vm.base; vm.backend chooses one. A backend importing its
-    # chooser (as qemu and libvirt did) makes import order matter and hides the layering.
-    mods = {name: tree for name, _, tree in _modules(HARNESS / "vm")}
-    graph = {name: _imported(name, tree, set(mods)) for name, tree in mods.items()}
-    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``graph``: its strongly connected components of more than one
+    module (Tarjan's algorithm), each sorted, in order of their first module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
 
 
-def test_the_cycle_finder_finds_a_cycle() -> None:
-    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert _cycle({"a": {"b"}, "b": set()}) is None
+def _harness_graph() -> dict[str, set[str]]:
+    """Every module of harness/ -> the modules of harness/ it imports when it runs (at
+    import time or inside a function). An ``if TYPE_CHECKING:`` import is left out: it is
+    never executed, so it closes no cycle (registry.py names lifecycle's types so)."""
+    mods = {name: tree for name, _, tree in _modules()}
+    return {n: _imported(n, t, set(mods), annotations=False) for n, t in mods.items()}
+
+
+def test_no_import_cycle_anywhere() -> None:
+    # A cycle makes import order matter and hides the layering: a backend importing its
+    # chooser (as qemu and libvirt did vm.backend), or a lazy import inside a function,
+    # still one (kernel/store.py imported add and mutant so, which import it).
+    cycles = _cycles(_harness_graph())
+    assert cycles == [], "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_finder_finds_every_cycle_and_no_other() -> None:
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": {"d"}, "f": {"a"}}
+    assert _cycles(g) == [["a", "b", "c"], ["d", "e"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_a_lazy_import_counts_and_a_type_checking_one_does_not() -> None:
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from harness import b\nelse:\n    import harness.c\n"
+        "def f():\n    from harness.d import e\n"
+    )
+    known = {"harness.b", "harness.c", "harness.d", "harness.d.e"}
+    assert _imported("harness.a", tree, known, annotations=False) == known - {"harness.b"}
+    assert _imported("harness.a", tree, known) == known
+
+
+EXPERIMENTS = HARNESS / "experiments"
+
+
+def _kinds() -> set[str]:
+    """The folders of harness/experiments/: one a kind each."""
+    return {p.name for p in EXPERIMENTS.iterdir() if (p / "__init__.py").exists()}
+
+
+def _kind_imported(module: str, tree: ast.Module) -> set[str]:
+    """The kinds (folders of harness/experiments/) whose modules ``module`` imports."""
+    kinds = _kinds()
+    out = set()
+    for target in _import_names(module, tree):
+        parts = target.split(".")
+        if parts[:2] == ["harness", "experiments"] and len(parts) > 2 and parts[2] in kinds:
+            out.add(parts[2])
+    return out
+
+
+def _between_kinds() -> list[str]:
+    found = []
+    for name, path, tree in _modules(EXPERIMENTS):
+        me = path.relative_to(EXPERIMENTS).parts
+        if len(me) < 2:
+            continue  # lifecycle.py, registry.py, summary.py: every kind's, not a kind
+        found += [
+            f"{name} imports the kind {k}" for k in sorted(_kind_imported(name, tree) - {me[0]})
+        ]
+    return found
+
+
+def test_no_kind_imports_another_kind() -> None:
+    # What kinds share is the crash-state core's (harness/crashstate/) or below: a kind
+    # is one folder, added or removed without touching another.
+    assert _between_kinds() == []
+
+
+def _triage_kinds() -> list[str]:
+    return [
+        f"{name} imports the kind {k}"
+        for name, _, tree in _modules(HARNESS / "triage")
+        for k in sorted(_kind_imported(name, tree))
+    ]
+
+
+def test_triage_uses_the_core_not_the_kinds() -> None:
+    # A stored state, its log, its checks: harness/crashstate/, whichever kind cut it.
+    assert _triage_kinds() == []

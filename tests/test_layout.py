@@ -12,10 +12,12 @@ from harness import paths
 # installs them and reads their words (runner.disk_errors).
 SHARED = ("errors", "outcome", "paths", "tools", "proc", "filesystems")
 STEPS = ("config", "image", "kernel", "vm", "guest", "record", "replay", "check", "store")
-# Reports read the store; an experiment kind (one folder: settings, steps, summary body)
-# uses them; triage takes a kind's stored states (and will re-check candidates with its
-# steps); campaigns run kinds; the command line drives all.
-STEPS += ("report", "experiments", "triage", "campaign", "cli")
+# Reports read the store; the crash-state core (a state's log, cutting, checks, verdict,
+# a stored state found again) is what the kinds that cut crash states share, and its
+# summary body is a report; an experiment kind (one folder: settings, steps, summary
+# body) uses them; triage takes stored states and re-checks candidates with the core;
+# campaigns run kinds; the command line drives all.
+STEPS += ("report", "crashstate", "experiments", "triage", "campaign", "cli")
 RANK = {name: i for i, name in enumerate((*SHARED, *STEPS))}
 # The one way up, and why: the scenario loader and the JSON Schema find a file's kind by
 # the kinds' records (a plugin lookup; the kinds' settings models live in their folders).

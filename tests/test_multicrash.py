@@ -12,9 +12,10 @@ import pytest
 from logbuilder import MKFS_MARK, LogBuilder
 
 from harness import paths
+from harness.check import zpool as parse
 from harness.config import scenario
 from harness.errors import InputError
-from harness.experiments.zfs import crash, parse
+from harness.experiments.zfs import crash
 from harness.experiments.zfs import record as zfs_record
 from harness.experiments.zfs.settings import Experiment, ZfsScenario
 from harness.guest.contract import ZfsRound

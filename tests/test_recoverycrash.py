@@ -11,8 +11,9 @@ import pytest
 
 from harness.check import host as check
 from harness.config import scenario
+from harness.crashstate import checking as states
+from harness.crashstate import onelog, recoverycrash
 from harness.errors import HarnessError, InputError
-from harness.experiments.crash import experiment, recoverycrash, states
 from harness.outcome import Outcome
 from harness.record import recovery
 from harness.record.logwrites import FUA, open_log
@@ -143,8 +144,8 @@ def test_a_recovery_crash_state_is_stored_with_its_parent(tmp_path: Path) -> Non
         st.add_log(LogInfo("log", "log", 1, 0, 0, 0, 0, 0), run_id=run_id)
         ok = check.CheckResult("guest", "mount+verify", Outcome.CONSISTENT, 0, 1.0, "")
         child = state("child", 7)
-        experiment.commit_state(st, run_id, states.Checked(state("parent", 5), [ok]))
-        experiment.commit_state(st, run_id, states.Checked(child, [ok]), parent="parent")
+        onelog.commit_state(st, run_id, states.Checked(state("parent", 5), [ok]))
+        onelog.commit_state(st, run_id, states.Checked(child, [ok]), parent="parent")
         rows = {s.id: s for s in st.run_detail(run_id).states}
     assert rows["child"].parent == "parent" and rows["parent"].parent is None
     assert rows["child"].description.startswith("crash during the recovery of parent: ")

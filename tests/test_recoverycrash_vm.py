@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.config import scenario
+from harness.crashstate import stored
 from harness.experiments import lifecycle
-from harness.experiments.crash import experiment
 from harness.image import build as image
 from harness.record import recovery
 from harness.store.db import Store
@@ -58,6 +58,6 @@ def test_recovery_of_a_sampled_state_is_cut_and_each_state_still_recovers(
     assert reused == [(f"{r.run_id}/{parent_id}",)], reused
     assert (rdir / "log.raw").stat().st_size > 0 and not (rdir / "image.raw").exists()
     # reproduce finds a child's own log: at the base mark, the parent's bytes
-    child_img, _ = experiment.reproduce(base.id, db=db, out=tmp_path / "child.img")
-    parent_img, _ = experiment.reproduce(parent_id, db=db, out=tmp_path / "parent.img")
+    child_img, _ = stored.reproduce(base.id, db=db, out=tmp_path / "child.img")
+    parent_img, _ = stored.reproduce(parent_id, db=db, out=tmp_path / "parent.img")
     assert child_img.read_bytes() == parent_img.read_bytes()

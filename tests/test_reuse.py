@@ -15,8 +15,9 @@ import pytest
 from harness import tools
 from harness.check import host as check
 from harness.config import scenario
+from harness.crashstate import checking as states
+from harness.crashstate import onelog, reuse
 from harness.experiments import lifecycle
-from harness.experiments.crash import experiment, reuse, states
 from harness.outcome import Outcome
 from harness.record.logwrites import open_log
 from harness.replay.crashstates import CrashState, generate
@@ -161,7 +162,7 @@ def test_a_second_run_reuses_every_verdict_from_the_store(
             runs.append(run_id)
             checks = Checks(monkeypatch)
             for c in run_sources(sc, source, tmp_path, reuse.Reuse("ctx", run_id, st.judged)):
-                experiment.commit_state(st, run_id, c)
+                onelog.commit_state(st, run_id, c)
                 assert len(checks.states) == (19 if n == 0 else 0)
         assert st.reuse_counts(runs[0]) == {
             "generated": 28,

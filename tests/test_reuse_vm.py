@@ -17,8 +17,8 @@ import pytest
 
 from harness.check import guest as guestcheck
 from harness.config import scenario
+from harness.crashstate import recording
 from harness.experiments import lifecycle
-from harness.experiments.crash import experiment
 from harness.image import build as image
 from harness.outcome import HARNESS, Outcome
 from harness.store.db import Store
@@ -47,7 +47,7 @@ def test_a_second_run_of_the_same_log_checks_nothing(
     assert one["checked"] + one["reused"] == 16
     assert not {Outcome(v) for v in verdicts(db, first.run_id).values()} & HARNESS
 
-    real = experiment.recorded
+    real = recording.recorded
 
     def the_first_recording(sc: Any, rdir: Path, *args: Any) -> Any:
         rdir.mkdir(parents=True, exist_ok=True)
@@ -62,7 +62,7 @@ def test_a_second_run_of_the_same_log_checks_nothing(
         batches.append(len(items))
         return real_batch(items, *args, **kw)
 
-    monkeypatch.setattr(experiment, "recorded", the_first_recording)
+    monkeypatch.setattr(recording, "recorded", the_first_recording)
     monkeypatch.setattr(guestcheck, "check_batch", count_batches)
     second = lifecycle.execute(sc, db=db, fresh=True)
     assert second.run_id != first.run_id

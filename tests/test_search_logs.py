@@ -14,8 +14,9 @@ from harness.check import parallel
 from harness.cli import ui
 from harness.cli.main import main
 from harness.config import scenario
+from harness.crashstate import workloads as record
 from harness.experiments import lifecycle
-from harness.experiments.search import record, summary
+from harness.experiments.search import summary
 from harness.record import logwrites
 from harness.store.db import RunStatus, Store
 from tests.synth import lost, without_image

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.experiments.search import record
+from harness.crashstate import workloads as record
 from harness.record import logwrites, recorder
 from harness.record.logwrites import FUA
 from tests.logbuilder import LogBuilder

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.config import scenario
+from harness.crashstate import workloads as record
 from harness.experiments import lifecycle
-from harness.experiments.search import record
 from harness.experiments.search.experiment import Search
 from harness.guest import ace
 from harness.image import build as image

@@ -17,10 +17,10 @@ from harness import tools
 from harness.check.host import CheckResult
 from harness.cli import checklog
 from harness.cli.main import build_parser, main
+from harness.crashstate import checking as states
+from harness.crashstate import workloads as search_record
+from harness.crashstate.onelog import commit_state
 from harness.experiments import lifecycle
-from harness.experiments.crash import states
-from harness.experiments.crash.experiment import commit_state
-from harness.experiments.search import record as search_record
 from harness.outcome import Outcome
 from harness.record.logwrites import open_log
 from harness.replay import replayer as replay

@@ -19,10 +19,12 @@ from harness.check.host import CheckResult
 from harness.cli.main import main
 from harness.config import scenario
 from harness.config.crash import FsSpec
-from harness.experiments import lifecycle, statelog
-from harness.experiments.crash import states
-from harness.experiments.crash.experiment import commit_state, stored_state
-from harness.experiments.search import record
+from harness.crashstate import checking as states
+from harness.crashstate import statelog
+from harness.crashstate import workloads as record
+from harness.crashstate.onelog import commit_state
+from harness.crashstate.stored import stored_state
+from harness.experiments import lifecycle
 from harness.guest import ace
 from harness.outcome import Outcome
 from harness.store.db import CrashState as StoredState

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.experiments.zfs import parse
+from harness.check import zpool as parse
 
 DATA = Path(__file__).parent / "data" / "zfs"
 

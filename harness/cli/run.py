@@ -9,8 +9,8 @@ from typing import Any
 from harness import filesystems, paths
 from harness.cli import backend, ui
 from harness.config import scenario
-from harness.experiments import lifecycle, statelog, summary
-from harness.experiments.crash import experiment as run
+from harness.crashstate import recording, statelog, stored
+from harness.experiments import lifecycle, summary
 from harness.report import runlog
 
 console = ui.console()
@@ -105,7 +105,7 @@ def run_and_report(sc: Any, db: Path | None, *, fresh: bool) -> int:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     db = args.db or paths.default_db()
     out = args.output or Path(f"{statelog.file_name(args.state_id)}.img")
-    path, info = run.reproduce(args.state_id, db=db, out=out)
+    path, info = stored.reproduce(args.state_id, db=db, out=out)
     console.print(
         f"crash state {info['state']['id']} of run {info['run_id']}: {info['description']}",
         markup=False,
@@ -150,7 +150,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     rec = record.record(
         args.output,
         sc.fs,
-        run.workload_spec(sc),
+        recording.workload_spec(sc),
         sc.seed,
         timeout=sc.check.timeout,
         recorder=str(sc.recorder.type),

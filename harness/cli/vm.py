@@ -20,7 +20,7 @@ from harness.config.vm import VmChoice
 from harness.errors import InputError
 from harness.image import build as image
 from harness.kernel import store as kernel_store
-from harness.kernel.store import booting
+from harness.kernel.boot import booting
 from harness.report.markup import esc
 from harness.vm import accel, libvirt_accel, libvirt_storage, libvirtd
 from harness.vm.accel import ProbeResult

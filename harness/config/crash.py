@@ -16,7 +16,6 @@ from harness.config.base import ScenarioBase
 from harness.config.settings import Settings, Size, problem, size_text
 from harness.config.states import StateSpec
 from harness.errors import InputError
-from harness.guest import opfile
 
 if TYPE_CHECKING:
     pass
@@ -296,10 +295,6 @@ class FileWorkload(Settings):
             raise problem("a file workload needs its ops", "set workload.path", key="path")
         return self
 
-    def ops(self, fs: str) -> list[dict[str, Any]]:
-        """The parsed ops, checked for ``fs`` (``opfile.OpFileError`` when they are not)."""
-        return opfile.parse(self.text, fs)
-
 
 Workload = OpsWorkload | FioWorkload | AppWorkload | FsstressWorkload | FileWorkload
 
@@ -377,7 +372,7 @@ class CheckSpec(Settings):
 
 
 class RecoveryCrashSpec(Settings):
-    """A crash during recovery (``harness/experiments/crash/recoverycrash.py``): the
+    """A crash during recovery (``harness/crashstate/recoverycrash.py``): the
     filesystem's own recovery of a sample of crash states, recorded and cut again."""
 
     sample: int = Field(
@@ -472,11 +467,8 @@ class Scenario(ScenarioBase):
         return self._fsync_names(w)
 
     def _check_file(self, w: FileWorkload) -> None:
-        try:
-            w.ops(str(self.fs.type))
-        except opfile.OpFileError as e:
-            where = f"{w.path}: " if w.path else ""
-            raise problem(f"{where}{e}", e.hint or None, key="workload.path") from None
+        # Its ops are checked before a run starts (crashstate/recording.py: file_ops):
+        # their parser is the guest's (stdlib), below this step.
         if w.noop_sync and self.expect != "findings":
             raise problem(
                 "a workload that never really syncs can only lose data",

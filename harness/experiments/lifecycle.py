@@ -37,11 +37,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from harness import filesystems, outcome, paths
+from harness import filesystems, outcome
 from harness.errors import EXIT_FINDING, EXIT_HARNESS, NotRun
 from harness.experiments import registry
 from harness.image.build import Image, require_image
-from harness.kernel.store import Kernel, booting, describe
+from harness.kernel.boot import booting
+from harness.kernel.store import Kernel, describe
+from harness.paths import run_dir
 from harness.store.db import Accelerator, RunEnv, RunStatus, Store
 from harness.store.model import ItemOutcome
 from harness.vm import backend
@@ -85,11 +87,6 @@ class Run:
     @property
     def dir(self) -> Path:
         return run_dir(self.run_id)
-
-
-def run_dir(run_id: str) -> Path:
-    """A run's working directory (recorded logs, batches), kept for a resume."""
-    return paths.work_dir() / "runs" / run_id
 
 
 class Experiment(ABC):

@@ -23,7 +23,7 @@ from harness.errors import InputError, ToolMissing
 from harness.image.build import Image
 from harness.kernel import initrd
 from harness.kernel.entry import Step, fresh, install, timed
-from harness.kernel.store import Kernel, image_kernel, kernels_dir
+from harness.kernel.store import Kernel, image_kernel, kernels_dir, resolve
 
 SOURCE_TAR = Path("/usr/src/linux-source-6.1.tar.xz")  # linux-source-6.1 (host deps)
 TOP = "linux-source-6.1"
@@ -73,8 +73,6 @@ def add(name: str, img: Image, on_step: Step, patch: Path | None = None) -> Kern
     built = json.loads(cached.read_text())["source"] if cached.is_file() else {}
     if (built.get("sha256"), built.get("build")) == (digest, BUILD):
         on_step("cached (same patch)", 0.0)
-        from harness.kernel.store import resolve
-
         return resolve(kname, img)
     headers = Path(f"/usr/src/linux-headers-{base.release}")
     for need, pkg in ((SOURCE_TAR, "linux-source-6.1"), (headers, f"linux-headers-{base.release}")):

@@ -16,15 +16,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness import paths
 from harness.errors import InputError
-from harness.image import build
 from harness.image.build import Image
 
 # What the lab's experiments need of a kernel (harness/experiments/registry.py names
@@ -166,47 +163,6 @@ def resolve(name: str, img: Image) -> Kernel:
 
 def write_manifest(d: Path, k: Kernel) -> None:
     (d / "manifest.json").write_text(json.dumps(k.to_json(), indent=2, sort_keys=True) + "\n")
-
-
-@contextmanager
-def booting(name: str | None) -> Iterator[Kernel | None]:
-    """Within: every guest boots kernel ``name`` (a release, ``<release>+<mutant>``, or
-    ``+<mutant>`` of the image's kernel); None (or the image's release): the image's own,
-    and nothing changes."""
-    if name is None:
-        yield None
-        return
-    if name.endswith(".patch"):  # --fs-patch FILE: built on first use, cached by hash
-        from harness.kernel import add
-
-        k = add.add(f"patch:{name}", build.require_image())
-        with build.booting(k.boot_image):
-            yield k
-        return
-    if name.startswith("+"):  # "+MUTANT": a mutant of the image's kernel, whichever it is
-        name = str(build.require_image().manifest.get("kernel")) + name
-    found = [k for k in cached() if k.name == name]
-    k = found[0] if found else _fetch(name, build.require_image())
-    with build.booting(None if k.is_image_kernel else k.boot_image):
-        yield k
-
-
-def _fetch(name: str, img: Image) -> Kernel:
-    """A kernel not cached yet, added on first use when its name says how: the image's
-    kernel, ``<image release>+<mutant>`` (built from mutants/), or a Debian kernel
-    package's release (``linux-image-<name>``). A campaign over kernels then needs no
-    step before it; ``scenario kernel add`` does the same up front."""
-    from harness.kernel import add, mutant
-
-    base, _, patch = name.partition("+")
-    if name == image_kernel(img).name:
-        return image_kernel(img)
-    if patch and base == image_kernel(img).release and patch in mutant.names():
-        return add.add(f"mutant:{patch}", img)
-    try:
-        return add.add(f"deb:linux-image-{name}", img)
-    except InputError:
-        return resolve(name, img)  # not a package either: say what the lab has
 
 
 def describe(source: dict[str, Any]) -> str:

@@ -105,7 +105,7 @@ class CrashState:
     last_mark: str | None = None
     description: str = ""
     identity: str | None = None  # the image's content identity (replayer.Identity)
-    check_key: str | None = None  # what else its verdict depends on (crash/reuse.py)
+    check_key: str | None = None  # what else its verdict depends on (crashstate/reuse.py)
     reused_from: str | None = None  # "run_id/state_id" whose verdict it took
     parent: str | None = None  # a recovery crash: the state whose recovery it cut
 

@@ -381,7 +381,7 @@ _MIGRATION_6 = [
 
 # 7: every distinct crash state is checked once (issue 23). ``identity`` is the replayed
 # image's content identity (harness/replay/replayer.py ``Identity``) and ``check_key``
-# everything else a verdict depends on (harness/experiments/crash/reuse.py says what);
+# everything else a verdict depends on (harness/crashstate/reuse.py says what);
 # a state whose (check_key, identity) was judged before takes that verdict, and
 # ``reused_from`` names the "run_id/state_id" that was checked. NULL: not known (states
 # stored before this migration, kinds that keep no identity), never reused.
@@ -392,7 +392,7 @@ _MIGRATION_7 = [
     "CREATE INDEX crash_states_identity ON crash_states (identity, check_key)",
 ]
 
-# 8: a crash during recovery (harness/experiments/crash/recoverycrash.py): a state cut
+# 8: a crash during recovery (harness/crashstate/recoverycrash.py): a state cut
 # from the log of the filesystem's recovery of another state of the run names that
 # state, ``parent``, so a finding names both. NULL: an ordinary crash state.
 _MIGRATION_8 = ["ALTER TABLE crash_states ADD COLUMN parent TEXT"]

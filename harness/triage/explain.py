@@ -14,9 +14,9 @@ from pathlib import Path
 
 from harness import proc
 from harness.check.host import copy_image
+from harness.crashstate import statelog
+from harness.crashstate.stored import stored_state
 from harness.errors import InputError
-from harness.experiments import statelog
-from harness.experiments.crash.experiment import stored_state
 from harness.record import logwrites
 from harness.replay import crashstates
 from harness.replay import replayer as replay

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import paths
+from harness.crashstate.statelog import file_name
 from harness.errors import HarnessError
-from harness.experiments.statelog import file_name
-from harness.kernel.store import booting
+from harness.kernel.boot import booting
 from harness.record import logwrites
 from harness.replay.crashstates import CrashState
 from harness.triage import absent, blocks, ddmin, delta, explain, symptom, target, workmin

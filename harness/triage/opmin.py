@@ -114,7 +114,7 @@ def _source(
     """``ace.source_ops``'s argument that draws the workload's ops again."""
     if workload:
         # A search records with names fsync'd only where the filesystem journals them
-        # (search/record.py): the model that closes a subset must say the same.
+        # (crashstate/workloads.py): the model that closes a subset must say the same.
         journaled = FsSpec.model_validate(params["fs"]).journaled
         return {
             "kind": "ace",

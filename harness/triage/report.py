@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import paths
-from harness.experiments.statelog import file_name
+from harness.crashstate.statelog import file_name
 from harness.record import logwrites
 from harness.record.logwrites import SECTOR, Log
 from harness.triage import blocks, tree, workload

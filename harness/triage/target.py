@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.crash import CheckSpec, FsSpec
+from harness.crashstate import statelog
+from harness.crashstate.stored import load_oracle, stored_state
 from harness.errors import InputError
-from harness.experiments import statelog
-from harness.experiments.checklog.source import load_oracle
-from harness.experiments.crash.experiment import stored_state
 from harness.outcome import FINDINGS, Outcome
 from harness.record import logwrites
 from harness.replay import crashstates

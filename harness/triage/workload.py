@@ -101,7 +101,7 @@ def _exact(w: Mapping[str, Any], oracle: Mapping[str, Any], seed: int | None, no
 
 
 def _exact_ace(ace: Mapping[str, Any], noop: bool) -> str:
-    """ACE's command that records the exact workload (``search/record.py`` adds the
+    """ACE's command that records the exact workload (``crashstate/workloads.py`` adds the
     devices it records on), and the workload in ACE's words."""
     flag = " --noop-sync" if noop else ""
     return (

@@ -2,12 +2,12 @@
 candidate re-recorded in a guest under dm-log-writes and its crash states re-checked,
 to the fewest ops whose states still fail the same way (``symptom.py``).
 
-One ddmin round is one recording guest and one checking pass: the search kind's
-machinery records every candidate of the round in one guest, each on its own slices
-under its own log (``search/record.py``), and ``check_sources`` checks the states of all
-their logs in shared guest batches. Round 0 records the whole workload and the empty one
-(P alone) together: the whole must still fail the same way re-recorded, else the
-workload is not minimised (the README says so).
+One ddmin round is one recording guest and one checking pass: the crash-state core's
+batch recorder (``harness/crashstate/workloads.py``, the search kind's) records every
+candidate of the round in one guest, each on its own slices under its own log, and
+``check_sources`` checks the states of all their logs in shared guest batches. Round 0
+records the whole workload and the empty one (P alone) together: the whole must still
+fail the same way re-recorded, else the workload is not minimised (the README says so).
 
 A candidate's states: the run's own crash-state spec of the failing state's kind, cut
 from the candidate's log, those at the candidate's oracle point (``Plan.point_mark``)
@@ -38,9 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.crash import CheckSpec, CrashSpec
-from harness.experiments.crash import states as checking
-from harness.experiments.search import record
-from harness.experiments.statelog import file_name
+from harness.crashstate import checking
+from harness.crashstate import workloads as record
+from harness.crashstate.statelog import file_name
+from harness.crashstate.stored import ONE_LOG_KINDS
 from harness.guest import ace
 from harness.outcome import is_harness
 from harness.record import logwrites
@@ -209,7 +210,7 @@ def minimise(
     """
     started = time.monotonic()
     kind = t.params.get("kind", t.run.kind)  # a check-log run is stored as a crash run
-    if kind not in ("crash", "search"):
+    if kind not in ONE_LOG_KINDS:
         return Workload(
             not_minimised=f"a {kind} run: its log was recorded elsewhere, by a "
             "workload the lab does not re-record"

@@ -1,6 +1,6 @@
 """Check-log (kind ``check-log``): crash replay of a log the lab did not record.
 
-The same steps as crash replay (``harness/experiments/crash``) once the log is in the run
+The same steps as crash replay (``harness/crashstate/onelog.py``) once the log is in the run
 directory: the generators cut it into states from its own start point, each state is
 host-checked and mounted in a guest, and stored as any crash run is, so ``scenario results
 show`` and ``scenario reproduce`` work on it. Only the log's origin differs: it is linked
@@ -15,12 +15,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from harness.crashstate.onelog import OneLog
+from harness.crashstate.stored import load_oracle
+from harness.experiments import lifecycle
 from harness.experiments.checklog import source
-from harness.experiments.crash.experiment import CrashReplay
 from harness.record import logwrites
 
 
-class CheckLog(CrashReplay):
+class CheckLog(OneLog[lifecycle.Run], lifecycle.Experiment):
     """Crash replay of a given log: no recording, states from the log's start point."""
 
     @classmethod
@@ -33,7 +35,7 @@ class CheckLog(CrashReplay):
         with logwrites.open_log(sc.log) as lg:
             source.resolve_start(lg, sc.after_mark, sc.after_entry)
             source.require_fits(lg, sc.fs.disk_size)
-        source.load_oracle(sc.oracle)
+        load_oracle(sc.oracle)
         super().preflight(sc)  # its host checker
 
     def obtain(self, rdir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -48,7 +50,7 @@ class CheckLog(CrashReplay):
             "start": self.start.entry,
         }
         (rdir / "recording.json").write_text(json.dumps(meta))
-        return meta, source.load_oracle(self.sc.oracle)
+        return meta, load_oracle(self.sc.oracle)
 
     def caveat(self) -> str | None:
         if not self.sc.check.guest:

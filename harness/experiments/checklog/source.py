@@ -4,14 +4,10 @@ in it, an entry it has), whether the device holds every write, and the oracle fi
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from harness.config.settings import size_text
 from harness.errors import InputError
-from harness.guest import oracle
 from harness.record.logwrites import Log, marks_text
 
 
@@ -74,28 +70,3 @@ def require_fits(lg: Log, size: int) -> None:
 
 def _mib(n: int) -> int:
     return -(-n // (1 << 20)) << 20
-
-
-def load_oracle(path: Path | None) -> dict[str, Any]:
-    """The oracle file (the lab's format, ``harness/guest/oracle.py``), or none.
-
-    :raise InputError: it cannot be read or is not a JSON object.
-    """
-    if path is None:
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise InputError(f"--oracle {path}: cannot read it: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"--oracle {path}: not JSON: {e}") from None
-    found = data.get("format") if isinstance(data, dict) else None
-    if found != oracle.FORMAT:
-        # The guest's verifier refuses any other format: every state would be the lab's
-        # failure (harness_error) after minutes of checks.
-        raise InputError(
-            f"--oracle {path}: format {found!r}, not {oracle.FORMAT!r}",
-            hint="the oracle.json `scenario record` writes beside its log; record again "
-            "if it is older",
-        )
-    return dict(data)

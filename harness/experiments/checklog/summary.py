@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from harness.crashstate.summary import print_body as crash_body
 from harness.experiments import lifecycle
-from harness.experiments.crash.summary import print_body as crash_body
 
 
 def print_body(console: Console, r: lifecycle.Report) -> None:

@@ -2,8 +2,8 @@
 its log cut into crash states, each checked on the host and in a guest."""
 
 from harness.config import crash as settings
+from harness.crashstate.summary import print_body
 from harness.experiments.crash.experiment import CrashReplay
-from harness.experiments.crash.summary import print_body
 from harness.experiments.registry import Kind, Variant
 
 KIND = Kind(

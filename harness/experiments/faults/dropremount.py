@@ -9,7 +9,7 @@ at mark K (``harness/guest/dropremount.py``). That is one crash model.
 
 The other is the lab's own: the same seeded workload recorded on dm-log-writes, the
 state cut exactly at mark K, replayed and checked like any crash state
-(``harness/experiments/crash/experiment.py``). Two independent models of "power failed right
+(``harness/crashstate/``). Two independent models of "power failed right
 after the K-th fsync returned" must agree; a different verdict is stored as a lab
 inconsistency beside both verdicts (never in place of a finding: the item's outcome is
 the worse of the two).
@@ -33,9 +33,9 @@ from faults.dm import healthy_table_args
 from harness.check import guest as guestcheck
 from harness.check.host import CheckResult
 from harness.config import crash as crashcfg
+from harness.crashstate import onelog, recording
 from harness.errors import HarnessError, InputError
 from harness.experiments import lifecycle
-from harness.experiments.crash import experiment as crash
 from harness.experiments.faults.experiment import Cell, FsyncEio
 from harness.experiments.faults.settings import FaultsScenario, FsCell
 from harness.guest import contract, opgen
@@ -175,13 +175,13 @@ class DropRemount(FsyncEio):
         want = {f"{crashstates.SYNC_MARK_PREFIX}{p.at}": p.at for p in points}
         out: dict[int, dict[str, Any]] = {}
         try:
-            meta, oracle = crash.recorded(rsc, rdir, self.run.seed, self.run.progress)
+            meta, oracle = recording.recorded(rsc, rdir, self.run.seed, self.run.progress)
             with logwrites.open_log(rdir / "log.raw") as lg:
                 states = [
                     s for s in crashstates.at_marks(lg, self.run.seed) if s.mark in want and s.exact
                 ]
                 size = int(meta["device_size"])
-                for state, results, *_ in crash.check_states(
+                for state, results, *_ in onelog.check_states(
                     rsc, lg, rsc.fs, oracle, states, size, rdir, self.run.progress
                 ):
                     assert state.mark is not None

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 from faults.dm import healthy_table_args
+from harness.check.zpool import parse_status
 from harness.errors import GuestPanic, GuestTimeout, HarnessError
 from harness.experiments import lifecycle
 from harness.experiments.faults.settings import FaultsScenario, FsCell
@@ -227,8 +228,6 @@ def judge_dust(facts: contract.DustFacts) -> dict[str, Any]:
         row = {"read": read.get("error") or "ok", "file block": facts.file_block}
         ok = read.get("error") == "EIO"
         return {"outcome": str(Outcome.CONSISTENT if ok else Outcome.DATA_LOSS), "row": row}
-    from harness.experiments.zfs.parse import parse_status
-
     for step in ("create", "write", "export", "import", "scrub"):
         if facts.commands[step].rc != 0:
             return {"outcome": str(Outcome.HARNESS_ERROR), "row": {"failed": step}}

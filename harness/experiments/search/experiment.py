@@ -2,12 +2,13 @@
 states checked, its findings grouped by symptom.
 
 prepare: the selection of workloads (``harness/guest/ace.py``); those not yet recorded
-are recorded ``workloads_per_boot`` per guest (``record.py``); each recorded log is cut
-into crash states after the workload's base (the file set it starts from), its ids
-prefixed with the workload's. Checks run through the crash kind's ``check_sources``,
-whose guest batches take states of many workloads. Each workload is one observation
-(its op classes, its recording, no outcome: its states carry those), and each finding
-one more, its symptom, which ``scenario results bugs`` clusters.
+are recorded ``workloads_per_boot`` per guest (``harness/crashstate/workloads.py``);
+each recorded log is cut into crash states after the workload's base (the file set it
+starts from), its ids prefixed with the workload's. Checks run through the crash-state
+core's ``check_sources``, whose guest batches take states of many workloads. Each
+workload is one observation (its op classes, its recording, no outcome: its states carry
+those), and each finding one more, its symptom, which ``scenario results bugs``
+clusters.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.crashstate import checking, reuse
+from harness.crashstate import onelog as crash
+from harness.crashstate import workloads as record
 from harness.experiments import lifecycle
-from harness.experiments.crash import experiment as crash
-from harness.experiments.crash import reuse
-from harness.experiments.crash import states as checking
-from harness.experiments.search import record, symptom
+from harness.experiments.search import symptom
 from harness.experiments.search.settings import SearchScenario
 from harness.guest import ace
 from harness.outcome import Outcome, is_finding, is_harness, reduce
@@ -59,7 +60,7 @@ class Search(lifecycle.Experiment):
 
     @classmethod
     def preflight(cls, sc: Any) -> None:
-        crash.CrashReplay.preflight(sc)  # the same host checker, before any guest boots
+        crash.OneLog.preflight(sc)  # the same host checker, before any guest boots
 
     def prepare(self) -> None:
         w = self.sc.workload

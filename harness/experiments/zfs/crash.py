@@ -55,9 +55,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.check import zpool as parse
 from harness.check.guest import in_guests
 from harness.experiments import lifecycle
-from harness.experiments.zfs import parse, pool, zdb
+from harness.experiments.zfs import pool, zdb
 from harness.experiments.zfs.record import Recording, record_pool
 from harness.experiments.zfs.settings import CrashSpec, ZfsScenario
 from harness.guest import contract

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faults.disk import DiskFault
+from harness.check import zpool as parse
 from harness.errors import HarnessError
-from harness.experiments.zfs import parse
 from harness.experiments.zfs.settings import Cell, Layout, PoolSpec, ZfsScenario
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 

@@ -14,7 +14,7 @@ import re
 import shlex
 from typing import Any
 
-from harness.experiments.zfs import parse
+from harness.check import zpool as parse
 from harness.experiments.zfs.pool import POOL, run
 from harness.vm.backend import Guest
 

@@ -33,9 +33,10 @@ from typing import Any
 
 from faults import disk as faults
 from faults.disk import When
+from harness.check import zpool as parse
 from harness.errors import HarnessError
 from harness.experiments import lifecycle
-from harness.experiments.zfs import basefill, fits, kept, parse, pool, progress
+from harness.experiments.zfs import basefill, fits, kept, pool, progress
 from harness.experiments.zfs.basefill import Filled
 from harness.experiments.zfs.settings import Cell, Experiment, ZfsScenario
 from harness.outcome import Outcome

@@ -23,7 +23,7 @@ from typing import Any
 from harness.check import host
 from harness.config.crash import CheckSpec, CrashSpec, FsSpec
 from harness.config.settings import canonical_json
-from harness.experiments import lifecycle
+from harness.crashstate.run import Run
 from harness.guest import fioverify
 from harness.guest import oracle as guest_oracle
 from harness.replay import crashstates
@@ -38,7 +38,7 @@ _JUDGES = (
     *(f"guest/{m}.py" for m in ("checkstate", "contract", "oracle", "fioverify", "apppat")),
     "guest/sqlitepat.py",
 )
-_HARNESS = Path(__file__).resolve().parents[2]
+_HARNESS = Path(__file__).resolve().parents[1]
 
 
 @functools.cache
@@ -62,7 +62,7 @@ class Reuse:
 
 
 def for_run(
-    run: lifecycle.Run,
+    run: Run,
     check: CheckSpec,
     crash: CrashSpec,
     fs: FsSpec,
@@ -77,7 +77,7 @@ def for_run(
     return Reuse(context, run.run_id, run.store.judged if across_runs else None)
 
 
-def counts(run: lifecycle.Run, generated: int) -> dict[str, int]:
+def counts(run: Run, generated: int) -> dict[str, int]:
     """For a run's summary: its states generated, distinct, checked and reused."""
     return {**run.store.reuse_counts(run.run_id), "generated": generated}
 

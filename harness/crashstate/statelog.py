@@ -3,9 +3,9 @@ its ``log.raw``, beside the recording's facts (``recording.json``: ``device_size
 check-log run's ``start``) and the oracle the workload left (``oracle.json``).
 
 * a crash-replay or check-log run: the run's directory, one log per run;
-* a search run: ``<run>/workloads/<workload>/`` (``search/record.py``), the workload
+* a search run: ``<run>/workloads/<workload>/`` (``workloads.py``), the workload
   named by the state id's prefix (``seq1-000123/<id>``);
-* a recovery crash state (cut from a recovery's log, ``crash/recoverycrash.py``):
+* a recovery crash state (cut from a recovery's log, ``recoverycrash.py``):
   ``<run>/recovery/<parent>/``, found by the log's hash; the device and the oracle
   are its run's (the recovery ran on a copy of the parent's image).
 
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import paths
+from harness.crashstate import workloads
 from harness.errors import InputError
-from harness.experiments import lifecycle
-from harness.experiments.search import record
 from harness.record import logwrites
 from harness.replay.crashstates import CrashState
 
@@ -68,11 +68,11 @@ def file_name(state_id: str) -> str:
 
 def of(run_id: str, state: CrashState) -> StateLog:
     """Where run ``run_id`` keeps the log ``state`` was cut from."""
-    rdir = lifecycle.run_dir(run_id)
+    rdir = paths.run_dir(run_id)
     wid, slash, _ = state.id.partition("/")
-    if slash and (record.folder(rdir, wid) / "log.raw").exists():
-        return StateLog(rdir, record.folder(rdir, wid), workload=wid)
-    if slash and (rec := record.load(rdir, wid)) is not None and rec.dropped:
+    if slash and (workloads.folder(rdir, wid) / "log.raw").exists():
+        return StateLog(rdir, workloads.folder(rdir, wid), workload=wid)
+    if slash and (rec := workloads.load(rdir, wid)) is not None and rec.dropped:
         raise InputError(
             f"state {state.id}: the log of workload {wid} was let go when its run "
             f"{run_id} finished (keep_logs = 'findings': none of its states was a finding)",

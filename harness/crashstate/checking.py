@@ -26,8 +26,8 @@ from harness.check import distributed, parallel
 from harness.check import guest as guestcheck
 from harness.check import host as check
 from harness.config.crash import CheckSpec, CrashSpec, FsSpec
-from harness.experiments import lifecycle
-from harness.experiments.crash import reuse as reuse_
+from harness.crashstate import reuse as reuse_
+from harness.crashstate.run import Progress
 from harness.outcome import Outcome, is_harness, reduce
 from harness.record import logwrites
 from harness.replay import crashstates
@@ -81,7 +81,7 @@ def check_sources(
     fs: FsSpec,
     sources: Sequence[Source],
     rdir: Path,
-    progress: lifecycle.Progress,
+    progress: Progress,
     reuse: reuse_.Reuse | None = None,
 ) -> Iterator[Checked]:
     """Yield each state of every source with its checks, the moment they are known;
@@ -245,7 +245,7 @@ def _with_guests(
     sources: Sequence[Source],
     rdir: Path,
     fast: Path,
-    progress: lifecycle.Progress,
+    progress: Progress,
     ledger: _Ledger,
 ) -> Iterator[Checked]:
     """Replay (and host-check) states into image copies until a batch is full, then

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.crash import FsSpec
+from harness.crashstate import checking
 from harness.errors import HarnessError
-from harness.experiments.crash import states as checking
 from harness.outcome import Outcome
 from harness.record import logwrites
 from harness.record import recovery as record

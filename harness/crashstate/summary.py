@@ -1,22 +1,41 @@
-"""The end-of-run summary body of crash replay: the log, the verdicts, what each
-application pattern's states left, recovery times."""
+"""The end-of-run summary body of a run of one log's crash states (crash replay,
+check-log): the log, the verdicts, what each application pattern's states left,
+recovery times."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
 
 from rich.console import Console
 from rich.table import Table
 
 from harness import outcome
-from harness.experiments import lifecycle
-from harness.experiments.crash.experiment import CrashReplay
+from harness.crashstate.onelog import OneLog
 from harness.report import patterns, render
 from harness.report.markup import esc
 from harness.store.db import Store
 
 
-def print_body(console: Console, r: lifecycle.Report) -> None:
+class Report(Protocol):
+    """What the body reads of the lifecycle's ``Report``."""
+
+    run_id: str
+    db: Path
+    items: int
+    summary: dict[str, Any]
+
+    @property
+    def experiment(self) -> object: ...
+
+    @property
+    def counts(self) -> Mapping[str, int]: ...
+
+
+def print_body(console: Console, r: Report) -> None:
     exp = r.experiment
-    assert isinstance(exp, CrashReplay)
+    assert isinstance(exp, OneLog)
     with Store.open(r.db, create=False) as st:
         detail = st.run_detail(r.run_id)
         lines = patterns.summary_lines(st, r.run_id)

@@ -1,0 +1,91 @@
+"""A stored crash state found again: its run and state from an id (``stored_state``), its
+image rebuilt from the log it was cut from (``reproduce``), and the oracle file a run was
+given (``load_oracle``) -- what ``scenario reproduce``, ``explain`` and ``triage`` start
+from."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.crashstate import statelog
+from harness.errors import InputError
+from harness.guest import oracle as guest_oracle
+from harness.record import logwrites
+from harness.replay import replayer as replay
+from harness.replay.crashstates import CrashState
+from harness.store import db as store
+
+# The run kinds whose crash states are cut from one log each (``CrashState``):
+# what reproduce, explain and triage take. A check-log run is stored as a crash run.
+ONE_LOG_KINDS = ("crash", "search")
+ONE_LOG_TEXT = "crash-replay, check-log and search runs"
+
+
+def stored_state(state_id: str, db: Path) -> tuple[str, CrashState]:
+    """The run and the state a stored crash state id (or a prefix of one) names.
+
+    :raise InputError: no such state in ``db``, or a state of a run kind whose states
+        are not one log's (a ZFS pool's span several disks).
+    """
+    st = store.Store.open(db, create=False)
+    try:
+        found = st.crash_state(state_id)
+        kind = None if found is None else st.run(found[0]).kind
+    finally:
+        st.close()
+    if found is None:
+        raise InputError(
+            f"no crash state with id {state_id!r} in {db}",
+            hint="ids are listed by: scenario results show RUN",
+        )
+    run_id, params = found
+    if kind not in ONE_LOG_KINDS:
+        raise InputError(
+            f"crash state {state_id} is of run {run_id}, a {kind} run: its states are not "
+            "cut from one dm-log-writes log",
+            hint=f"scenario reproduce, explain and triage take the states of {ONE_LOG_TEXT}",
+        )
+    return run_id, CrashState.from_dict(json.loads(params))
+
+
+def reproduce(state_id: str, *, db: Path, out: Path) -> tuple[Path, dict[str, Any]]:
+    """Rebuild one stored crash state's image from the log it was cut from."""
+    run_id, state = stored_state(state_id, db)
+    where = statelog.of(run_id, state)
+    with logwrites.open_log(where.log) as lg:
+        replay.materialize(lg, state, out, where.device_size())
+    with store.Store.open(db, create=False) as st:
+        fs = st.run(run_id).fs  # which checker's command line the user is shown
+    return out, {
+        "run_id": run_id,
+        "state": state.to_dict(),
+        "description": state.describe(),
+        "fs": fs,
+    }
+
+
+def load_oracle(path: Path | None) -> dict[str, Any]:
+    """The oracle file (the lab's format, ``harness/guest/oracle.py``), or none.
+
+    :raise InputError: it cannot be read or is not a JSON object.
+    """
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise InputError(f"--oracle {path}: cannot read it: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"--oracle {path}: not JSON: {e}") from None
+    found = data.get("format") if isinstance(data, dict) else None
+    if found != guest_oracle.FORMAT:
+        # The guest's verifier refuses any other format: every state would be the lab's
+        # failure (harness_error) after minutes of checks.
+        raise InputError(
+            f"--oracle {path}: format {found!r}, not {guest_oracle.FORMAT!r}",
+            hint="the oracle.json `scenario record` writes beside its log; record again "
+            "if it is older",
+        )
+    return dict(data)

@@ -10,7 +10,7 @@ from harness import paths
 # The shared vocabulary first, then the steps in the order a run goes through them. The
 # guest programs (stdlib only: they run in the guest) sit beneath the recorder that
 # installs them and reads their words (runner.disk_errors).
-SHARED = ("errors", "outcome", "paths", "tools", "proc", "filesystems")
+SHARED = ("outcome", "errors", "paths", "tools", "proc", "filesystems")
 STEPS = ("config", "image", "kernel", "vm", "guest", "record", "replay", "check", "store")
 # Reports read the store; an experiment kind (one folder: settings, steps, summary body)
 # uses them; triage takes a kind's stored states (and will re-check candidates with its

@@ -19,8 +19,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from harness import outcome
 from harness.cli import ui
-from harness.errors import EXIT_FINDING, HarnessError, InputError
+from harness.errors import HarnessError, InputError
 from harness.paths import default_db
 from harness.report import campaign_diff, query, render
 from harness.report import diff as rdiff
@@ -384,7 +385,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
             render.print_campaign_diff(console, d)
         for report in reports:
             render.print_check(console, report)
-    return EXIT_FINDING if any(r.regressions for r in reports) else 0
+    return outcome.status(finding=any(r.regressions for r in reports))
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -401,7 +402,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         for r in reports:
             render.print_check(console, r)
-    return EXIT_FINDING if any(r.regressions for r in reports) else 0
+    return outcome.status(finding=any(r.regressions for r in reports))
 
 
 # --- plot ---------------------------------------------------------------------------

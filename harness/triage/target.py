@@ -19,7 +19,7 @@ from harness.errors import InputError
 from harness.experiments import statelog
 from harness.experiments.checklog.source import load_oracle
 from harness.experiments.crash.experiment import stored_state
-from harness.outcome import FINDINGS, Outcome
+from harness.outcome import Counted, Outcome, counts_as, expected_without_journal
 from harness.record import logwrites
 from harness.replay import crashstates
 from harness.store.db import Store
@@ -74,8 +74,9 @@ def load(state_id: str, db: Path) -> Target:
     verdict = Outcome(row.outcome) if row is not None and row.outcome else None
     if verdict is None:
         raise NotAFinding(f"crash state {state.id} of run {run_id} has no verdict yet")
-    if verdict not in FINDINGS or (verdict is Outcome.REPAIRED and not fs.journaled):
-        why = " (expected of a filesystem without a journal)" if verdict in FINDINGS else ""
+    expected = expected_without_journal(verdict, fs.journaled)
+    if counts_as(verdict, expected) is not Counted.FINDING:
+        why = " (expected of a filesystem without a journal)" if expected else ""
         raise NotAFinding(
             f"crash state {state.id} of run {run_id} is not a finding: its verdict is "
             f"{verdict}{why}",

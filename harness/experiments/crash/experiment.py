@@ -28,7 +28,7 @@ from harness.config.crash import (
 )
 from harness.experiments import lifecycle, statelog
 from harness.experiments.crash import recoverycrash, reuse, states
-from harness.outcome import Outcome, reduce
+from harness.outcome import expected_without_journal, reduce
 from harness.record import fsstress, logwrites
 from harness.record import recorder as record
 from harness.replay import crashstates
@@ -229,7 +229,7 @@ class CrashReplay(lifecycle.Experiment):
 
     def expected(self, item: ItemOutcome) -> bool:
         # A filesystem without a journal recovers by a full fsck: its repair is the design.
-        return item.outcome is Outcome.REPAIRED and not self.sc.fs.journaled
+        return expected_without_journal(item.outcome, self.sc.fs.journaled)
 
     def summary(self) -> dict[str, Any]:
         # Recovery crash states are states of the run too: generated counts them.

@@ -25,22 +25,8 @@ from harness.errors import HarnessError, InputError
 from harness.paths import default_db
 from harness.report import campaign_diff, query, render
 from harness.report import diff as rdiff
-from harness.report import faults as _faults  # noqa: F401  (registers `results table faults`)
-from harness.report import journal as _journal  # noqa: F401  (registers `results table journal`)
 from harness.report.markup import esc
 from harness.store.db import Store
-
-# `results plot CHART`: what each draws is in cmd_plot and harness/report/plots.py.
-CHARTS = (
-    "recovery",
-    "crashmap",
-    "resilver",
-    "scrub",
-    "resilver-progress",
-    "recovery-vs-size",
-    "patterns",
-    "io",
-)
 
 
 def register(sub: Any) -> None:
@@ -72,15 +58,9 @@ def register(sub: Any) -> None:
     show.add_argument("run", metavar="RUN", help="run id, or a unique prefix of one")
     show.set_defaults(func=cmd_show)
 
-    from harness.report import io as io_report
-    from harness.report import (
-        patterns,  # noqa: F401 -- registers the patterns table
-        search,  # noqa: F401 -- registers the workloads table
-    )
     from harness.report import zfs as report
 
     report.register(rsub, common)
-    io_report.register()
 
     table = rsub.add_parser(
         "table",
@@ -166,7 +146,9 @@ def register(sub: Any) -> None:
         " recovery-vs-size [RUN], resilver-progress RUN,"
         " patterns --by fs,mount_options,pattern, io --by fs,data_mode",
     )
-    plot.add_argument("chart", choices=CHARTS)
+    # The charts are the kinds' (their records' ``plots``): checked when one is drawn, so
+    # building the parser loads no kind.
+    plot.add_argument("chart", metavar="CHART")
     plot.add_argument(
         "run",
         nargs="?",
@@ -411,36 +393,21 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from harness.report import plots
 
+    charts = query.plots()
+    if args.chart not in charts:
+        raise InputError(
+            f"argument chart: invalid choice: {args.chart!r}",
+            hint="choose from " + ", ".join(charts),
+        )
+    chart = charts[args.chart]
     out = args.output or default_db().parent / f"{args.chart}.png"
     runs = [args.run] if args.run else []
+    by = query.parse_by(args.by) if args.by is not None else list(chart.default_by)
     with _open(args) as store:
         try:
-            if args.chart in ("crashmap", "resilver-progress") and not args.run:
+            if chart.needs_run and not args.run:
                 raise InputError(f"plot {args.chart} needs a RUN", hint="scenario results runs")
-            if args.chart == "crashmap":
-                plots.plot_crashmap(store, args.run, out)
-            elif args.chart == "resilver-progress":
-                plots.plot_progress(store, args.run, out)
-            elif args.chart == "recovery-vs-size":
-                from harness.report import recovery
-
-                recovery.plot_vs_size(store, out, runs)
-            elif args.chart == "patterns":
-                from harness.report import patterns
-
-                by = query.parse_by(args.by) if args.by is not None else None
-                patterns.plot_patterns(store, by or list(patterns.DEFAULT_BY), out, runs)
-            elif args.chart == "io":
-                from harness.report import io as io_report
-
-                by = query.parse_by(args.by) if args.by is not None else ["cell"]
-                io_report.plot_io(store, by, out, runs)
-            elif args.chart == "recovery":
-                by = query.parse_by(args.by) if args.by is not None else ["fs", "data_mode"]
-                plots.plot_recovery(store, by, out, runs)
-            else:
-                by = query.parse_by(args.by) if args.by is not None else ["layout", "fill"]
-                plots.plot_scans(store, by, out, args.chart, runs)
+            chart.draw(store, by, out, runs)
         except plots.NoData as e:
             _console().print(f"nothing to plot: {e}", markup=False)
             return 0

@@ -30,6 +30,21 @@ from harness.store.db import Store
 
 
 def register(sub: Any) -> None:
+    common = _common()
+    p = sub.add_parser("results", help="list and inspect stored runs")
+    rsub = p.add_subparsers(dest="results_command", metavar="ACTION", required=True)
+    _add_runs(rsub, common)
+    from harness.report import zfs as report
+
+    report.register(rsub, common)
+    _add_tables(rsub, common)
+    _add_diffs(rsub, common)
+    _add_plot(rsub, common)
+    _add_serve(rsub)
+
+
+def _common() -> argparse.ArgumentParser:
+    """The options every `results` action takes."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--db",
@@ -40,10 +55,10 @@ def register(sub: Any) -> None:
         " i.e. results/lab.sqlite in the repo)",
     )
     common.add_argument("--json", action="store_true", help="machine-readable output")
+    return common
 
-    p = sub.add_parser("results", help="list and inspect stored runs")
-    rsub = p.add_subparsers(dest="results_command", metavar="ACTION", required=True)
 
+def _add_runs(rsub: Any, common: argparse.ArgumentParser) -> None:
     runs = rsub.add_parser("runs", parents=[common], help="list recent runs")
     runs.add_argument(
         "--limit",
@@ -58,10 +73,8 @@ def register(sub: Any) -> None:
     show.add_argument("run", metavar="RUN", help="run id, or a unique prefix of one")
     show.set_defaults(func=cmd_show)
 
-    from harness.report import zfs as report
 
-    report.register(rsub, common)
-
+def _add_tables(rsub: Any, common: argparse.ArgumentParser) -> None:
     table = rsub.add_parser(
         "table",
         parents=[common],
@@ -108,6 +121,8 @@ def register(sub: Any) -> None:
     )
     export.set_defaults(func=cmd_export)
 
+
+def _add_diffs(rsub: Any, common: argparse.ArgumentParser) -> None:
     diff = rsub.add_parser(
         "diff",
         parents=[common],
@@ -139,6 +154,8 @@ def register(sub: Any) -> None:
     )
     check.set_defaults(func=cmd_check)
 
+
+def _add_plot(rsub: Any, common: argparse.ArgumentParser) -> None:
     plot = rsub.add_parser(
         "plot",
         parents=[common],
@@ -148,7 +165,7 @@ def register(sub: Any) -> None:
     )
     # The charts are the kinds' (their records' ``plots``): checked when one is drawn, so
     # building the parser loads no kind.
-    plot.add_argument("chart", metavar="CHART")
+    plot.add_argument("chart", metavar="CHART", help="a kind's chart (an unknown name lists them)")
     plot.add_argument(
         "run",
         nargs="?",
@@ -159,6 +176,8 @@ def register(sub: Any) -> None:
     plot.add_argument("-o", "--output", type=Path, default=None, metavar="PNG")
     plot.set_defaults(func=cmd_plot)
 
+
+def _add_serve(rsub: Any) -> None:
     serve = rsub.add_parser(
         "serve",
         help="browse the store with datasette on 127.0.0.1 (read-only snapshot)",

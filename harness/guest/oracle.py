@@ -122,6 +122,11 @@ def parent(path: str) -> str:
     return path.rpartition("/")[0]
 
 
+# The ops ``Model.apply`` hands to one of its helpers.
+_INODE_OPS = frozenset({"falloc", "setxattr", "removexattr", "rewrite", "truncate"})
+_NAME_OPS = frozenset({"rename", "link", "unlink", "mkdir", "rmdir"})
+
+
 class Model:
     """The namespace and contents the real file system should hold, with durability."""
 
@@ -165,7 +170,19 @@ class Model:
             pass  # writes back a range, waits for nothing durable: no promise (man 2)
         elif k in CONTENT_KEEPING:
             pass  # rule 11: the same bytes, elsewhere on the disk
-        elif k == "falloc":
+        elif k in _INODE_OPS:
+            self._change_inode(op)
+        elif k in _NAME_OPS:
+            self._change_names(op)
+        elif k in SYNC_OPS:
+            self._make_durable(op)
+        else:
+            raise ValueError(f"unknown op {k!r}")
+
+    def _change_inode(self, op: Any) -> None:
+        """An inode changed in place: its size, bytes or extended attributes."""
+        k = op.kind
+        if k == "falloc":
             inode = self.files[op.path]
             keep, zero = FALLOC_MODES[op.mode]
             end = op.offset + op.size
@@ -195,7 +212,11 @@ class Model:
             else:
                 inode.data.extend(bytes(op.size - len(inode.data)))
             inode.changed()
-        elif k == "rename" and op.path in self.dirs:
+
+    def _change_names(self, op: Any) -> None:
+        """A name made, moved or removed."""
+        k = op.kind
+        if k == "rename" and op.path in self.dirs:
             self._rename_dir(op.path, op.dst)
         elif k == "rename":
             if op.dst in self.files and self.files[op.dst] is self.files[op.path]:
@@ -219,7 +240,11 @@ class Model:
         elif k == "rmdir":
             del self.dirs[op.path]
             self.removed.add(op.path)
-        elif k == "fsync":
+
+    def _make_durable(self, op: Any) -> None:
+        """What an fsync, fdatasync or sync makes durable."""
+        k = op.kind
+        if k == "fsync":
             inode = self.files[op.path]
             inode.data_durable = True
             if self.fsync_names:
@@ -239,8 +264,6 @@ class Model:
             self.gone |= self.removed
             self.removed.clear()
             self.last_sync = self.ops
-        else:
-            raise ValueError(f"unknown op {k!r}")
 
     @staticmethod
     def _put(inode: Inode, offset: int, data: bytes) -> None:
@@ -478,27 +501,66 @@ def verify(
     docstring). OSError reading a required file is reported per file (unreadable data is
     lost data); the caller treats any other exception as the lab's own failure."""
     req = requirements(oracle, mark, exact)
-    missing: list[str] = []
-    mismatched: list[dict[str, Any]] = []
-    present: list[str] = []
-    nlink: list[dict[str, Any]] = []
-    checked = 0
+    seen = _Seen(root)
+    if req is not None:
+        for d in req["dirs"]:
+            seen.checked += 1
+            if not os.path.isdir(os.path.join(root, d)):
+                seen.missing.append(d + "/")
+        for path, want in req["files"].items():
+            seen.checked += 1
+            seen.content(path, want)
+        for path, want in req.get("prefixes", {}).items():
+            seen.checked += 1
+            seen.content(path, want, limit=want["size"])
+        for path, shas in req.get("either", {}).items():
+            seen.checked += 1
+            seen.either(path, shas)
+        for name in req.get("absent", []):
+            seen.checked += 1
+            if os.path.lexists(os.path.join(root, name)):
+                seen.present.append(name)
+    missing, mismatched, present, nlink = seen.missing, seen.mismatched, seen.present, seen.nlink
+    return {
+        "mark": mark,
+        "exact": exact,
+        "known": req is not None,
+        "checked": seen.checked,
+        "missing": missing,
+        "mismatched": mismatched,
+        "present": present,
+        "nlink": nlink,
+        "ok": not (missing or mismatched or present or nlink),
+    }
 
-    def content(path: str, want: dict[str, Any], limit: int | None = None) -> None:
-        full = os.path.join(root, path)
+
+class _Seen:
+    """What ``verify`` found under ``root`` so far, requirement by requirement."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.missing: list[str] = []
+        self.mismatched: list[dict[str, Any]] = []
+        self.present: list[str] = []
+        self.nlink: list[dict[str, Any]] = []
+        self.checked = 0
+
+    def content(self, path: str, want: dict[str, Any], limit: int | None = None) -> None:
+        """The file's bytes (its first ``limit``), size, link count and xattrs."""
+        full = os.path.join(self.root, path)
         if not os.path.isfile(full):
-            missing.append(path)
+            self.missing.append(path)
             return
         try:
             got, size = file_digest(full, limit)
             st = os.stat(full)
         except OSError as e:
-            mismatched.append({"path": path, "error": e.strerror})
+            self.mismatched.append({"path": path, "error": e.strerror})
             return
         if limit is not None and size < limit:
-            mismatched.append({"path": path, "prefix": limit, "size": size})
+            self.mismatched.append({"path": path, "prefix": limit, "size": size})
         elif got != want["sha256"] or (limit is None and st.st_size != want["size"]):
-            mismatched.append(
+            self.mismatched.append(
                 {
                     "path": path,
                     "expected": want["sha256"],
@@ -508,48 +570,22 @@ def verify(
                 }
             )
         elif limit is None and "nlink" in want and st.st_nlink != want["nlink"]:
-            nlink.append({"path": path, "nlink": st.st_nlink, "expected": want["nlink"]})
+            self.nlink.append({"path": path, "nlink": st.st_nlink, "expected": want["nlink"]})
         elif limit is None and "xattrs" in want:
             got_x = user_xattrs(full)
             if got_x != want["xattrs"]:
-                mismatched.append({"path": path, "xattrs": got_x, "expected": want["xattrs"]})
+                self.mismatched.append({"path": path, "xattrs": got_x, "expected": want["xattrs"]})
 
-    if req is not None:
-        for d in req["dirs"]:
-            checked += 1
-            if not os.path.isdir(os.path.join(root, d)):
-                missing.append(d + "/")
-        for path, want in req["files"].items():
-            checked += 1
-            content(path, want)
-        for path, want in req.get("prefixes", {}).items():
-            checked += 1
-            content(path, want, limit=want["size"])
-        for path, shas in req.get("either", {}).items():
-            checked += 1
-            full = os.path.join(root, path)
-            if not os.path.isfile(full):
-                missing.append(path)
-                continue
-            try:
-                got, _ = file_digest(full)
-            except OSError as e:
-                mismatched.append({"path": path, "error": e.strerror})
-                continue
-            if got not in shas:
-                mismatched.append({"path": path, "either": shas, "got": got})
-        for name in req.get("absent", []):
-            checked += 1
-            if os.path.lexists(os.path.join(root, name)):
-                present.append(name)
-    return {
-        "mark": mark,
-        "exact": exact,
-        "known": req is not None,
-        "checked": checked,
-        "missing": missing,
-        "mismatched": mismatched,
-        "present": present,
-        "nlink": nlink,
-        "ok": not (missing or mismatched or present or nlink),
-    }
+    def either(self, path: str, shas: list[str]) -> None:
+        """The file holds one of ``shas``: any of them is what the mark allows."""
+        full = os.path.join(self.root, path)
+        if not os.path.isfile(full):
+            self.missing.append(path)
+            return
+        try:
+            got, _ = file_digest(full)
+        except OSError as e:
+            self.mismatched.append({"path": path, "error": e.strerror})
+            return
+        if got not in shas:
+            self.mismatched.append({"path": path, "either": shas, "got": got})

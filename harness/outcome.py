@@ -1,4 +1,8 @@
-"""What a check, a crash state or a whole run came to: one enum, one severity order.
+"""What a check, a crash state or a whole run came to: one enum, one severity order, and
+the one place that decides what counts as a finding, what is expected, what is the lab's,
+and every exit status of the command line (``counts_as``, ``status``; the store keeps
+the classification as ``outcome_classes``, and tests/test_outcome_rules.py fails on a copy
+of the sets anywhere else).
 
 Two kinds of outcome share the enum but never mix in the counts:
 
@@ -157,25 +161,15 @@ def reduce(outcomes: Iterable[Outcome]) -> Outcome:
     return max(outcomes, key=_SEVERITY.__getitem__, default=Outcome.SKIPPED)
 
 
-def exit_status(outcomes: Iterable[Outcome]) -> int:
-    """Exit status of a run from its state verdicts.
-
-    0: no finding and no harness outcome (``skipped`` states do not fail a run);
-    1: at least one finding, whatever else happened;
-    3: no finding, but at least one state the lab could not check.
+def status(*, finding: bool = False, harness: bool = False) -> int:
+    """The precedence every exit status follows: 1 for a finding, whatever else happened;
+    3 for no finding but something the lab could not do; else 0.
 
     Findings take precedence because a finding is definite and is what a caller acts
     on; 3 is reserved for "no finding, but do not read that as clean", so a person
     never confuses a broken lab with a clean filesystem. Whether a run that found
     something also had harness trouble is in its summary (``scenario results show``).
-    """
-    seen = set(outcomes)
-    return status(finding=bool(seen & FINDINGS), harness=bool(seen & HARNESS))
-
-
-def status(*, finding: bool = False, harness: bool = False) -> int:
-    """The precedence every exit status follows: a finding is 1 whatever else happened,
-    then 3 for anything the lab could not do, else 0."""
+    A run's own status is its account's (``Account.status``)."""
     if finding:
         return EXIT_FINDING
     if harness:

@@ -154,18 +154,10 @@ def _recovery_vs_size(store: Store) -> Chart:
 
 def _resilver_vs_fill(store: Store) -> Chart:
     resilver = query.kind_sql(store, "resilver", ["layout", "fill"]).stats
-    return (
-        "ZFS resilver time against pool fill, per layout",
-        _where(resilver, "metric = 'seconds' AND fill IS NOT NULL"),
-        _vl(
-            _LINE,
-            {
-                "x": _q("fill", "pool fill (fraction)"),
-                "y": _q("mean", "resilver seconds (mean)"),
-                "color": _n("layout", "layout"),
-            },
-        ),
-    )
+    x, y = _q("fill", "pool fill (fraction)"), _q("mean", "resilver seconds (mean)")
+    sql = _where(resilver, "metric = 'seconds' AND fill IS NOT NULL")
+    spec = _vl(_LINE, {"x": x, "y": y, "color": _n("layout", "layout")})
+    return "ZFS resilver time against pool fill, per layout", sql, spec
 
 
 def _pattern_classes(store: Store) -> Chart:

@@ -19,6 +19,21 @@ def _sql_set(outcomes: Iterable[Outcome]) -> str:
 _FINDINGS_IN = _sql_set(FINDINGS)
 _HARNESS_IN = _sql_set(HARNESS)
 
+# v_runs as migration 6 made it and migration 9 kept it, up to its account's columns.
+_V_RUNS_SINCE_6 = """
+    CREATE VIEW v_runs AS
+    SELECT r.id AS run_id, r.scenario, r.kind, r.fs,
+           COALESCE(json_extract(r.params, '$.fs.data_mode'),
+                    json_extract(r.params, '$.data_mode')) AS data_mode,
+           r.seed, r.status, r.exit_status, r.expect, r.guest_kernel AS kernel,
+           r.accelerator, r.host,
+           r.started_at, r.finished_at,
+           round((julianday(r.finished_at) - julianday(r.started_at)) * 86400, 1)
+               AS duration_seconds,
+           (SELECT count(*) FROM verdicts v WHERE v.run_id = r.id) AS states,
+           (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id) AS items,
+"""
+
 # Each migration is a list of statements run in one transaction with the version bump.
 # Never edit a released migration: append a new one.
 _MIGRATION_1 = [
@@ -371,19 +386,8 @@ _MIGRATION_6 = [
      GROUP BY i.run_id, i.outcome
     """,
     "DROP VIEW v_runs",
-    f"""
-    CREATE VIEW v_runs AS
-    SELECT r.id AS run_id, r.scenario, r.kind, r.fs,
-           COALESCE(json_extract(r.params, '$.fs.data_mode'),
-                    json_extract(r.params, '$.data_mode')) AS data_mode,
-           r.seed, r.status, r.exit_status, r.expect, r.guest_kernel AS kernel,
-           r.accelerator, r.host,
-           r.started_at, r.finished_at,
-           round((julianday(r.finished_at) - julianday(r.started_at)) * 86400, 1)
-               AS duration_seconds,
-           (SELECT count(*) FROM verdicts v WHERE v.run_id = r.id) AS states,
-           (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id) AS items,
-           (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id
+    _V_RUNS_SINCE_6
+    + f"""           (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id
                 AND o.expected = 0 AND o.outcome
                 IN {_FINDINGS_IN}) AS findings,
            (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id
@@ -452,19 +456,8 @@ _MIGRATION_9 = [
              GROUP BY i.run_id, i.outcome) o
       LEFT JOIN outcome_classes c ON c.outcome = o.outcome AND c.expected = o.expected
     """,
-    """
-    CREATE VIEW v_runs AS
-    SELECT r.id AS run_id, r.scenario, r.kind, r.fs,
-           COALESCE(json_extract(r.params, '$.fs.data_mode'),
-                    json_extract(r.params, '$.data_mode')) AS data_mode,
-           r.seed, r.status, r.exit_status, r.expect, r.guest_kernel AS kernel,
-           r.accelerator, r.host,
-           r.started_at, r.finished_at,
-           round((julianday(r.finished_at) - julianday(r.started_at)) * 86400, 1)
-               AS duration_seconds,
-           (SELECT count(*) FROM verdicts v WHERE v.run_id = r.id) AS states,
-           (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id) AS items,
-           (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id
+    _V_RUNS_SINCE_6
+    + """           (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id
                 AND o.counts_as = 'finding') AS findings,
            (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id
                 AND o.expected = 1) AS expected_outcomes,

@@ -135,3 +135,44 @@ def test_counts_as_is_the_account_s_rule() -> None:
     assert counts_as(Outcome.CONSISTENT) is Counted.CLEAN
     assert counts_as(Outcome.SKIPPED) is Counted.SKIPPED
     assert {o for o in Outcome if counts_as(o) is Counted.FINDING} == FINDINGS
+
+
+def test_a_merged_run_keeps_which_items_were_expected(tmp_path: Path) -> None:
+    """A run written on a Dask worker's scratch store is merged whole: its account and
+    the items its kind's rule expected (``expected_items``), which the views read."""
+    from test_store import check, new_run, state
+
+    from harness.outcome import Tallied, tally
+    from harness.store.merge import snapshot
+
+    scratch, snap = tmp_path / "scratch.sqlite", tmp_path / "snap.sqlite"
+    with Store.open(scratch) as src:
+        run_id = new_run(src)
+        src.record_state_result(run_id, state(0), [check(Outcome.REPAIRED)], {})
+        src.record_state_result(run_id, state(1), [check(Outcome.DATA_LOSS)], {})
+        account = tally(
+            [Tallied("fua-0000", Outcome.REPAIRED, True), Tallied("fua-0001", Outcome.DATA_LOSS)]
+        )
+        src.set_account(run_id, account)
+    snap.write_bytes(snapshot(scratch))
+    with Store.open(tmp_path / "lab.sqlite") as st:
+        st.merge_run(snap, run_id)
+        assert st.account(run_id)[0].expected_items == {"fua-0000"}
+        rows = st.execute("SELECT state_id, counts_as FROM v_states ORDER BY state_id")
+        assert rows == [("fua-0000", "expected"), ("fua-0001", "finding")]
+        assert st.execute("SELECT findings, expected_outcomes FROM v_runs") == [(1, 1)]
+
+
+def test_the_account_s_expected_items_follow_the_account(tmp_path: Path) -> None:
+    """Written after every item, only what changed: an item no longer expected goes."""
+    from test_store import new_run
+
+    from harness.outcome import Tallied, tally
+
+    with Store.open(tmp_path / "lab.sqlite") as st:
+        run_id = new_run(st)
+        st.set_account(run_id, tally([Tallied("a", Outcome.REPAIRED, True)]))
+        st.set_account(
+            run_id, tally([Tallied("a", Outcome.DATA_LOSS), Tallied("b", Outcome.PANIC, True)])
+        )
+        assert st.account(run_id)[0].expected_items == {"b"}

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import shlex
 
-EXIT_OK = 0
-EXIT_FINDING = 1
-EXIT_INPUT = 2
-EXIT_HARNESS = 3
+# The exit statuses are harness/outcome.py's (the one place that decides them); they are
+# named here too because every exception below carries one.
+from harness.outcome import EXIT_FINDING as EXIT_FINDING
+from harness.outcome import EXIT_HARNESS as EXIT_HARNESS
+from harness.outcome import EXIT_INPUT as EXIT_INPUT
+from harness.outcome import EXIT_OK as EXIT_OK
 
 
 class CrashlabError(Exception):

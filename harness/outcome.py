@@ -1,4 +1,8 @@
-"""What a check, a crash state or a whole run came to: one enum, one severity order.
+"""What a check, a crash state or a whole run came to: one enum, one severity order, and
+the one place that decides what counts as a finding, what is expected, what is the lab's,
+and every exit status of the command line (``counts_as``, ``status``; the store keeps
+the classification as ``outcome_classes``, and tests/test_outcome_rules.py fails on a copy
+of the sets anywhere else).
 
 Two kinds of outcome share the enum but never mix in the counts:
 
@@ -38,7 +42,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK
+# Every exit status of the command line, decided here and nowhere else (the exceptions of
+# harness/errors.py carry these; harness/cli returns them).
+EXIT_OK = 0
+EXIT_FINDING = 1  # a finding (or a known-answer control's wrong answer)
+EXIT_INPUT = 2  # bad input: a scenario, option, file or value the user can fix
+EXIT_HARNESS = 3  # the lab could not do its job; says nothing about the filesystem
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM, as a shell reports SIGINT
 
 
 class Outcome(StrEnum):
@@ -86,10 +96,54 @@ COLOURS: dict[str, str] = {
     Outcome.DATA_LOSS: "#d62728",
 }
 
-FINDINGS = frozenset(
+FINDINGS: frozenset[Outcome] = frozenset(
     {Outcome.REPAIRED, Outcome.UNREPAIRABLE, Outcome.MOUNT_FAILED, Outcome.DATA_LOSS}
 )
-HARNESS = frozenset({Outcome.HARNESS_ERROR, Outcome.TIMEOUT, Outcome.PANIC})
+HARNESS: frozenset[Outcome] = frozenset({Outcome.HARNESS_ERROR, Outcome.TIMEOUT, Outcome.PANIC})
+
+
+def by_severity(outcomes: Iterable[Outcome] = _ORDER) -> list[Outcome]:
+    """``outcomes`` (every one by default), least severe first."""
+    return sorted(outcomes, key=_SEVERITY.__getitem__)
+
+
+class Counted(StrEnum):
+    """How one item's outcome counts in a run's account: the stored classification
+    (``outcome_classes`` in the store, written from ``classes()``) that SQL views and the
+    dashboard read instead of restating which outcomes are findings."""
+
+    FINDING = "finding"
+    EXPECTED = "expected"  # a would-be finding (or any outcome) the kind's rule expects
+    HARNESS = "harness"  # the lab could not tell, expected or not
+    CLEAN = "clean"
+    SKIPPED = "skipped"
+
+
+def counts_as(o: Outcome, expected: bool = False) -> Counted:
+    """The one rule of the account. A harness outcome is the lab's whatever the item
+    modelled (a hang is never expected away); an outcome the kind's rule expects is
+    reported but no finding; else a finding is a finding."""
+    if o in HARNESS:
+        return Counted.HARNESS
+    if expected:
+        return Counted.EXPECTED
+    if o in FINDINGS:
+        return Counted.FINDING
+    return Counted.SKIPPED if o is Outcome.SKIPPED else Counted.CLEAN
+
+
+def classes() -> list[tuple[str, int, int, str]]:
+    """Every (outcome, expected, severity, counted as) row of the store's
+    ``outcome_classes`` table: ``counts_as`` for every outcome, expected or not."""
+    return [
+        (str(o), int(e), o.severity, str(counts_as(o, e))) for o in _ORDER for e in (False, True)
+    ]
+
+
+def expected_without_journal(o: Outcome, journaled: bool) -> bool:
+    """The crash kinds' counting rule: a filesystem without a journal recovers by a full
+    fsck, so its ``repaired`` is the design, reported but no finding."""
+    return o is Outcome.REPAIRED and not journaled
 
 
 def is_finding(o: Outcome) -> bool:
@@ -107,24 +161,39 @@ def reduce(outcomes: Iterable[Outcome]) -> Outcome:
     return max(outcomes, key=_SEVERITY.__getitem__, default=Outcome.SKIPPED)
 
 
-def exit_status(outcomes: Iterable[Outcome]) -> int:
-    """Exit status of a run from its state verdicts.
-
-    0: no finding and no harness outcome (``skipped`` states do not fail a run);
-    1: at least one finding, whatever else happened;
-    3: no finding, but at least one state the lab could not check.
+def status(*, finding: bool = False, harness: bool = False) -> int:
+    """The precedence every exit status follows: 1 for a finding, whatever else happened;
+    3 for no finding but something the lab could not do; else 0.
 
     Findings take precedence because a finding is definite and is what a caller acts
     on; 3 is reserved for "no finding, but do not read that as clean", so a person
     never confuses a broken lab with a clean filesystem. Whether a run that found
     something also had harness trouble is in its summary (``scenario results show``).
-    """
-    seen = set(outcomes)
-    if seen & FINDINGS:
+    A run's own status is its account's (``Account.status``)."""
+    if finding:
         return EXIT_FINDING
-    if seen & HARNESS:
+    if harness:
         return EXIT_HARNESS
     return EXIT_OK
+
+
+def unfinished_status(account: Account) -> int:
+    """A run that did not finish exits 3 unless it found something: the findings it had
+    stay a finding, never hidden behind the failure that came after."""
+    return status(finding=account.status == EXIT_FINDING, harness=True)
+
+
+def campaign_status(run_statuses: Iterable[int], *, quarantined: bool) -> int:
+    """A campaign's exit status from its runs' stored ones: a finding anywhere (a
+    control's wrong answer included) is 1, whatever else happened; then 3 for a run or
+    an element the lab could not finish; else 0."""
+    seen = set(run_statuses)
+    return status(finding=EXIT_FINDING in seen, harness=EXIT_HARNESS in seen or quarantined)
+
+
+def input_status(bad: bool) -> int:
+    """2 when some input could not be used (the rest still reported), else 0."""
+    return EXIT_INPUT if bad else EXIT_OK
 
 
 @dataclass(frozen=True)
@@ -145,24 +214,30 @@ class Account:
     show``, ``results runs``, campaigns and the controls read.
 
     ``counts`` are the outcomes that can be findings; ``expected`` the ones the kind's
-    rule marked expected. ``expect`` is a known-answer control's answer ("findings" or
-    "clean"); ``control_failed`` says in words how it went wrong.
+    rule marked expected, and ``expected_items`` which items those are (stored, so a
+    view can tell an expected state from a finding). ``expect`` is a known-answer
+    control's answer ("findings" or "clean"); ``control_failed`` says in words how it
+    went wrong.
     """
 
     counts: Mapping[str, int] = field(default_factory=dict)
     expected: Mapping[str, int] = field(default_factory=dict)
     expect: str | None = None
+    expected_items: frozenset[str] = field(default_factory=frozenset)
 
     @property
     def findings(self) -> int:
-        return sum(n for o, n in self.counts.items() if is_finding(Outcome(o)))
+        return self._counted(Counted.FINDING)
 
     @property
     def harness(self) -> int:
         """Items the lab could not check, expected ones included: a hang is the lab's
         whatever the item modelled."""
-        both = (*self.counts.items(), *self.expected.items())
-        return sum(n for o, n in both if is_harness(Outcome(o)))
+        return self._counted(Counted.HARNESS)
+
+    def _counted(self, what: Counted) -> int:
+        both = ((self.counts, False), (self.expected, True))
+        return sum(n for d, e in both for o, n in d.items() if counts_as(Outcome(o), e) is what)
 
     @property
     def control_failed(self) -> str | None:
@@ -180,13 +255,9 @@ class Account:
         """The run's exit status: 1 a finding (or a control's wrong answer), 3 no finding
         but something could not be checked, 0 otherwise; a control that found what it
         must exits 0."""
-        if self.control_failed:
-            return EXIT_FINDING
-        if self.findings and self.expect != "findings":
-            return EXIT_FINDING
-        if self.harness and not self.findings:
-            return EXIT_HARNESS
-        return EXIT_OK
+        wrong = bool(self.control_failed)
+        found = bool(self.findings) and self.expect != "findings"
+        return status(finding=wrong or found, harness=bool(self.harness) and not self.findings)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -204,11 +275,14 @@ def tally(items: Iterable[Tallied], expect: str | None = None) -> Account:
     """The account of a run's items, most severe outcome last in each mapping."""
     counts: dict[str, int] = {}
     expected: dict[str, int] = {}
+    expected_items: set[str] = set()
     for t in items:
         into = expected if t.expected else counts
         into[str(t.outcome)] = into.get(str(t.outcome), 0) + 1
+        if t.expected:
+            expected_items.add(t.item)
 
     def ordered(d: dict[str, int]) -> dict[str, int]:
         return {o: d[o] for o in sorted(d, key=lambda o: Outcome(o).severity)}
 
-    return Account(ordered(counts), ordered(expected), expect)
+    return Account(ordered(counts), ordered(expected), expect, frozenset(expected_items))

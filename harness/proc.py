@@ -78,37 +78,17 @@ def run(
         if input is not None
         else {"stdin": subprocess.DEVNULL}
     )
+    how = {**stdin, "cwd": cwd, "env": full_env, "timeout": timeout, "pass_fds": pass_fds}
     start = time.monotonic()
     try:
         if logfile is not None:
             with open(logfile, "ab") as out:
                 out.write(f"$ {shlex.join(args)}\n".encode())
                 out.flush()
-                cp = subprocess.run(
-                    [exe, *args[1:]],
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    **stdin,
-                    cwd=cwd,
-                    env=full_env,
-                    timeout=timeout,
-                    check=False,
-                    process_group=0,
-                    pass_fds=pass_fds,
-                )
+                cp = _run([exe, *args[1:]], how, stdout=out, stderr=subprocess.STDOUT)
             stdout, stderr = "", ""
         else:
-            cp = subprocess.run(
-                [exe, *args[1:]],
-                capture_output=True,
-                **stdin,
-                cwd=cwd,
-                env=full_env,
-                timeout=timeout,
-                check=False,
-                process_group=0,
-                pass_fds=pass_fds,
-            )
+            cp = _run([exe, *args[1:]], how, capture_output=True)
             stdout = cp.stdout.decode(errors="replace")
             stderr = cp.stderr.decode(errors="replace")
     except subprocess.TimeoutExpired as e:
@@ -126,6 +106,12 @@ def run(
             stderr = "\n".join(tail)
         raise CommandFailed(args, cp.returncode, stdout, stderr)
     return result
+
+
+def _run(argv: list[str], how: Mapping[str, Any], **out: Any) -> subprocess.CompletedProcess[bytes]:
+    """subprocess.run as every command runs: in a process group of its own, its status
+    judged by the caller."""
+    return subprocess.run(argv, **how, **out, check=False, process_group=0)
 
 
 def _text(data: bytes | str | None) -> str:

@@ -196,7 +196,15 @@ def test_a_store_of_the_previous_schema_is_migrated_with_its_counts(tmp_path: Pa
         st.finish_run(run_id, RunStatus.DONE)
         # back to schema 5: what a store written by the previous crashlab holds
         (old_v_runs,) = (s for s in schema._MIGRATION_2 if "CREATE VIEW v_runs" in s)
+        (old_v_states,) = (s for s in schema._MIGRATION_2 if "CREATE VIEW v_states" in s)
         for stmt in (
+            # migration 9 (the stored classification) undone first
+            "DROP VIEW v_states",
+            old_v_states,
+            "DROP VIEW v_runs",
+            "DROP VIEW v_run_outcomes",
+            "DROP TABLE expected_items",
+            "DROP TABLE outcome_classes",
             # migration 8 (recovery crash parents), then 7 (state identities) undone first
             "ALTER TABLE crash_states DROP COLUMN parent",
             "DROP INDEX crash_states_identity",
@@ -204,8 +212,6 @@ def test_a_store_of_the_previous_schema_is_migrated_with_its_counts(tmp_path: Pa
                 f"ALTER TABLE crash_states DROP COLUMN {c}"
                 for c in ("identity", "check_key", "reused_from")
             ),
-            "DROP VIEW v_runs",
-            "DROP VIEW v_run_outcomes",
             "DROP VIEW v_item_outcomes",
             "DROP TABLE run_outcomes",
             "ALTER TABLE runs DROP COLUMN exit_status",
@@ -297,3 +303,19 @@ def test_an_item_the_lab_failed_is_redone_by_a_resume_and_a_finding_is_kept(
         # The redo's later harness failure cannot hide the finding of another state.
         timeout = [CheckResult(Stage.HOST, "e2fsck", Outcome.TIMEOUT, 0.1)]
         assert st.record_state_result(run_id, states[1], timeout, {}) is Outcome.DATA_LOSS
+
+
+def test_views_read_the_stored_classification(tmp_path: Path) -> None:
+    """ext2's repaired state is expected: ``v_states`` says so, the dashboard's findings
+    query (``counts_as = 'finding'``) leaves it out, and ``v_runs`` counts no finding."""
+    assert _summarize(tmp_path, EXT2, "verdicts", Item(Outcome.REPAIRED, {})) == EXIT_OK
+    with Store.open(tmp_path / "lab.sqlite") as st:
+        (row,) = st.execute("SELECT state_id, expected, counts_as FROM v_states")
+        assert row == ("fua-1", 1, "expected")
+        assert st.execute("SELECT findings, expected_outcomes FROM v_runs") == [(0, 1)]
+        (run,) = st.runs()
+        assert st.account(run.id)[0].expected_items == {"fua-1"}
+    assert _summarize(tmp_path / "b", EXT2, "verdicts", LOSS) == EXIT_FINDING
+    with Store.open(tmp_path / "b" / "lab.sqlite") as st:
+        assert st.execute("SELECT counts_as FROM v_states") == [("finding",)]
+        assert st.execute("SELECT findings FROM v_runs") == [(1,)]

@@ -66,7 +66,9 @@ def test_unknown_field_lists_valid_ones(db: tuple[Path, dict[str, str]]) -> None
     assert e2.value.hint and "recovery" in e2.value.hint
 
 
-def test_registered_kind_is_usable(db: tuple[Path, dict[str, str]]) -> None:
+def test_registered_kind_is_usable(
+    db: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     path, ids = db
     with Store.open(path) as st:
         for fill, secs in ((0.25, 10.0), (0.25, 12.0), (0.75, 30.0)):
@@ -78,26 +80,23 @@ def test_registered_kind_is_usable(db: tuple[Path, dict[str, str]]) -> None:
                 fill=fill,  # type: ignore[arg-type]
                 seconds=secs,
             )
-    query.register_table(
-        query.TableKind(
-            name="test-resilver",
-            help="test",
-            source="SELECT run_id, layout, fill, seconds FROM zfs_scans WHERE kind = 'resilver'",
-            fields={"layout": "o.layout", "fill": "o.fill"},
-            value="seconds",
-            default_by=("layout", "fill"),
-        )
+    test = query.TableKind(
+        name="test-resilver",
+        help="test",
+        source="SELECT run_id, layout, fill, seconds FROM zfs_scans WHERE kind = 'resilver'",
+        fields={"layout": "o.layout", "fill": "o.fill"},
+        value="seconds",
+        default_by=("layout", "fill"),
     )
-    try:
-        with Store.open(path) as st:
-            t = query.grouped(st, "test-resilver", ["layout", "fill"])
-        assert [(g.key, g.stats["seconds"].mean) for g in t.groups] == [
-            (("mirror", 0.25), 11.0),
-            (("mirror", 0.75), 30.0),
-        ]
-        assert t.outcomes == []
-    finally:
-        del query.TABLE_KINDS["test-resilver"]
+    # as a kind's record would list it
+    monkeypatch.setattr(query, "table_kinds", lambda: {test.name: test})
+    with Store.open(path) as st:
+        t = query.grouped(st, "test-resilver", ["layout", "fill"])
+    assert [(g.key, g.stats["seconds"].mean) for g in t.groups] == [
+        (("mirror", 0.25), 11.0),
+        (("mirror", 0.75), 30.0),
+    ]
+    assert t.outcomes == []
 
 
 def test_cli_table_json_and_text(

@@ -35,7 +35,6 @@ def test_journal_cost_tiny(
     with Store.open(db, create=False) as st:
         obs = {o["item"]: o for o in st.observations(r.run_id)}
         run = st.run(r.run_id)
-        io.register()
         table = query.grouped(st, "io", ["fs", "data_mode"])
     assert run.accelerator in ("tcg", "kvm")
     assert all(o["outcome"] == "consistent" for o in obs.values()), obs

@@ -209,13 +209,7 @@ def judge(facts: contract.CheckFacts) -> CheckResult:
     phases["mount"] = mount.seconds
     out.append(mount.output)
     if mount.rc != 0:
-        text = mount.output.lower()
-        if "[timed out]" in text:
-            outcome = Outcome.TIMEOUT
-        elif mount.rc & MOUNT_HARNESS_BITS or any(w in text for w in MOUNT_HARNESS_WORDS):
-            outcome = Outcome.HARNESS_ERROR
-        else:
-            outcome = Outcome.MOUNT_FAILED
+        outcome = _mount_failure(mount)
         return CheckResult(
             "guest", "mount", outcome, mount.rc, mount.seconds, _output(out, facts), phases
         )
@@ -268,6 +262,17 @@ def judge(facts: contract.CheckFacts) -> CheckResult:
         note=note,
         classes=classes,
     )
+
+
+def _mount_failure(mount: contract.Command) -> Outcome:
+    """A mount that failed: a hang, the lab's own failure (its exit bits or words), else
+    the filesystem's refusal of the image."""
+    text = mount.output.lower()
+    if "[timed out]" in text:
+        return Outcome.TIMEOUT
+    if mount.rc & MOUNT_HARNESS_BITS or any(w in text for w in MOUNT_HARNESS_WORDS):
+        return Outcome.HARNESS_ERROR
+    return Outcome.MOUNT_FAILED
 
 
 def _output(parts: list[str], facts: contract.CheckFacts) -> str:

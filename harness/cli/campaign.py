@@ -26,7 +26,8 @@ from harness.config import campaign as config_campaign
 from harness.config import scenario
 from harness.config.campaign import Campaign, Element
 from harness.config.crash import parse_dask_target
-from harness.errors import EXIT_FINDING, EXIT_HARNESS, EXIT_OK, InputError
+from harness.errors import InputError
+from harness.outcome import EXIT_FINDING, EXIT_HARNESS, EXIT_OK
 from harness.report import knownbugs, mutants, runlog
 from harness.report.markup import cells, esc
 from harness.store.db import Store
@@ -205,7 +206,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
             )
         console.print(t)
         console.print(mutants.summary_line(d), markup=False)
-    return EXIT_FINDING if d.gaps or d.false_alarms else EXIT_OK
+    return outcome.status(finding=bool(d.gaps or d.false_alarms))
 
 
 def _run_reads(st: Store, lt: _Latest) -> dict[str, tuple[outcome.Account, Any]]:
@@ -342,7 +343,9 @@ def summarize(report: campaign.CampaignReport) -> int:
             f"[bold red]quarantined[/] {esc(r.element.label)}: {r.failures} failure(s),"
             f" {r.interruptions} interruption(s); last: {esc(r.last_error)}"
         )
-    status = campaign_status([s for _, s in accounts.values()], quarantined=bool(quarantined))
+    status = outcome.campaign_status(
+        [s for _, s in accounts.values()], quarantined=bool(quarantined)
+    )
     controls = {rid: a for rid, (a, _) in accounts.items() if a.expect}
     failed = {rid: a.control_failed for rid, a in controls.items() if a.control_failed}
     for rid, why in failed.items():
@@ -359,17 +362,6 @@ def summarize(report: campaign.CampaignReport) -> int:
     )
     console.print(f"per-run logs: {runlog.log_path('RUN').parent}/RUN.log", markup=False)
     return status
-
-
-def campaign_status(run_statuses: Sequence[int], *, quarantined: bool) -> int:
-    """A campaign's exit status from its runs' stored ones: a finding anywhere (a
-    control's wrong answer included) is 1, whatever else happened; then 3 for a run or
-    an element the lab could not finish; else 0."""
-    if EXIT_FINDING in run_statuses:
-        return EXIT_FINDING
-    if EXIT_HARNESS in run_statuses or quarantined:
-        return EXIT_HARNESS
-    return EXIT_OK
 
 
 def _fmt(seconds: float) -> str:

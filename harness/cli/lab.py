@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.table import Table
 
-from harness import errors, paths
+from harness import errors, outcome, paths
 from harness.cli import ui
 from harness.config import scenario, schema
 from harness.report.markup import esc
@@ -92,7 +92,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not good and not bad:
         console.print(f"no scenarios in {paths.scenarios_dir()}", markup=False)
     # Broken files are input errors: the table still prints, the status says so.
-    return errors.EXIT_INPUT if bad else errors.EXIT_OK
+    return outcome.input_status(bool(bad))
 
 
 def cmd_show(args: argparse.Namespace) -> int:

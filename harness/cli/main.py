@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from harness import errors
+from harness import errors, outcome
 from harness.cli import ui
 from harness.report.markup import esc
 
@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()  # imports every command: a Ctrl-C lands here often
     except KeyboardInterrupt:
-        return 130
+        return outcome.EXIT_INTERRUPTED
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.WARNING,
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         err_console.print(
             "[yellow]interrupted[/]: finished results are in the store; run again to resume"
         )
-        return 130
+        return outcome.EXIT_INTERRUPTED
     except BrokenPipeError:
         # `scenario show X | head`: the reader went away; nothing left to say to it.
         import os

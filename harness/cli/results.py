@@ -19,30 +19,32 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from harness import outcome
 from harness.cli import ui
-from harness.errors import EXIT_FINDING, HarnessError, InputError
+from harness.errors import HarnessError, InputError
 from harness.paths import default_db
 from harness.report import campaign_diff, query, render
 from harness.report import diff as rdiff
-from harness.report import faults as _faults  # noqa: F401  (registers `results table faults`)
-from harness.report import journal as _journal  # noqa: F401  (registers `results table journal`)
 from harness.report.markup import esc
 from harness.store.db import Store
 
-# `results plot CHART`: what each draws is in cmd_plot and harness/report/plots.py.
-CHARTS = (
-    "recovery",
-    "crashmap",
-    "resilver",
-    "scrub",
-    "resilver-progress",
-    "recovery-vs-size",
-    "patterns",
-    "io",
-)
-
 
 def register(sub: Any) -> None:
+    common = _common()
+    p = sub.add_parser("results", help="list and inspect stored runs")
+    rsub = p.add_subparsers(dest="results_command", metavar="ACTION", required=True)
+    _add_runs(rsub, common)
+    from harness.report import zfs as report
+
+    report.register(rsub, common)
+    _add_tables(rsub, common)
+    _add_diffs(rsub, common)
+    _add_plot(rsub, common)
+    _add_serve(rsub)
+
+
+def _common() -> argparse.ArgumentParser:
+    """The options every `results` action takes."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--db",
@@ -53,10 +55,10 @@ def register(sub: Any) -> None:
         " i.e. results/lab.sqlite in the repo)",
     )
     common.add_argument("--json", action="store_true", help="machine-readable output")
+    return common
 
-    p = sub.add_parser("results", help="list and inspect stored runs")
-    rsub = p.add_subparsers(dest="results_command", metavar="ACTION", required=True)
 
+def _add_runs(rsub: Any, common: argparse.ArgumentParser) -> None:
     runs = rsub.add_parser("runs", parents=[common], help="list recent runs")
     runs.add_argument(
         "--limit",
@@ -71,16 +73,8 @@ def register(sub: Any) -> None:
     show.add_argument("run", metavar="RUN", help="run id, or a unique prefix of one")
     show.set_defaults(func=cmd_show)
 
-    from harness.report import io as io_report
-    from harness.report import (
-        patterns,  # noqa: F401 -- registers the patterns table
-        search,  # noqa: F401 -- registers the workloads table
-    )
-    from harness.report import zfs as report
 
-    report.register(rsub, common)
-    io_report.register()
-
+def _add_tables(rsub: Any, common: argparse.ArgumentParser) -> None:
     table = rsub.add_parser(
         "table",
         parents=[common],
@@ -127,6 +121,8 @@ def register(sub: Any) -> None:
     )
     export.set_defaults(func=cmd_export)
 
+
+def _add_diffs(rsub: Any, common: argparse.ArgumentParser) -> None:
     diff = rsub.add_parser(
         "diff",
         parents=[common],
@@ -158,6 +154,8 @@ def register(sub: Any) -> None:
     )
     check.set_defaults(func=cmd_check)
 
+
+def _add_plot(rsub: Any, common: argparse.ArgumentParser) -> None:
     plot = rsub.add_parser(
         "plot",
         parents=[common],
@@ -165,7 +163,9 @@ def register(sub: Any) -> None:
         " recovery-vs-size [RUN], resilver-progress RUN,"
         " patterns --by fs,mount_options,pattern, io --by fs,data_mode",
     )
-    plot.add_argument("chart", choices=CHARTS)
+    # The charts are the kinds' (their records' ``plots``): checked when one is drawn, so
+    # building the parser loads no kind.
+    plot.add_argument("chart", metavar="CHART", help="a kind's chart (an unknown name lists them)")
     plot.add_argument(
         "run",
         nargs="?",
@@ -176,6 +176,8 @@ def register(sub: Any) -> None:
     plot.add_argument("-o", "--output", type=Path, default=None, metavar="PNG")
     plot.set_defaults(func=cmd_plot)
 
+
+def _add_serve(rsub: Any) -> None:
     serve = rsub.add_parser(
         "serve",
         help="browse the store with datasette on 127.0.0.1 (read-only snapshot)",
@@ -384,7 +386,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
             render.print_campaign_diff(console, d)
         for report in reports:
             render.print_check(console, report)
-    return EXIT_FINDING if any(r.regressions for r in reports) else 0
+    return outcome.status(finding=any(r.regressions for r in reports))
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -401,7 +403,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         for r in reports:
             render.print_check(console, r)
-    return EXIT_FINDING if any(r.regressions for r in reports) else 0
+    return outcome.status(finding=any(r.regressions for r in reports))
 
 
 # --- plot ---------------------------------------------------------------------------
@@ -410,36 +412,21 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from harness.report import plots
 
+    charts = query.plots()
+    if args.chart not in charts:
+        raise InputError(
+            f"argument chart: invalid choice: {args.chart!r}",
+            hint="choose from " + ", ".join(charts),
+        )
+    chart = charts[args.chart]
     out = args.output or default_db().parent / f"{args.chart}.png"
     runs = [args.run] if args.run else []
+    by = query.parse_by(args.by) if args.by is not None else list(chart.default_by)
     with _open(args) as store:
         try:
-            if args.chart in ("crashmap", "resilver-progress") and not args.run:
+            if chart.needs_run and not args.run:
                 raise InputError(f"plot {args.chart} needs a RUN", hint="scenario results runs")
-            if args.chart == "crashmap":
-                plots.plot_crashmap(store, args.run, out)
-            elif args.chart == "resilver-progress":
-                plots.plot_progress(store, args.run, out)
-            elif args.chart == "recovery-vs-size":
-                from harness.report import recovery
-
-                recovery.plot_vs_size(store, out, runs)
-            elif args.chart == "patterns":
-                from harness.report import patterns
-
-                by = query.parse_by(args.by) if args.by is not None else None
-                patterns.plot_patterns(store, by or list(patterns.DEFAULT_BY), out, runs)
-            elif args.chart == "io":
-                from harness.report import io as io_report
-
-                by = query.parse_by(args.by) if args.by is not None else ["cell"]
-                io_report.plot_io(store, by, out, runs)
-            elif args.chart == "recovery":
-                by = query.parse_by(args.by) if args.by is not None else ["fs", "data_mode"]
-                plots.plot_recovery(store, by, out, runs)
-            else:
-                by = query.parse_by(args.by) if args.by is not None else ["layout", "fill"]
-                plots.plot_scans(store, by, out, args.chart, runs)
+            chart.draw(store, by, out, runs)
         except plots.NoData as e:
             _console().print(f"nothing to plot: {e}", markup=False)
             return 0

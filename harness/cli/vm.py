@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
-from harness import paths, tools
+from harness import outcome, paths, tools
 from harness.cli import backend, ui
 from harness.config.settings import parse_size, validate
 from harness.config.vm import VmChoice
@@ -191,7 +191,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         keys = ("check", "status", "detail")
         checks = [dict(zip(keys, (c, st, d), strict=True)) for c, st, _, d in rows]
         console.out(json.dumps({"checks": checks, "missing": missing}, indent=2))
-        return 3 if missing else 0
+        return outcome.status(harness=missing)
     t = Table("check", "status", "detail")
     for check, status, style, detail in rows:
         t.add_row(esc(check), f"[{style}]{esc(status)}[/]" if style else esc(status), esc(detail))
@@ -200,5 +200,4 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         console.print(
             "[red]some required programs are missing[/]: run scripts/install-host-deps as root"
         )
-        return 3
-    return 0
+    return outcome.status(harness=missing)

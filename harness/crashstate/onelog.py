@@ -35,7 +35,7 @@ from harness.config.crash import (
 from harness.crashstate import checking as states
 from harness.crashstate import recording, recoverycrash, reuse
 from harness.crashstate.run import Progress, Run
-from harness.outcome import Outcome, reduce
+from harness.outcome import Outcome, expected_without_journal, reduce
 from harness.record import fsstress, logwrites
 from harness.replay import crashstates
 from harness.store import db as store
@@ -203,7 +203,7 @@ class OneLog(Generic[R]):
 
     def expected(self, item: ItemOutcome) -> bool:
         # A filesystem without a journal recovers by a full fsck: its repair is the design.
-        return item.outcome is Outcome.REPAIRED and not self.sc.fs.journaled
+        return expected_without_journal(item.outcome, self.sc.fs.journaled)
 
     def summary(self) -> dict[str, Any]:
         # Recovery crash states are states of the run too: generated counts them.

@@ -37,8 +37,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from harness import filesystems, outcome
-from harness.errors import EXIT_FINDING, EXIT_HARNESS, NotRun
+from harness import filesystems, outcome, paths
+from harness.errors import NotRun
 from harness.experiments import registry
 from harness.image.build import Image, require_image
 from harness.kernel.boot import booting
@@ -270,10 +270,8 @@ def _execute(
         except BaseException as e:
             status = RunStatus.INTERRUPTED if isinstance(e, KeyboardInterrupt) else RunStatus.FAILED
             # What was found stays found: the account of the items done goes in first.
-            # A run that did not finish exits 3 unless it found something: the findings
-            # it had stay a finding, never hidden behind the failure that came after.
             report.account = account(exp)
-            unfinished = EXIT_FINDING if report.account.status == EXIT_FINDING else EXIT_HARNESS
+            unfinished = outcome.unfinished_status(report.account)
             st.set_account(run_id, report.account, status=unfinished)
             st.finish_run(run_id, status, {"error": str(e)[:500], **_counts(report.account)})
             raise

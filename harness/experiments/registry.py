@@ -10,7 +10,11 @@ A kind is a package ``harness/experiments/<kind>/`` whose ``kind.py`` defines ``
 - ``experiments``: the :class:`~harness.experiments.lifecycle.Experiment` classes it runs,
   by the ``experiment_kind`` a scenario names (one kind may choose among several by its
   keys), each with the summary body ``scenario run`` prints. Each class's ``expected()``
-  is its counting rule (``harness/outcome.py``).
+  is its counting rule (``harness/outcome.py``);
+- ``tables``, ``plots``, ``panels``: the reports over its stored items -- ``results
+  table`` kinds, ``results plot`` charts, the dashboard's charts (``harness/report/``
+  defines them; ``query.table_kinds()``, ``query.plots()``, ``query.panels()`` read them
+  here, the one list).
 
 Kinds are found by listing the folders, so adding one touches nothing outside its folder
 and its scenarios (``docs/layout.md`` walks through it). They are imported only when first
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
 
     from harness.config.base import ScenarioBase
     from harness.experiments.lifecycle import Experiment, Report
+    from harness.report.query import Panel, Plot, TableKind
 
 Body = Callable[["Console", "Report"], None]
 
@@ -63,6 +68,9 @@ class Kind:
     experiments: Mapping[str, Variant]
     settable: Mapping[str, Any] = field(default_factory=dict)
     aliases: Mapping[str, str] = field(default_factory=dict)
+    tables: tuple[TableKind, ...] = ()
+    plots: tuple[Plot, ...] = ()
+    panels: tuple[Panel, ...] = ()
 
 
 @functools.cache

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -182,35 +181,33 @@ class Probe:
             except Failed:
                 return
 
-    def start_trace(self) -> subprocess.Popen[bytes]:
+    def start_trace(self) -> Any:
         if not os.path.ismount("/sys/kernel/debug"):
             self.sh("debugfs", ["mount", "-t", "debugfs", "none", "/sys/kernel/debug"])
         os.makedirs(self.a.trace_dir, exist_ok=True)
-        p = subprocess.Popen(
-            ["blktrace", "-d", self.a.dev, "-o", "trace", "-D", self.a.trace_dir],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
+        tracer = runner.start(["blktrace", "-d", self.a.dev, "-o", "trace", "-D", self.a.trace_dir])
         # blktrace is tracing once its per-CPU relay files exist under debugfs.
         name = os.path.basename(os.path.realpath(self.a.dev))
         for _ in range(100):
-            if os.path.exists(f"/sys/kernel/debug/block/{name}/trace0") or p.poll() is not None:
+            if (
+                os.path.exists(f"/sys/kernel/debug/block/{name}/trace0")
+                or tracer.p.poll() is not None
+            ):
                 break
             time.sleep(0.1)
-        if p.poll() is not None:
-            err = p.stderr.read().decode(errors="replace") if p.stderr else ""
-            self.step("blktrace", p.returncode, "", err)
+        if tracer.p.poll() is not None:  # it ended before tracing: its output says why
+            self.traced(tracer.wait(None))
             raise Failed("blktrace")
         time.sleep(0.5)
-        return p
+        return tracer
 
-    def stop_trace(self, p: subprocess.Popen[bytes]) -> None:
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=120)
-        self.step(
-            "blktrace", p.returncode, out.decode(errors="replace"), err.decode(errors="replace")
-        )
-        if p.returncode != 0:
+    def stop_trace(self, tracer: Any) -> None:
+        self.traced(tracer.stop(signal.SIGINT, timeout=120))
+
+    def traced(self, r: Any) -> None:
+        """blktrace's step, as ``sh`` records one; a failed trace stops the probe."""
+        self.step("blktrace", r.rc, r.stdout, r.stderr)
+        if r.rc != 0:
             raise Failed("blktrace")
 
 

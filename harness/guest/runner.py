@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Iterable
@@ -67,7 +68,52 @@ def run(
 ) -> Ran:
     """Run ``argv`` (stdin closed, environment ``env`` or ``ENV``) for at most ``timeout``
     seconds; ``merge``: stderr into stdout, interleaved as printed."""
-    start = time.monotonic()
+    return start(argv, env=env, merge=merge).wait(timeout)
+
+
+@dataclass(frozen=True)
+class Started:
+    """A command started and not yet waited for: ``run()``'s, or one left running beside
+    the workload (blktrace) until ``stop()``."""
+
+    argv: list[str]
+    p: subprocess.Popen[bytes]
+    start: float
+
+    def wait(self, timeout: float | None) -> Ran:
+        """Its end, at most ``timeout`` seconds from now; killed after that."""
+        try:
+            out, err = self.p.communicate(timeout=timeout)
+            rc, timed_out = self.p.returncode, False
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            try:
+                out, err = self.p.communicate(timeout=GRACE)
+            except subprocess.TimeoutExpired:
+                out, err = b"", b""  # unkillable: abandoned, its output with it
+            rc, timed_out = -1, True
+        stderr = (err or b"").decode(errors="replace")
+        if timed_out:
+            stderr += f"\n{TIMED_OUT}"
+        return Ran(
+            self.argv,
+            rc,
+            (out or b"").decode(errors="replace"),
+            stderr,
+            time.monotonic() - self.start,
+            timed_out,
+        )
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float | None = 120) -> Ran:
+        """Send ``sig`` if it still runs (SIGINT: a tracer writes out what it holds), then
+        ``wait``."""
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+        return self.wait(timeout)
+
+
+def start(argv: list[str], *, env: dict[str, str] | None = None, merge: bool = False) -> Started:
+    """Start ``argv`` as ``run()`` does, without waiting for it."""
     p = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
@@ -75,27 +121,7 @@ def run(
         stderr=subprocess.STDOUT if merge else subprocess.PIPE,
         env=ENV if env is None else env,
     )
-    try:
-        out, err = p.communicate(timeout=timeout)
-        rc, timed_out = p.returncode, False
-    except subprocess.TimeoutExpired:
-        p.kill()
-        try:
-            out, err = p.communicate(timeout=GRACE)
-        except subprocess.TimeoutExpired:
-            out, err = b"", b""  # unkillable: abandoned, its output with it
-        rc, timed_out = -1, True
-    stderr = (err or b"").decode(errors="replace")
-    if timed_out:
-        stderr += f"\n{TIMED_OUT}"
-    return Ran(
-        argv,
-        rc,
-        (out or b"").decode(errors="replace"),
-        stderr,
-        time.monotonic() - start,
-        timed_out,
-    )
+    return Started(argv, p, time.monotonic())
 
 
 def filesystem(fs: str) -> dict[str, list[str]]:

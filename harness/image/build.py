@@ -166,13 +166,8 @@ def all_cached() -> list[Image]:
 Step = Callable[[str], None]
 
 
-def build(
-    recipe: Recipe | None = None, *, force: bool = False, on_step: Step = lambda s: None
-) -> tuple[Image, bool]:
-    """Build the image for ``recipe`` unless cached. Returns (image, built_now)."""
-    recipe = recipe or load_recipe()
-    if not force and (img := cached(recipe)) is not None:
-        return img, False
+def _require_builder() -> None:
+    """The host tools, and root: mmdebstrap builds in root mode."""
     for tool in ("mmdebstrap", "mkfs.ext4", "qemu-img"):
         tools.require(tool)
     if os.geteuid() != 0:
@@ -181,6 +176,35 @@ def build(
             hint="run it as root, e.g. sudo scenario image build",
         )
 
+
+def _boot_files(recipe: Recipe, chroot: Path, work: Path, logfile: Path) -> dict[str, object]:
+    """The kernel and initrd copied out of the chroot; the manifest of what it holds."""
+    boot = chroot / "boot"
+    try:
+        shutil.copy2(boot / f"vmlinuz-{recipe.kernel}", work / "vmlinuz")
+        shutil.copy2(boot / "crashlab-initrd.img", work / "initrd.img")
+    except FileNotFoundError as e:
+        raise ImageError(
+            f"image build: {e.filename} missing after mmdebstrap", hint=f"full log: {logfile}"
+        ) from None
+    return {
+        "recipe_hash": recipe.hash,
+        "suite": recipe.suite,
+        "kernel": recipe.kernel,
+        "zfs_version": _zfs_version(chroot),
+        "packages": _package_versions(chroot),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def build(
+    recipe: Recipe | None = None, *, force: bool = False, on_step: Step = lambda s: None
+) -> tuple[Image, bool]:
+    """Build the image for ``recipe`` unless cached. Returns (image, built_now)."""
+    recipe = recipe or load_recipe()
+    if not force and (img := cached(recipe)) is not None:
+        return img, False
+    _require_builder()
     final = paths.images_dir() / recipe.hash
     work = final.with_name(recipe.hash + ".partial")
     shutil.rmtree(work, ignore_errors=True)
@@ -205,22 +229,7 @@ def build(
 
     _export_lab_tools(chroot)
     on_step("kernel and initrd")
-    boot = chroot / "boot"
-    try:
-        shutil.copy2(boot / f"vmlinuz-{recipe.kernel}", work / "vmlinuz")
-        shutil.copy2(boot / "crashlab-initrd.img", work / "initrd.img")
-    except FileNotFoundError as e:
-        raise ImageError(
-            f"image build: {e.filename} missing after mmdebstrap", hint=f"full log: {logfile}"
-        ) from None
-    manifest: dict[str, object] = {
-        "recipe_hash": recipe.hash,
-        "suite": recipe.suite,
-        "kernel": recipe.kernel,
-        "zfs_version": _zfs_version(chroot),
-        "packages": _package_versions(chroot),
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    manifest = _boot_files(recipe, chroot, work, logfile)
 
     raw = work / "rootfs.raw"
     step(

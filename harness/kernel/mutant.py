@@ -82,6 +82,31 @@ def add(name: str, img: Image, on_step: Step, patch: Path | None = None) -> Kern
     src = work / "src"
     src.mkdir()
     mdir = module_dir(patch)
+    ko = _build_module(work, patch, mdir, headers, on_step)
+    _check_vermagic(ko, base.release)
+    _initrd(work, img, ko, f"{base.release}/kernel/{mdir}", on_step)
+    shutil.copy2(img.kernel, work / "vmlinuz")
+    k = Kernel(
+        name=kname,
+        release=base.release,
+        source={
+            "kind": "mutant",
+            "patch": name,
+            "sha256": digest,
+            "module": mdir,
+            "base": base.release,
+            "build": BUILD,
+        },
+        options=base.options,
+        modules=base.modules,
+    )
+    return install(work, k)
+
+
+def _build_module(work: Path, patch: Path, mdir: str, headers: Path, on_step: Step) -> Path:
+    """The module's source extracted under ``work/src``, ``patch`` applied, built out of
+    tree against ``headers``; its .ko."""
+    src = work / "src"
     timed(
         on_step,
         f"extract {mdir}",
@@ -110,21 +135,24 @@ def add(name: str, img: Image, on_step: Step, patch: Path | None = None) -> Kern
             logfile=work / "build.log",
         ),
     )
-    ko = mod / f"{Path(mdir).name}.ko"
-    _check_vermagic(ko, base.release)
+    return mod / f"{Path(mdir).name}.ko"
+
+
+def _initrd(work: Path, img: Image, ko: Path, place: str, on_step: Step) -> None:
+    """``work/initrd.img``: the image's own (its busybox and early modules), ``ko``
+    stripped and in place of the stock module, and under ``lib/modules/<place>``."""
     # The headers' config builds with debug info: ext4.ko is 19 MB, the stock one 2 MB. It
     # sits in the initrd twice (loaded early, and placed for modprobe), so unstripped the
     # initrd was 41 MB, every boot unpacks it, and the guest keeps it in RAM. Debian ships
     # its modules stripped the same way (kbuild's INSTALL_MOD_STRIP=1).
     proc.run(["strip", "--strip-debug", ko])
-    # The initrd: the image's own (its busybox and early modules), this module in place.
     stage = work / "base"
     stage.mkdir()
     proc.run(["cpio", "-idm", "--quiet", "-F", img.initrd.resolve()], cwd=stage)
     early = [stage / "lib" / "modules" / n for n in (stage / "modules.order").read_text().split()]
     early = [ko if p.name == ko.name else p for p in early]
     tree = work / "tree"
-    into = tree / "lib" / "modules" / base.release / "kernel" / mdir
+    into = tree / "lib" / "modules" / place
     into.mkdir(parents=True)
     shutil.copy2(ko, into / ko.name)
     timed(
@@ -132,22 +160,6 @@ def add(name: str, img: Image, on_step: Step, patch: Path | None = None) -> Kern
         "initrd",
         lambda: initrd.build(work / "initrd.img", early, tree, whole=False, work=work),
     )
-    shutil.copy2(img.kernel, work / "vmlinuz")
-    k = Kernel(
-        name=kname,
-        release=base.release,
-        source={
-            "kind": "mutant",
-            "patch": name,
-            "sha256": digest,
-            "module": mdir,
-            "base": base.release,
-            "build": BUILD,
-        },
-        options=base.options,
-        modules=base.modules,
-    )
-    return install(work, k)
 
 
 def _check_vermagic(ko: Path, release: str) -> None:

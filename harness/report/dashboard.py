@@ -37,23 +37,12 @@ FINDINGS_PER_CAMPAIGN = """SELECT c.name AS campaign, c.id AS campaign_id, c.sta
  ORDER BY c.started_at"""
 
 
-def register_kinds() -> list[str]:
-    """Every ``results table`` kind, registered; their names."""
-    # Importing a report module registers its kinds; io and the ZFS scans do on call.
-    from harness.report import faults, io, journal, patterns, search, zfs  # noqa: F401
-
-    io.register()
-    zfs.register_tables()
-    return sorted(query.TABLE_KINDS)
-
-
 def kind_queries(store: Store) -> dict[str, tuple[str, str, str]]:
     """Canned queries (name -> title, description, SQL): ``table_KIND`` (n, mean, min,
     max per group) and ``table_KIND_outcomes`` (items per group and outcome) for every
     kind, grouped by its default fields."""
     out: dict[str, tuple[str, str, str]] = {}
-    for name in register_kinds():
-        k = query.kind(name)
+    for name, k in sorted(query.table_kinds().items()):
         sql = query.kind_sql(store, name)
         by = ", ".join(sql.by) or "nothing"
         see = f"`scenario results table {name} --by {','.join(sql.by)}`"
@@ -103,119 +92,133 @@ def _n(field: str, title: str, **more: Any) -> dict[str, Any]:
     return {"field": field, "type": "nominal", "title": title, **more}
 
 
-def charts(store: Store, db_name: str, outcomes_sql: str) -> dict[str, dict[str, Any]]:
-    """slug -> the plugin's chart: title, database, SQL and Vega-Lite spec (``display``)."""
-    register_kinds()
+_BARS = {"type": "bar"}
+_LINE = {"type": "line", "point": True}
+Chart = tuple[str, str, dict[str, Any]]  # title, SQL, Vega-Lite spec
+
+
+def _outcomes(outcomes_sql: str) -> Chart:
+    order = [str(o) for o in COLOURS]
+    return (
+        "Crash states per outcome, by filesystem and data mode",
+        outcomes_sql,
+        _vl(
+            _BARS,
+            {
+                "x": _n("group", "filesystem, data mode"),
+                "y": _q("states", "crash states", aggregate="sum"),
+                "color": _n(
+                    "outcome", "outcome", scale={"domain": order, "range": list(COLOURS.values())}
+                ),
+                "order": {"field": "rank"},
+            },
+            transform=[
+                _label("fs", "data_mode"),
+                {"calculate": f"indexof({json.dumps(order)}, datum.outcome)", "as": "rank"},
+            ],
+        ),
+    )
+
+
+def _findings_per_nightly() -> Chart:
+    return (
+        "Findings per campaign run (nightly), oldest first",
+        FINDINGS_PER_CAMPAIGN,
+        _vl(
+            _BARS,
+            {
+                "x": _n("started_at", "campaign started (UTC)", type="ordinal"),
+                "y": _q("findings", "findings (unexpected, over the elements' runs)"),
+                "color": _n("campaign", "campaign"),
+            },
+        ),
+    )
+
+
+def _recovery_vs_size(store: Store) -> Chart:
     recovery = query.kind_sql(store, "recovery", ["cell", "size"]).stats
+    return (
+        "Recovery time against filesystem size: mean per cell and phase",
+        _where(recovery, "size IS NOT NULL"),
+        _vl(
+            _LINE,
+            {
+                "x": _q("size", "filesystem size (GiB)", scale={"type": "log", "base": 2}),
+                "y": _q("mean", "seconds (mean)"),
+                "color": _n("cell", "cell"),
+                "strokeDash": _n("phase", "phase"),
+            },
+        ),
+    )
+
+
+def _resilver_vs_fill(store: Store) -> Chart:
     resilver = query.kind_sql(store, "resilver", ["layout", "fill"]).stats
+    x, y = _q("fill", "pool fill (fraction)"), _q("mean", "resilver seconds (mean)")
+    sql = _where(resilver, "metric = 'seconds' AND fill IS NOT NULL")
+    spec = _vl(_LINE, {"x": x, "y": y, "color": _n("layout", "layout")})
+    return "ZFS resilver time against pool fill, per layout", sql, spec
+
+
+def _pattern_classes(store: Store) -> Chart:
     patterns = query.kind_sql(store, "patterns", ["fs", "mount_options", "pattern"]).counts
-    io = query.kind_sql(store, "io", ["cell"]).stats
     assert patterns is not None  # the patterns kind counts classes
-    outcome_order = [str(o) for o in COLOURS]
-    bars = {"type": "bar"}
-    line = {"type": "line", "point": True}
-    out = {
-        "outcomes": (
-            "Crash states per outcome, by filesystem and data mode",
-            outcomes_sql,
-            _vl(
-                bars,
-                {
-                    "x": _n("group", "filesystem, data mode"),
-                    "y": _q("states", "crash states", aggregate="sum"),
-                    "color": _n(
-                        "outcome",
-                        "outcome",
-                        scale={"domain": outcome_order, "range": list(COLOURS.values())},
-                    ),
-                    "order": {"field": "rank"},
-                },
-                transform=[
-                    _label("fs", "data_mode"),
-                    {
-                        "calculate": f"indexof({json.dumps(outcome_order)}, datum.outcome)",
-                        "as": "rank",
-                    },
-                ],
-            ),
+    return (
+        "What crash states left of each target file, per cell",
+        patterns,
+        _vl(
+            _BARS,
+            {
+                "x": _n("group", "filesystem, mount options, pattern"),
+                "y": _q("n", "(crash state, file) pairs", aggregate="sum"),
+                "color": _n("outcome", "class", scale={"domain": list(CLASSES)}),
+            },
+            transform=[_label("fs", "mount_options", "pattern")],
         ),
-        "findings_per_nightly": (
-            "Findings per campaign run (nightly), oldest first",
-            FINDINGS_PER_CAMPAIGN,
-            _vl(
-                bars,
-                {
-                    "x": _n("started_at", "campaign started (UTC)", type="ordinal"),
-                    "y": _q("findings", "findings (unexpected, over the elements' runs)"),
-                    "color": _n("campaign", "campaign"),
-                },
-            ),
+    )
+
+
+def _io_per_cell(store: Store) -> Chart:
+    io = query.kind_sql(store, "io", ["cell"]).stats
+    return (
+        "Workload throughput per cell (MB/s; compare within one accelerator)",
+        _where(io, "metric IN ('write_mbps', 'read_mbps')"),
+        _vl(
+            _BARS,
+            {
+                "x": _n("group", "cell, accelerator"),
+                "xOffset": _n("metric", "metric"),
+                "y": _q("mean", "MB/s (mean)"),
+                "color": _n("metric", "metric"),
+            },
+            transform=[_label("cell", "accelerator")],
         ),
-        "recovery_vs_size": (
-            "Recovery time against filesystem size: mean per cell and phase",
-            _where(recovery, "size IS NOT NULL"),
-            _vl(
-                line,
-                {
-                    "x": _q("size", "filesystem size (GiB)", scale={"type": "log", "base": 2}),
-                    "y": _q("mean", "seconds (mean)"),
-                    "color": _n("cell", "cell"),
-                    "strokeDash": _n("phase", "phase"),
-                },
-            ),
-        ),
-        "resilver_vs_fill": (
-            "ZFS resilver time against pool fill, per layout",
-            _where(resilver, "metric = 'seconds' AND fill IS NOT NULL"),
-            _vl(
-                line,
-                {
-                    "x": _q("fill", "pool fill (fraction)"),
-                    "y": _q("mean", "resilver seconds (mean)"),
-                    "color": _n("layout", "layout"),
-                },
-            ),
-        ),
-        "pattern_classes": (
-            "What crash states left of each target file, per cell",
-            patterns,
-            _vl(
-                bars,
-                {
-                    "x": _n("group", "filesystem, mount options, pattern"),
-                    "y": _q("n", "(crash state, file) pairs", aggregate="sum"),
-                    "color": _n("outcome", "class", scale={"domain": list(CLASSES)}),
-                },
-                transform=[_label("fs", "mount_options", "pattern")],
-            ),
-        ),
-        "io_per_cell": (
-            "Workload throughput per cell (MB/s; compare within one accelerator)",
-            _where(io, "metric IN ('write_mbps', 'read_mbps')"),
-            _vl(
-                bars,
-                {
-                    "x": _n("group", "cell, accelerator"),
-                    "xOffset": _n("metric", "metric"),
-                    "y": _q("mean", "MB/s (mean)"),
-                    "color": _n("metric", "metric"),
-                },
-                transform=[_label("cell", "accelerator")],
-            ),
-        ),
-    }
+    )
+
+
+# The kinds' charts, as their records list them (harness/experiments/*/kind.py).
+RECOVERY_VS_SIZE = query.Panel("recovery_vs_size", _recovery_vs_size)
+RESILVER_VS_FILL = query.Panel("resilver_vs_fill", _resilver_vs_fill)
+PATTERN_CLASSES = query.Panel("pattern_classes", _pattern_classes)
+IO_PER_CELL = query.Panel("io_per_cell", _io_per_cell)
+
+
+def charts(store: Store, db_name: str, outcomes_sql: str) -> dict[str, dict[str, Any]]:
+    """slug -> the plugin's chart: title, database, SQL and Vega-Lite spec (``display``):
+    the lab's two, then every kind's."""
+    out = {"outcomes": _outcomes(outcomes_sql), "findings_per_nightly": _findings_per_nightly()}
+    out |= {p.slug: p.build(store) for p in query.panels()}
     return {
         slug: {"title": title, "db": db_name, "query": sql, "library": "vega-lite", "display": spec}
         for slug, (title, sql, spec) in out.items()
     }
 
 
-LAYOUT = [
-    ["about", "about"],
-    ["outcomes", "findings_per_nightly"],
-    ["recovery_vs_size", "resilver_vs_fill"],
-    ["pattern_classes", "io_per_cell"],
-]
+def layout() -> list[list[str]]:
+    """Two charts a row under the "about" row: the lab's, then the kinds' in their order."""
+    slugs = ["outcomes", "findings_per_nightly", *(p.slug for p in query.panels())]
+    rows = [slugs[i : i + 2] for i in range(0, len(slugs), 2)]
+    return [["about", "about"], *([*r, r[0]] if len(r) == 1 else r for r in rows)]
 
 
 def dashboard(store: Store, db_name: str, outcomes_sql: str, where: str) -> dict[str, Any]:
@@ -228,7 +231,7 @@ def dashboard(store: Store, db_name: str, outcomes_sql: str, where: str) -> dict
         SLUG: {
             "title": "crashlab: the lab at a glance",
             "description": "Charts drawn from the store's snapshot.",
-            "layout": LAYOUT,
+            "layout": layout(),
             "charts": {
                 "about": {"library": "markdown", "display": about},
                 **charts(store, db_name, outcomes_sql),

@@ -20,24 +20,22 @@ SOURCE = (
     " FROM observations o JOIN runs r ON r.id = o.run_id WHERE r.kind = 'faults'"
 )
 
-query.register_table(
-    query.TableKind(
-        name="faults",
-        help="runtime faults (dm-flakey, dm-dust): verdicts per filesystem and fault",
-        source=SOURCE,
-        fields={
-            "fs": "json_extract(o.cell, '$.type')",
-            "cell": "COALESCE(json_extract(o.cell, '$.name'), o.item)",
-            "mount_options": "json_extract(o.cell, '$.mount_options')",
-            "fault": "o.fault",
-            "experiment": "o.experiment",
-            "at": "json_extract(o.cell, '$.at')",
-            "agree": "json_extract(o.metrics, '$.agree')",
-            "outcome": "o.outcome",
-        },
-        value="seconds",
-        counts_source=SOURCE,
-        default_by=("fs", "fault"),
-        empty_hint="no runtime-fault items stored yet: `scenario run fsync-eio` makes some",
-    )
+TABLE = query.TableKind(
+    name="faults",
+    help="runtime faults (dm-flakey, dm-dust): verdicts per filesystem and fault",
+    source=SOURCE,
+    fields={
+        "fs": "json_extract(o.cell, '$.type')",
+        "cell": "COALESCE(json_extract(o.cell, '$.name'), o.item)",
+        "mount_options": "json_extract(o.cell, '$.mount_options')",
+        "fault": "o.fault",
+        "experiment": "o.experiment",
+        "at": "json_extract(o.cell, '$.at')",
+        "agree": "json_extract(o.metrics, '$.agree')",
+        "outcome": "o.outcome",
+    },
+    value="seconds",
+    counts_source=SOURCE,
+    default_by=("fs", "fault"),
+    empty_hint="no runtime-fault items stored yet: `scenario run fsync-eio` makes some",
 )

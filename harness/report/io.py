@@ -44,10 +44,6 @@ COLUMNS = (
 )
 
 
-def register() -> None:
-    query.register_table(TABLE)
-
-
 def _value(stats: Any, fmt: str) -> str:
     if stats is None:
         return "-"
@@ -113,7 +109,6 @@ def plot_io(store: Store, by: Sequence[str], out: Path, runs: Sequence[str] = ()
 
     from harness.report import plots
 
-    register()
     result = query.grouped(store, "io", by, runs)
     if not result.groups:
         raise plots.NoData(TABLE.empty_hint)
@@ -145,3 +140,6 @@ def plot_io(store: Store, by: Sequence[str], out: Path, runs: Sequence[str] = ()
         if len(metrics) > 1:
             ax.legend(fontsize=7)
     return plots._save(fig, out)
+
+
+PLOT = query.Plot("io", plot_io, ("cell",))

@@ -29,19 +29,17 @@ _SOURCE = (
     " WHERE c.stage = 'guest'"
 )
 
-query.register_table(
-    query.TableKind(
-        name="journal",
-        help="journal recovery per crash state at its guest mount: replayed, refused, none",
-        source=_SOURCE,
-        fields={
-            "recovery": RECOVERY,
-            "generator": "(SELECT s.generator FROM crash_states s"
-            " WHERE s.run_id = o.run_id AND s.id = o.state_id)",
-        },
-        value="seconds",
-        counts_source=_SOURCE,
-        default_by=("mount_options", "recovery"),
-        empty_hint="no guest checks stored yet: `scenario run ext4-ordered-fsync`",
-    )
+TABLE = query.TableKind(
+    name="journal",
+    help="journal recovery per crash state at its guest mount: replayed, refused, none",
+    source=_SOURCE,
+    fields={
+        "recovery": RECOVERY,
+        "generator": "(SELECT s.generator FROM crash_states s"
+        " WHERE s.run_id = o.run_id AND s.id = o.state_id)",
+    },
+    value="seconds",
+    counts_source=_SOURCE,
+    default_by=("mount_options", "recovery"),
+    empty_hint="no guest checks stored yet: `scenario run ext4-ordered-fsync`",
 )

@@ -52,25 +52,23 @@ _SOURCE = (
     " FROM observations WHERE json_extract(metrics, '$.class') IS NOT NULL"
 )
 
-query.register_table(
-    query.TableKind(
-        name="patterns",
-        help="application update patterns: crash states per class of each target file",
-        source=_SOURCE,
-        fields={
-            "pattern": "o.pattern",
-            "mount_options": "o.mount_options",
-            "workload": "o.workload",
-            "target": "o.target",
-            "class": "o.outcome",
-        },
-        value="size",
-        counts_source=_SOURCE,
-        unit="B",
-        default_by=DEFAULT_BY,
-        outcome_order=CLASSES,
-        empty_hint="no pattern classes stored yet: `scenario run replace-rename`",
-    )
+TABLE = query.TableKind(
+    name="patterns",
+    help="application update patterns: crash states per class of each target file",
+    source=_SOURCE,
+    fields={
+        "pattern": "o.pattern",
+        "mount_options": "o.mount_options",
+        "workload": "o.workload",
+        "target": "o.target",
+        "class": "o.outcome",
+    },
+    value="size",
+    counts_source=_SOURCE,
+    unit="B",
+    default_by=DEFAULT_BY,
+    outcome_order=CLASSES,
+    empty_hint="no pattern classes stored yet: `scenario run replace-rename`",
 )
 
 
@@ -104,9 +102,9 @@ def plot_patterns(store: Store, by: Sequence[str], out: Path, runs: Sequence[str
 
     :raise InputError: unknown field or run. :raise plots.NoData: nothing stored.
     """
-    import matplotlib.pyplot as plt
+    from harness.report import plots
 
-    from harness.report import plots  # sets the headless backend first
+    plt = plots.pyplot()
 
     table = query.grouped(store, "patterns", list(by), runs)
     if not table.groups:
@@ -124,3 +122,10 @@ def plot_patterns(store: Store, by: Sequence[str], out: Path, runs: Sequence[str
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.tick_params(axis="x", labelsize=7, rotation=90)
     return plots._save(fig, out)
+
+
+def _plot(store: Store, by: Sequence[str], out: Path, runs: Sequence[str]) -> Path:
+    return plot_patterns(store, by or DEFAULT_BY, out, runs)  # --by "": the default too
+
+
+PLOT = query.Plot("patterns", _plot, DEFAULT_BY)

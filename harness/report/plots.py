@@ -13,14 +13,10 @@ and stored, so the chart survives the work directory being cleaned.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 
 from harness.errors import InputError
 from harness.outcome import COLOURS, Outcome
@@ -31,6 +27,17 @@ from harness.store.logevents import log_events
 
 class NoData(Exception):
     """Nothing to plot; the message says why and what to run first."""
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the headless Agg backend, imported when a chart is drawn:
+    the kinds' records list the charts, and loading a kind must not load matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _label(by: Sequence[str], key: tuple[Any, ...]) -> str:
@@ -51,7 +58,7 @@ def plot_recovery(store: Store, by: Sequence[str], out: Path, runs: Sequence[str
     ncols = min(3, len(splits))
     nrows = -(-len(splits) // ncols)
     width = max(6.0, min(18.0, 1.2 * len(keys) * ncols + 2))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width, 4.2 * nrows), squeeze=False)
+    fig, axes = pyplot().subplots(nrows, ncols, figsize=(width, 4.2 * nrows), squeeze=False)
     for ax, phase in zip(axes.flat, splits, strict=False):
         data = [values[key].get(phase, []) for key in keys]
         present = [(key, d) for key, d in zip(keys, data, strict=True) if d]
@@ -93,7 +100,7 @@ def plot_crashmap(store: Store, run: str, out: Path) -> Path:
     events = log_events(store, r.id)
     rank = {str(o): o.severity for o in Outcome}
     outcomes = sorted({str(o) for _, o in states}, key=lambda o: rank.get(o, -1))
-    fig, (ax, ev) = plt.subplots(
+    fig, (ax, ev) = pyplot().subplots(
         2,
         1,
         figsize=(12, 2.2 + 0.45 * len(outcomes) + 1.6),
@@ -163,8 +170,8 @@ def plot_scans(
             f"plot {kind_name} wants --by LINE,X (e.g. layout,fill), not {','.join(by)!r}"
         )
     line_field, x_field = by
-    if kind_name in query.TABLE_KINDS:
-        k = query.TABLE_KINDS[kind_name]
+    if kind_name in (kinds := query.table_kinds()):
+        k = kinds[kind_name]
         values, _ = query.collect(store, k, query.resolve_fields(store, k, by), runs)
         # a kind may split its values (seconds, MB/s): plot the seconds
         split = "seconds" if k.split else k.value
@@ -184,7 +191,7 @@ def plot_scans(
             f"no {kind_name} measurements in the store yet (table zfs_scans is empty for"
             f" kind {kind_name!r}): run a ZFS {kind_name} scenario first"
         )
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = pyplot().subplots(figsize=(8, 5))
     lines = sorted({key[0] for key in points}, key=lambda v: str(v))
     for line in lines:
         xs = sorted((key[1], v) for key, v in points.items() if key[0] == line)
@@ -218,7 +225,7 @@ def plot_progress(store: Store, run: str, out: Path) -> Path:
     curves = [(label, c) for label, c in curves if c]
     if not curves:
         raise NoData(f"run {run_id} has no scan samples (progress_interval = 0, or no scans)")
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(12, 5))
     for label, c in curves:
         # zpool status's "% done": bytes issued over bytes to examine (the metadata walk
         # "examines" everything early; issuing the I/O is the progress)
@@ -247,5 +254,25 @@ def _save(fig: Any, out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
-    plt.close(fig)
+    pyplot().close(fig)
     return out
+
+
+def _crashmap(store: Store, by: Sequence[str], out: Path, runs: Sequence[str]) -> Path:
+    return plot_crashmap(store, runs[0], out)
+
+
+def _progress(store: Store, by: Sequence[str], out: Path, runs: Sequence[str]) -> Path:
+    return plot_progress(store, runs[0], out)
+
+
+def _scans(kind_name: str, store: Store, by: Sequence[str], out: Path, runs: Sequence[str]) -> Path:
+    return plot_scans(store, by, out, kind_name, runs)
+
+
+# The charts above, as their kinds' records list them (harness/experiments/*/kind.py).
+RECOVERY = query.Plot("recovery", plot_recovery, ("fs", "data_mode"))
+CRASHMAP = query.Plot("crashmap", _crashmap, needs_run=True)
+RESILVER = query.Plot("resilver", functools.partial(_scans, "resilver"), ("layout", "fill"))
+SCRUB = query.Plot("scrub", functools.partial(_scans, "scrub"), ("layout", "fill"))
+PROGRESS = query.Plot("resilver-progress", _progress, needs_run=True)

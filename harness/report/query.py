@@ -11,9 +11,12 @@ can also be grouped by any property of its run: the ``runs`` columns in ``RUN_FI
 leaf of the stored scenario parameters (``fs.disk_size``, ``workload.ops``, or just
 ``ops`` when the leaf name is unique).
 
-Adding a kind (the ZFS scans, say) is one call::
+A table kind belongs to the experiment kind whose items it reads: its record
+(``harness/experiments/<kind>/kind.py`` ``KIND.tables``) lists it, and ``table_kinds()``
+finds every one there -- the one list. Adding a table (the ZFS scans, say) is one record
+in that tuple::
 
-    query.register_table(query.TableKind(
+    query.TableKind(
         name="resilver",
         help="resilver time per pool layout and fill",
         source="SELECT run_id, layout, fill, repetition, seconds"
@@ -21,7 +24,7 @@ Adding a kind (the ZFS scans, say) is one call::
         fields={"layout": "o.layout", "fill": "o.fill", "repetition": "o.repetition"},
         value="seconds",
         default_by=("layout", "fill"),
-    ))
+    )
 
 Run-level fields are computed once per run, not per row; SQLite hands back each
 (run, fields, split)'s values as one ``group_concat`` string, and the percentiles
@@ -36,6 +39,7 @@ import difflib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError
@@ -83,12 +87,51 @@ class TableKind:
     printer: Callable[[Any, Any], None] | None = None
 
 
-TABLE_KINDS: dict[str, TableKind] = {}
+@dataclass(frozen=True)
+class Plot:
+    """A ``results plot`` chart, listed by its experiment kind's record like its tables:
+    ``draw(store, by, out, runs)`` writes the PNG ``out`` (``by``: --by, else
+    ``default_by``; ``runs``: RUN if given, which ``needs_run`` charts require)."""
+
+    name: str
+    draw: Callable[[Store, Sequence[str], Path, Sequence[str]], Path]
+    default_by: tuple[str, ...] = ()
+    needs_run: bool = False
 
 
-def register_table(kind: TableKind) -> None:
-    """Make ``kind`` available to ``results table`` and ``results plot`` (by its name)."""
-    TABLE_KINDS[kind.name] = kind
+@dataclass(frozen=True)
+class Panel:
+    """A chart of the dashboard (``results serve``), listed by its experiment kind's
+    record: ``build(store)`` gives its title, its SQL and its Vega-Lite spec."""
+
+    slug: str
+    build: Callable[[Store], tuple[str, str, dict[str, Any]]]
+
+
+# The one way up from report/, and why: a table, a chart or a panel belongs to the
+# experiment kind whose items it reads, so the kinds' records are the one list (a plugin
+# lookup, as the scenario loader's; tests/test_layout.py allows these and no other).
+
+
+def table_kinds() -> dict[str, TableKind]:
+    """Every ``results table`` kind, by name, as the experiment kinds' records list them."""
+    from harness.experiments import registry
+
+    return {t.name: t for k in registry.kinds().values() for t in k.tables}
+
+
+def plots() -> dict[str, Plot]:
+    """Every ``results plot`` chart, by name, as the experiment kinds' records list them."""
+    from harness.experiments import registry
+
+    return {p.name: p for k in registry.kinds().values() for p in k.plots}
+
+
+def panels() -> list[Panel]:
+    """Every kind's dashboard chart, in the kinds' order."""
+    from harness.experiments import registry
+
+    return [p for k in registry.kinds().values() for p in k.panels]
 
 
 # Recovery phases come from two places: crash-replay states (``recovery_times``, one row
@@ -96,43 +139,41 @@ def register_table(kind: TableKind) -> None:
 # row per item with its phases and its cell as JSON). Both read as (run, item, phase,
 # seconds) plus the item's cell and metrics, NULL for crash states.
 _RECOVERY_OBS = " FROM observations b JOIN runs rr ON rr.id = b.run_id AND rr.kind = 'recovery'"
-register_table(
-    TableKind(
-        name="recovery",
-        help="recovery time of crash states (journal replay, fsck, mount, ...) and verdicts",
-        source="SELECT run_id, state_id, phase, seconds, NULL AS cell, NULL AS facts"
-        " FROM recovery_times UNION ALL"
-        " SELECT b.run_id, b.item, p.key, p.value, b.cell, b.metrics"
-        + _RECOVERY_OBS
-        + ", json_each(b.metrics, '$.phases') p",
-        fields={
-            "generator": "(SELECT s.generator FROM crash_states s"
-            " WHERE s.run_id = o.run_id AND s.id = o.state_id)",
-            "outcome": "(SELECT v.outcome FROM verdicts v"
-            " WHERE v.run_id = o.run_id AND v.state_id = o.state_id)",
-            "phase": "o.phase",
-            # recovery runs: the item's cell; crash states: their run's filesystem
-            "fs": "COALESCE(json_extract(o.cell, '$.fs'),"
-            " (SELECT r.fs FROM runs r WHERE r.id = o.run_id))",
-            "features": "json_extract(o.cell, '$.features')",
-            "size": "json_extract(o.cell, '$.size')",
-            "cell": "json_extract(o.cell, '$.cell')",
-            # how a recovery run's crash state was made (rows before methods: sigkill)
-            "method": "CASE WHEN o.cell IS NOT NULL"
-            " THEN COALESCE(json_extract(o.cell, '$.method'), 'sigkill') END",
-            "files": "json_extract(o.facts, '$.population.files')",
-            "inodes": "json_extract(o.facts, '$.population.inodes_used')",
-        },
-        value="seconds",
-        split="phase",
-        split_order=tuple(str(p) for p in Phase),
-        counts_source="SELECT run_id, state_id, outcome, NULL AS phase, NULL AS cell,"
-        " NULL AS facts FROM verdicts UNION ALL"
-        " SELECT b.run_id, b.item, b.outcome, NULL, b.cell, b.metrics" + _RECOVERY_OBS,
-        default_by=("fs", "data_mode"),
-        empty_hint="no recovery times stored yet: run a crash or recovery scenario"
-        " (`scenario run NAME`)",
-    )
+RECOVERY = TableKind(
+    name="recovery",
+    help="recovery time of crash states (journal replay, fsck, mount, ...) and verdicts",
+    source="SELECT run_id, state_id, phase, seconds, NULL AS cell, NULL AS facts"
+    " FROM recovery_times UNION ALL"
+    " SELECT b.run_id, b.item, p.key, p.value, b.cell, b.metrics"
+    + _RECOVERY_OBS
+    + ", json_each(b.metrics, '$.phases') p",
+    fields={
+        "generator": "(SELECT s.generator FROM crash_states s"
+        " WHERE s.run_id = o.run_id AND s.id = o.state_id)",
+        "outcome": "(SELECT v.outcome FROM verdicts v"
+        " WHERE v.run_id = o.run_id AND v.state_id = o.state_id)",
+        "phase": "o.phase",
+        # recovery runs: the item's cell; crash states: their run's filesystem
+        "fs": "COALESCE(json_extract(o.cell, '$.fs'),"
+        " (SELECT r.fs FROM runs r WHERE r.id = o.run_id))",
+        "features": "json_extract(o.cell, '$.features')",
+        "size": "json_extract(o.cell, '$.size')",
+        "cell": "json_extract(o.cell, '$.cell')",
+        # how a recovery run's crash state was made (rows before methods: sigkill)
+        "method": "CASE WHEN o.cell IS NOT NULL"
+        " THEN COALESCE(json_extract(o.cell, '$.method'), 'sigkill') END",
+        "files": "json_extract(o.facts, '$.population.files')",
+        "inodes": "json_extract(o.facts, '$.population.inodes_used')",
+    },
+    value="seconds",
+    split="phase",
+    split_order=tuple(str(p) for p in Phase),
+    counts_source="SELECT run_id, state_id, outcome, NULL AS phase, NULL AS cell,"
+    " NULL AS facts FROM verdicts UNION ALL"
+    " SELECT b.run_id, b.item, b.outcome, NULL, b.cell, b.metrics" + _RECOVERY_OBS,
+    default_by=("fs", "data_mode"),
+    empty_hint="no recovery times stored yet: run a crash or recovery scenario"
+    " (`scenario run NAME`)",
 )
 
 
@@ -177,12 +218,13 @@ def kind(name: str) -> TableKind:
 
     :raise InputError: no such kind (the message lists the known ones).
     """
-    if name not in TABLE_KINDS:
+    kinds = table_kinds()
+    if name not in kinds:
         raise InputError(
             f"unknown table {name!r}",
-            hint=_did_you_mean(name, TABLE_KINDS) + "tables: " + ", ".join(sorted(TABLE_KINDS)),
+            hint=_did_you_mean(name, kinds) + "tables: " + ", ".join(sorted(kinds)),
         )
-    return TABLE_KINDS[name]
+    return kinds[name]
 
 
 def param_fields(store: Store) -> dict[str, str]:

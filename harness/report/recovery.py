@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.report.plots import NoData, _save
+from harness.report import query
+from harness.report.plots import NoData, _save, pyplot
 from harness.report.recovery_fit import PHASE_WORDS, PHASES
 from harness.store.db import Store
 
@@ -36,7 +37,7 @@ def plot_vs_size(store: Store, out: Path, runs: Sequence[str] = ()) -> Path:
     phases = [p for p in PHASES if p in points]
     if not phases:
         raise NoData("no recovery-time runs stored yet: scenario run recovery-vs-size")
-    import matplotlib.pyplot as plt  # after plots set the headless backend
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, len(phases), figsize=(6 * len(phases), 4.8), squeeze=False)
     for ax, phase in zip(axes.flat, phases, strict=True):
@@ -64,3 +65,10 @@ def _line(ax: Any, cell: str, by_size: Mapping[float, list[float]]) -> None:
     lo = [m - min(by_size[x]) for m, x in zip(mean, xs, strict=True)]
     hi = [max(by_size[x]) - m for m, x in zip(mean, xs, strict=True)]
     ax.errorbar(xs, mean, yerr=[lo, hi], marker="o", capsize=4, label=cell)
+
+
+def _vs_size(store: Store, by: Sequence[str], out: Path, runs: Sequence[str]) -> Path:
+    return plot_vs_size(store, out, runs)
+
+
+VS_SIZE = query.Plot("recovery-vs-size", _vs_size)

@@ -16,7 +16,7 @@ from harness.outcome import Outcome, is_finding, is_harness
 from harness.report import campaign_diff, query
 from harness.report import diff as rdiff
 from harness.report.markup import esc
-from harness.store.db import RunDetail, RunRow
+from harness.store.db import PhaseStats, RunDetail, RunRow, StateRow
 
 # Rows of non-consistent states printed before pointing at --json for the rest.
 SHOWN_STATES = 50
@@ -33,6 +33,24 @@ def reuse_line(counts: Mapping[str, int]) -> str:
 
 
 def print_detail(console: Console, d: RunDetail) -> None:
+    console.print(_head(d))
+    r = d.run
+    params = Table(title="parameters", title_justify="left")
+    params.add_column("key")
+    params.add_column("value", overflow="fold")
+    for key, value in sorted(flatten(r.params).items()):
+        params.add_row(esc(key), esc(json.dumps(value)))
+    if r.params:
+        console.print(params)
+    if d.recovery:
+        console.print(_recovery(d.recovery))
+    _print_states(console, d.states)
+    if d.items:
+        print_items(console, d.items)
+
+
+def _head(d: RunDetail) -> Table:
+    """The run's own lines: what ran where, its account and exit status."""
     r = d.run
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
@@ -65,29 +83,26 @@ def print_detail(console: Console, d: RunDetail) -> None:
     }
     for key, value in sorted(flatten(extra).items()):
         head.add_row(esc(key), esc(value))
-    console.print(head)
+    return head
 
-    params = Table(title="parameters", title_justify="left")
-    params.add_column("key")
-    params.add_column("value", overflow="fold")
-    for key, value in sorted(flatten(r.params).items()):
-        params.add_row(esc(key), esc(json.dumps(value)))
-    if r.params:
-        console.print(params)
 
-    if d.recovery:
-        rec = Table(title="recovery time (seconds)", title_justify="left")
-        rec.add_column("phase")
-        for col in ("n", "mean", "p50", "p95", "max"):
-            rec.add_column(col, justify="right")
-        for ph in d.recovery:
-            rec.add_row(
-                esc(ph.phase), str(ph.n), *(f"{v:.3f}" for v in (ph.mean, ph.p50, ph.p95, ph.max))
-            )
-        console.print(rec)
+def _recovery(phases: Sequence[PhaseStats]) -> Table:
+    rec = Table(title="recovery time (seconds)", title_justify="left")
+    rec.add_column("phase")
+    for col in ("n", "mean", "p50", "p95", "max"):
+        rec.add_column(col, justify="right")
+    for ph in phases:
+        rec.add_row(
+            esc(ph.phase), str(ph.n), *(f"{v:.3f}" for v in (ph.mean, ph.p50, ph.p95, ph.max))
+        )
+    return rec
 
-    flagged = [s for s in d.states if s.outcome not in (Outcome.CONSISTENT, None)]
-    unchecked = sum(1 for s in d.states if s.outcome is None)
+
+def _print_states(console: Console, states: Sequence[StateRow]) -> None:
+    """The states that were not consistent (the first SHOWN_STATES), and how many were
+    not checked."""
+    flagged = [s for s in states if s.outcome not in (Outcome.CONSISTENT, None)]
+    unchecked = sum(1 for s in states if s.outcome is None)
     if flagged:
         st = Table(title="states that were not consistent", title_justify="left")
         for col in ("state", "outcome", "generator", "last mark", "description", "checks"):
@@ -110,12 +125,10 @@ def print_detail(console: Console, d: RunDetail) -> None:
         console.print(st)
         if len(flagged) > SHOWN_STATES:
             console.print(f"… and {len(flagged) - SHOWN_STATES} more: use --json for all")
-    elif d.states:
+    elif states:
         console.print("every checked state was consistent")
     if unchecked:
         console.print(f"{unchecked} state(s) recorded but not checked (resume the run)")
-    if d.items:
-        print_items(console, d.items)
 
 
 def print_items(console: Console, items: Sequence[Mapping[str, Any]]) -> None:

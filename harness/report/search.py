@@ -118,21 +118,19 @@ _STATES = (
     " JOIN crash_states s ON s.run_id = v.run_id AND s.id = v.state_id"
 )
 
-query.register_table(
-    query.TableKind(
-        name="workloads",
-        help="search runs: workloads per op class, their recording time, their states' verdicts",
-        source=_WORKLOADS,
-        fields={
-            "op_class": "o.op_class",
-            "persistence": "o.persistence",
-            "seq": "o.seq",
-            "status": "o.status",
-            "judged": "o.judged",
-        },
-        value="record_seconds",
-        counts_source=_STATES,
-        default_by=("fs", "op_class"),
-        empty_hint="no search runs stored yet: `scenario run ace-seq1-ci`",
-    )
+TABLE = query.TableKind(
+    name="workloads",
+    help="search runs: workloads per op class, their recording time, their states' verdicts",
+    source=_WORKLOADS,
+    fields={
+        "op_class": "o.op_class",
+        "persistence": "o.persistence",
+        "seq": "o.seq",
+        "status": "o.status",
+        "judged": "o.judged",
+    },
+    value="record_seconds",
+    counts_source=_STATES,
+    default_by=("fs", "op_class"),
+    empty_hint="no search runs stored yet: `scenario run ace-seq1-ci`",
 )

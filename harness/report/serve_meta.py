@@ -7,11 +7,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.outcome import FINDINGS, HARNESS, Outcome, by_severity
 from harness.report.dashboard import FINDINGS_PER_CAMPAIGN, SLUG, dashboard, kind_queries
 from harness.report.search import CLUSTERS_SQL
 from harness.store.db import Store
 
-_FINDINGS = "('repaired', 'unrepairable', 'mount_failed', 'data_loss')"
+
+def _words(outcomes: frozenset[Outcome]) -> str:
+    """The outcomes, least severe first, in prose (harness/outcome.py says which)."""
+    return ", ".join(by_severity(outcomes))
+
+
+_FINDING_WORDS = _words(FINDINGS)
+_HARNESS_WORDS = _words(HARNESS)
 
 # name -> (title, description, SQL). Named parameters (``:run``) become form fields;
 # an empty one means "all". Each ``results table`` kind adds its own (``table_KIND``,
@@ -28,8 +36,8 @@ CANNED_QUERIES: dict[str, tuple[str, str, str]] = {
     ),
     "findings_per_run": (
         "Findings per run",
-        "Every run, newest first, with its checked states, findings (repaired,"
-        " unrepairable, mount_failed, data_loss) and harness failures (could not tell).",
+        f"Every run, newest first, with its checked states, findings ({_FINDING_WORDS};"
+        " not those its kind's rule expects) and harness failures (could not tell).",
         """SELECT run_id, scenario, fs, data_mode, kernel, status, started_at,
        duration_seconds, states, findings, harness_failures
   FROM v_runs
@@ -37,12 +45,13 @@ CANNED_QUERIES: dict[str, tuple[str, str, str]] = {
     ),
     "findings": (
         "Findings, state by state",
-        "Each crash state with a finding and the fsync mark it followed. Leave *run*"
-        " empty for all runs, or give a run id (or its first characters).",
-        f"""SELECT run_id, scenario, fs, data_mode, state_id, outcome, last_mark,
+        "Each crash state with a finding (not one its kind's rule expects) and the fsync"
+        " mark it followed. Leave *run* empty for all runs, or give a run id (or its first"
+        " characters).",
+        """SELECT run_id, scenario, fs, data_mode, state_id, outcome, last_mark,
        recovery_seconds, description
   FROM v_states
- WHERE outcome IN {_FINDINGS}
+ WHERE counts_as = 'finding'
    AND (:run = '' OR run_id LIKE :run || '%')
  ORDER BY run_id, prefix""",
     ),
@@ -84,8 +93,13 @@ _FS = "filesystem under test (ext4, xfs, btrfs, ...)"
 _MODE = "ext4 data= mode (ordered, journal, writeback); empty for other filesystems"
 _KERNEL = "guest kernel release"
 _OUTCOME = (
-    "the state's verdict, least to worst: skipped consistent harness_error timeout panic"
-    " repaired unrepairable mount_failed data_loss; empty: recorded, not yet checked"
+    "the state's verdict, least to worst: "
+    + " ".join(by_severity())
+    + "; empty: recorded, not yet checked"
+)
+_COUNTS_AS = (
+    "how the outcome counts in the run's account (outcome_classes, from harness/outcome.py):"
+    " finding, expected (by the kind's rule), harness, clean or skipped"
 )
 _STATE = "crash state id, unique per run (e.g. fua-0042); the same id in two runs is the same cut"
 _MARK = "the last fsync mark before the cut (what the workload had made durable)"
@@ -110,8 +124,8 @@ TABLES: dict[str, tuple[str, dict[str, str]]] = {
             "finished_at": "UTC, ISO 8601; empty while running or if killed",
             "duration_seconds": "wall time of the whole run, seconds",
             "states": "crash states with a verdict",
-            "findings": "states that were repaired, unrepairable, mount_failed or data_loss",
-            "harness_failures": "states the lab could not check (harness_error, timeout, panic)",
+            "findings": f"items that were {_FINDING_WORDS}, less those the kind's rule expects",
+            "harness_failures": f"items the lab could not check ({_HARNESS_WORDS})",
         },
     ),
     "v_states": (
@@ -131,6 +145,8 @@ TABLES: dict[str, tuple[str, dict[str, str]]] = {
             "outcome": _OUTCOME,
             "recovery_seconds": "sum of the state's recovery phases, seconds",
             "description": "what the cut is, in words",
+            "expected": "1 when the kind's rule expects this outcome (not a finding)",
+            "counts_as": _COUNTS_AS,
         },
     ),
     "v_state_outcomes": (
@@ -219,6 +235,14 @@ TABLES: dict[str, tuple[str, dict[str, str]]] = {
             "seconds": "scan time, seconds (from zpool events when present)",
             "bytes_per_second": "bytes examined per second",
         },
+    ),
+    "outcome_classes": (
+        "How each outcome counts in a run's account, expected or not (harness/outcome.py).",
+        {"counts_as": _COUNTS_AS, "severity": "0 least severe (skipped) up to data_loss"},
+    ),
+    "expected_items": (
+        "The items of a run that its kind's rule marked expected: reported, no finding.",
+        {"item": "a crash state id, or an observation's or scan's item"},
     ),
     "log_events": (
         "Flush, FUA and mark positions of a log (crash maps).",

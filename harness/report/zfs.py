@@ -134,17 +134,14 @@ def _table_kind(scan: ScanKind) -> query.TableKind:
     )
 
 
-def register_tables() -> None:
-    """``results table resilver|scrub``."""
-    for scan in ScanKind:
-        query.register_table(_table_kind(scan))
+# ``results table resilver|scrub``
+TABLES = tuple(_table_kind(scan) for scan in ScanKind)
 
 
 def register(rsub: Any, common: argparse.ArgumentParser) -> None:
     """``results table resilver|scrub`` (the lead's grouped tables: n, mean, p50, p95,
     max) and ``results zfs resilver|scrub`` (n, mean ± stdev, min, max of seconds and MB/s,
     the form the issue asks for)."""
-    register_tables()
     p = rsub.add_parser(
         "zfs",
         parents=[common],

@@ -210,6 +210,20 @@ class Store(StoreReads, StoreQueries, StoreCampaigns):
                 "UPDATE runs SET exit_status = ?, expect = ? WHERE id = ?",
                 (account.status if status is None else status, account.expect, run_id),
             )
+            # Only what changed: the account is written after every item, and a run of
+            # thousands of states would otherwise rewrite all its expected ones each time.
+            had = {
+                r[0]
+                for r in c.execute("SELECT item FROM expected_items WHERE run_id = ?", (run_id,))
+            }
+            c.executemany(
+                "DELETE FROM expected_items WHERE run_id = ? AND item = ?",
+                [(run_id, i) for i in had - account.expected_items],
+            )
+            c.executemany(
+                "INSERT INTO expected_items (run_id, item) VALUES (?, ?)",
+                [(run_id, i) for i in sorted(account.expected_items - had)],
+            )
 
     def finish_run(
         self, run_id: str, status: RunStatus, summary: Mapping[str, Any] | None = None

@@ -40,9 +40,11 @@ MERGE_ORDER = (
     "zfs_scans",
     "observations",
     "verdicts",
+    "expected_items",
     "run_outcomes",
 )
-NOT_A_RUNS = frozenset({"campaigns", "campaign_elements"})
+# ``outcome_classes`` is harness/outcome.py's, written by every store when it opens.
+NOT_A_RUNS = frozenset({"campaigns", "campaign_elements", "outcome_classes"})
 assert set(MERGE_ORDER) | NOT_A_RUNS == _TABLES, "a new table needs a merge rule"
 
 _LOGS_OF_RUN = (
@@ -60,7 +62,10 @@ _NEW_ROWS = {
 # A run's account is whole or not at all: the incoming one replaces the main store's
 # while that run is unfinished there (the DELETE in ``statements``), and a finished run's
 # account stays as it is.
-_WHOLE = {"run_outcomes": "NOT EXISTS (SELECT 1 FROM main.run_outcomes m WHERE m.run_id = :run)"}
+_WHOLE = dict.fromkeys(
+    ("expected_items", "run_outcomes"),
+    "NOT EXISTS (SELECT 1 FROM main.run_outcomes m WHERE m.run_id = :run)",
+)
 
 
 def snapshot(db: Path) -> bytes:
@@ -98,10 +103,11 @@ def statements(conn: sqlite3.Connection) -> list[str]:
         for table in ("checks", "recovery_times", "verdicts")  # verdicts last: the subquery
     ]
     # Before the run row moves forward, while "unfinished" still means the main store's.
-    out.append(
-        "DELETE FROM main.run_outcomes WHERE run_id = :run AND EXISTS (SELECT 1 FROM"
+    out += [
+        f"DELETE FROM main.{table} WHERE run_id = :run AND EXISTS (SELECT 1 FROM"
         " main.runs WHERE id = :run AND status != 'done')"
-    )
+        for table in _WHOLE
+    ]
     for table in MERGE_ORDER:
         cols = _columns(conn, table)
         names = ", ".join(cols)

@@ -7,6 +7,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+from harness import outcome
 from harness.errors import HarnessError, InputError
 from harness.store.model import APPLICATION_ID
 from harness.store.schema import _TABLES, MIGRATIONS, SCHEMA_VERSION
@@ -91,6 +92,7 @@ def _adopt(path: Path, conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA foreign_keys = ON")
         for target in range(version, SCHEMA_VERSION):
             _migrate(conn, target)
+        _store_classes(conn)
         # A file with our id but without one of our tables was damaged by hand or by a
         # tool; do not guess how to repair it.
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
@@ -113,6 +115,24 @@ def _adopt(path: Path, conn: sqlite3.Connection) -> None:
                 path, "is not an SQLite database (so not a crashlab results file)"
             ) from None
         raise _refuse(path, f"is not a usable SQLite database: {e}") from None
+
+
+def _store_classes(conn: sqlite3.Connection) -> None:
+    """Make ``outcome_classes`` say what harness/outcome.py says (migration 9): written on
+    the first open and whenever the rules change, so no view restates them; otherwise a
+    read of 18 rows."""
+    want = sorted(outcome.classes())
+    query = "SELECT outcome, expected, severity, counts_as FROM outcome_classes"
+    if sorted(conn.execute(query)) == want:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("DELETE FROM outcome_classes")
+        conn.executemany("INSERT INTO outcome_classes VALUES (?, ?, ?, ?)", want)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def _migrate(conn: sqlite3.Connection, current: int) -> None:

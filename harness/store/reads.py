@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +188,8 @@ class StoreReads:
             "SELECT outcome, expected, n FROM v_run_outcomes WHERE run_id = ?", (run_id,)
         )
         items = (Tallied("", Outcome(o), bool(e)) for o, e, n in rows for _ in range(n))
-        return tally(items, expect), status
+        which = self._conn.execute("SELECT item FROM expected_items WHERE run_id = ?", (run_id,))
+        return replace(tally(items, expect), expected_items=frozenset(r[0] for r in which)), status
 
     def _run_row(self, r: sqlite3.Row | tuple[Any, ...]) -> RunRow:
         (

@@ -4,6 +4,36 @@ new migration appended here, never an edit of an applied one."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from harness.outcome import FINDINGS, HARNESS, Outcome, by_severity
+
+
+def _sql_set(outcomes: Iterable[Outcome]) -> str:
+    """An SQL list of outcomes, least severe first. Migrations 2 and 6 take their sets
+    from harness/outcome.py (the same text they always had); migration 9 replaced their
+    views with ones that read the stored ``outcome_classes``."""
+    return "(" + ", ".join(f"'{o}'" for o in by_severity(outcomes)) + ")"
+
+
+_FINDINGS_IN = _sql_set(FINDINGS)
+_HARNESS_IN = _sql_set(HARNESS)
+
+# v_runs as migration 6 made it and migration 9 kept it, up to its account's columns.
+_V_RUNS_SINCE_6 = """
+    CREATE VIEW v_runs AS
+    SELECT r.id AS run_id, r.scenario, r.kind, r.fs,
+           COALESCE(json_extract(r.params, '$.fs.data_mode'),
+                    json_extract(r.params, '$.data_mode')) AS data_mode,
+           r.seed, r.status, r.exit_status, r.expect, r.guest_kernel AS kernel,
+           r.accelerator, r.host,
+           r.started_at, r.finished_at,
+           round((julianday(r.finished_at) - julianday(r.started_at)) * 86400, 1)
+               AS duration_seconds,
+           (SELECT count(*) FROM verdicts v WHERE v.run_id = r.id) AS states,
+           (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id) AS items,
+"""
+
 # Each migration is a list of statements run in one transaction with the version bump.
 # Never edit a released migration: append a new one.
 _MIGRATION_1 = [
@@ -196,7 +226,7 @@ _MIGRATION_2 = [
     """,
     "CREATE INDEX runs_scenario_status ON runs (scenario, status)",
     "CREATE INDEX recovery_run_phase ON recovery_times (run_id, phase)",
-    """
+    f"""
     CREATE VIEW v_runs AS
     SELECT r.id AS run_id, r.scenario, r.kind, r.fs,
            COALESCE(json_extract(r.params, '$.fs.data_mode'),
@@ -207,9 +237,9 @@ _MIGRATION_2 = [
                AS duration_seconds,
            (SELECT count(*) FROM verdicts v WHERE v.run_id = r.id) AS states,
            (SELECT count(*) FROM verdicts v WHERE v.run_id = r.id AND v.outcome
-                IN ('repaired', 'unrepairable', 'mount_failed', 'data_loss')) AS findings,
+                IN {_FINDINGS_IN}) AS findings,
            (SELECT count(*) FROM verdicts v WHERE v.run_id = r.id AND v.outcome
-                IN ('harness_error', 'timeout', 'panic')) AS harness_failures
+                IN {_HARNESS_IN}) AS harness_failures
       FROM runs r
     """,
     """
@@ -356,25 +386,14 @@ _MIGRATION_6 = [
      GROUP BY i.run_id, i.outcome
     """,
     "DROP VIEW v_runs",
-    """
-    CREATE VIEW v_runs AS
-    SELECT r.id AS run_id, r.scenario, r.kind, r.fs,
-           COALESCE(json_extract(r.params, '$.fs.data_mode'),
-                    json_extract(r.params, '$.data_mode')) AS data_mode,
-           r.seed, r.status, r.exit_status, r.expect, r.guest_kernel AS kernel,
-           r.accelerator, r.host,
-           r.started_at, r.finished_at,
-           round((julianday(r.finished_at) - julianday(r.started_at)) * 86400, 1)
-               AS duration_seconds,
-           (SELECT count(*) FROM verdicts v WHERE v.run_id = r.id) AS states,
-           (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id) AS items,
-           (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id
+    _V_RUNS_SINCE_6
+    + f"""           (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id
                 AND o.expected = 0 AND o.outcome
-                IN ('repaired', 'unrepairable', 'mount_failed', 'data_loss')) AS findings,
+                IN {_FINDINGS_IN}) AS findings,
            (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id
                 AND o.expected = 1) AS expected_outcomes,
            (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id
-                AND o.outcome IN ('harness_error', 'timeout', 'panic')) AS harness_failures
+                AND o.outcome IN {_HARNESS_IN}) AS harness_failures
       FROM runs r
     """,
 ]
@@ -397,6 +416,74 @@ _MIGRATION_7 = [
 # state, ``parent``, so a finding names both. NULL: an ordinary crash state.
 _MIGRATION_8 = ["ALTER TABLE crash_states ADD COLUMN parent TEXT"]
 
+# 9: the account's classification, stored (issue 36). ``outcome_classes`` says how every
+# outcome counts in a run's account, expected or not -- a finding, expected, the lab's
+# (harness), clean or skipped -- as harness/outcome.py ``classes()`` decides; the store
+# rewrites its rows whenever outcome.py's differ (harness/store/opening.py), so this
+# migration leaves it empty. ``expected_items`` names the items a kind's rule marked
+# expected, written with the account. The views read both instead of restating which
+# outcomes are findings: ``v_run_outcomes`` and ``v_states`` gain ``counts_as``, ``v_runs``
+# counts by it. Runs stored before this migration keep their counts (``run_outcomes``),
+# but none of their items is marked expected in ``v_states``.
+_MIGRATION_9 = [
+    """
+    CREATE TABLE outcome_classes (
+        outcome    TEXT NOT NULL,
+        expected   INTEGER NOT NULL CHECK (expected IN (0, 1)),
+        severity   INTEGER NOT NULL,
+        counts_as  TEXT NOT NULL
+                   CHECK (counts_as IN ('finding', 'expected', 'harness', 'clean', 'skipped')),
+        PRIMARY KEY (outcome, expected)
+    )
+    """,
+    """
+    CREATE TABLE expected_items (
+        run_id  TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        item    TEXT NOT NULL,
+        PRIMARY KEY (run_id, item)
+    )
+    """,
+    "DROP VIEW v_runs",
+    "DROP VIEW v_run_outcomes",
+    "DROP VIEW v_states",
+    """
+    CREATE VIEW v_run_outcomes AS
+    SELECT o.run_id, o.outcome, o.expected, o.n, c.counts_as
+      FROM (SELECT run_id, outcome, expected, n FROM run_outcomes
+            UNION ALL
+            SELECT i.run_id, i.outcome, 0, count(*) FROM v_item_outcomes i
+             WHERE NOT EXISTS (SELECT 1 FROM run_outcomes r WHERE r.run_id = i.run_id)
+             GROUP BY i.run_id, i.outcome) o
+      LEFT JOIN outcome_classes c ON c.outcome = o.outcome AND c.expected = o.expected
+    """,
+    _V_RUNS_SINCE_6
+    + """           (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id
+                AND o.counts_as = 'finding') AS findings,
+           (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id
+                AND o.expected = 1) AS expected_outcomes,
+           (SELECT COALESCE(sum(o.n), 0) FROM v_run_outcomes o WHERE o.run_id = r.id
+                AND o.counts_as = 'harness') AS harness_failures
+      FROM runs r
+    """,
+    """
+    CREATE VIEW v_states AS
+    SELECT r.id AS run_id, r.scenario, r.fs,
+           COALESCE(json_extract(r.params, '$.fs.data_mode'),
+                    json_extract(r.params, '$.data_mode')) AS data_mode,
+           r.guest_kernel AS kernel, r.accelerator, r.seed,
+           s.id AS state_id, s.generator, s.prefix, s.last_mark, v.outcome,
+           (SELECT sum(t.seconds) FROM recovery_times t
+             WHERE t.run_id = s.run_id AND t.state_id = s.id) AS recovery_seconds,
+           s.description,
+           (x.item IS NOT NULL) AS expected, c.counts_as
+      FROM crash_states s
+      JOIN runs r ON r.id = s.run_id
+      LEFT JOIN verdicts v ON v.run_id = s.run_id AND v.state_id = s.id
+      LEFT JOIN expected_items x ON x.run_id = s.run_id AND x.item = s.id
+      LEFT JOIN outcome_classes c ON c.outcome = v.outcome AND c.expected = (x.item IS NOT NULL)
+    """,
+]
+
 MIGRATIONS: list[list[str]] = [
     _MIGRATION_1,
     _MIGRATION_2,
@@ -406,6 +493,7 @@ MIGRATIONS: list[list[str]] = [
     _MIGRATION_6,
     _MIGRATION_7,
     _MIGRATION_8,
+    _MIGRATION_9,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 ZFS_SCAN_EXTRA = frozenset(
@@ -429,5 +517,7 @@ _TABLES = frozenset(
         "log_events",
         "observations",
         "run_outcomes",
+        "outcome_classes",
+        "expected_items",
     }
 )

@@ -18,7 +18,7 @@ from harness.config.crash import CheckSpec, FsSpec
 from harness.crashstate import statelog
 from harness.crashstate.stored import load_oracle, stored_state
 from harness.errors import InputError
-from harness.outcome import FINDINGS, Outcome
+from harness.outcome import Counted, Outcome, counts_as, expected_without_journal
 from harness.record import logwrites
 from harness.replay import crashstates
 from harness.store.db import Store
@@ -73,8 +73,9 @@ def load(state_id: str, db: Path) -> Target:
     verdict = Outcome(row.outcome) if row is not None and row.outcome else None
     if verdict is None:
         raise NotAFinding(f"crash state {state.id} of run {run_id} has no verdict yet")
-    if verdict not in FINDINGS or (verdict is Outcome.REPAIRED and not fs.journaled):
-        why = " (expected of a filesystem without a journal)" if verdict in FINDINGS else ""
+    expected = expected_without_journal(verdict, fs.journaled)
+    if counts_as(verdict, expected) is not Counted.FINDING:
+        why = " (expected of a filesystem without a journal)" if expected else ""
         raise NotAFinding(
             f"crash state {state.id} of run {run_id} is not a finding: its verdict is "
             f"{verdict}{why}",

@@ -5,6 +5,7 @@ from harness.config import crash as settings
 from harness.crashstate.summary import print_body
 from harness.experiments.crash.experiment import CrashReplay
 from harness.experiments.registry import Kind, Variant
+from harness.report import dashboard, journal, patterns, plots, query
 
 KIND = Kind(
     name="crash",
@@ -12,4 +13,7 @@ KIND = Kind(
     run_kind="crash",
     experiments={"crash": Variant(CrashReplay, print_body, ("DM_LOG_WRITES",))},
     settable=settings.SETTABLE,
+    tables=(query.RECOVERY, journal.TABLE, patterns.TABLE),
+    plots=(plots.RECOVERY, plots.CRASHMAP, patterns.PLOT),
+    panels=(dashboard.PATTERN_CLASSES,),
 )

@@ -7,6 +7,7 @@ from harness.experiments.faults import settings, summary
 from harness.experiments.faults.dropremount import DropRemount
 from harness.experiments.faults.experiment import DustScrub, FsyncEio
 from harness.experiments.registry import Kind, Variant
+from harness.report import faults as report
 
 KIND = Kind(
     name="faults",
@@ -20,4 +21,5 @@ KIND = Kind(
         ),
     },
     settable=settings.SETTABLE,
+    tables=(report.TABLE,),
 )

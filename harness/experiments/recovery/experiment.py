@@ -46,7 +46,7 @@ from harness.experiments import lifecycle
 from harness.experiments.recovery.crash import SERIALS, Target, guest_spec, make_states, program
 from harness.experiments.recovery.settings import Cell, RecoveryScenario, preflight
 from harness.guest import contract
-from harness.outcome import Outcome
+from harness.outcome import Outcome, expected_without_journal
 from harness.record import recorder as record
 from harness.report.recovery_fit import claims, fits
 from harness.store.model import ItemOutcome
@@ -131,9 +131,8 @@ class Recovery(lifecycle.Observed):
     def expected(self, item: ItemOutcome) -> bool:
         # a journal-less fs that needed its fsck: the seed's claim, not a finding
         cell = item.detail.get("cell", {})
-        return item.outcome is Outcome.REPAIRED and not fs_journaled(
-            str(cell.get("fs")), str(cell.get("features", ""))
-        )
+        journaled = fs_journaled(str(cell.get("fs")), str(cell.get("features", "")))
+        return expected_without_journal(item.outcome, journaled)
 
     def summary(self) -> dict[str, Any]:
         obs = self.run.store.observations(self.run.run_id)
@@ -226,7 +225,7 @@ class Recovery(lifecycle.Observed):
             outcome = Outcome.REPAIRED if fixed else Outcome.UNREPAIRABLE
         else:
             outcome = host_check(it.cell.fs, image, work, timeout=self.sc.timeout).outcome
-        expected = outcome is Outcome.REPAIRED and not it.journaled()
+        expected = expected_without_journal(outcome, it.journaled())
         return {"outcome": str(outcome), "expected": expected}
 
 

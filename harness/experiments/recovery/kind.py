@@ -5,6 +5,7 @@ from harness.experiments.recovery import settings
 from harness.experiments.recovery.experiment import Recovery
 from harness.experiments.recovery.summary import print_body
 from harness.experiments.registry import Kind, Variant
+from harness.report import dashboard, recovery
 
 KIND = Kind(
     name="recovery",
@@ -12,4 +13,6 @@ KIND = Kind(
     run_kind="recovery",
     experiments={"recovery": Variant(Recovery, print_body, ("DM_LOG_WRITES",))},
     settable=settings.SETTABLE,
+    plots=(recovery.VS_SIZE,),
+    panels=(dashboard.RECOVERY_VS_SIZE,),
 )

@@ -27,7 +27,7 @@ from harness.experiments import lifecycle
 from harness.experiments.search import symptom
 from harness.experiments.search.settings import SearchScenario
 from harness.guest import ace
-from harness.outcome import Outcome, is_finding, is_harness, reduce
+from harness.outcome import Outcome, expected_without_journal, is_finding, is_harness, reduce
 from harness.record import logwrites
 from harness.replay import crashstates
 from harness.store.model import ItemOutcome
@@ -179,7 +179,7 @@ class Search(lifecycle.Experiment):
         crash.commit_state(self.run.store, self.run.run_id, result)
 
     def _expected(self, verdict: Outcome) -> bool:
-        return verdict is Outcome.REPAIRED and not self.sc.fs.journaled
+        return expected_without_journal(verdict, self.sc.fs.journaled)
 
     def expected(self, item: ItemOutcome) -> bool:
         # Without a journal a full fsck is the recovery: its repair is the design.

@@ -5,6 +5,7 @@ from harness.experiments.registry import Kind, Variant
 from harness.experiments.search import settings
 from harness.experiments.search.experiment import Search
 from harness.experiments.search.summary import print_body
+from harness.report import search as report
 
 KIND = Kind(
     name="search",
@@ -12,4 +13,5 @@ KIND = Kind(
     run_kind="search",
     experiments={"search": Variant(Search, print_body, ("DM_LOG_WRITES",))},
     settable=settings.SETTABLE,
+    tables=(report.TABLE,),
 )

@@ -7,7 +7,7 @@ from rich.console import Console
 
 from harness.experiments import lifecycle
 from harness.report import query
-from harness.report.io import print_io, register
+from harness.report.io import print_io
 from harness.report.markup import esc
 from harness.store.db import Store
 
@@ -16,7 +16,6 @@ def print_run_body(console: Console, r: lifecycle.Report) -> None:
     """The end-of-run summary of a workload run: its cells, then each seed claim and what
     this run measured about it."""
     with Store.open(r.db, create=False) as st:
-        register()
         result = query.grouped(st, "io", ["cell"], [r.run_id])
         obs = st.observations(r.run_id)
     if result.groups:

@@ -6,7 +6,7 @@ verify in a guest -> the store.
 Record: ``harness/experiments/zfs/record.py`` (one dm-log-writes log per vdev, a common
 mark after every ``zpool sync``).
 
-States: ``faults.multicrash`` (consistent cuts at each common mark; independent cuts per
+States: ``replay.multicrash`` (consistent cuts at each common mark; independent cuts per
 disk between two marks). Check, in a guest, never on the host kernel: each state's disk
 images (copies) are attached, symlinked into a directory of their own, and
 ``zpool import -d DIR -f -N -R ALTROOT`` imports exactly that set; then ``zpool scrub``

@@ -6,6 +6,7 @@ from harness.experiments.zfs import settings
 from harness.experiments.zfs.crash import ZfsCrash
 from harness.experiments.zfs.scan import ZfsScan
 from harness.experiments.zfs.summary import print_crash_body, print_scan_body
+from harness.report import dashboard, plots, zfs
 
 KIND = Kind(
     name="zfs",
@@ -17,4 +18,7 @@ KIND = Kind(
     },
     settable=settings.SETTABLE,
     aliases=settings.ALIASES,
+    tables=zfs.TABLES,
+    plots=(plots.RESILVER, plots.SCRUB, plots.PROGRESS),
+    panels=(dashboard.RESILVER_VS_FILL,),
 )

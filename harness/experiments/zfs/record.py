@@ -14,7 +14,7 @@ of one round are one moment of the whole pool.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from harness.guest import contract
 from harness.record import guestmsg
 from harness.record import recorder as record
 from harness.replay.crashstates import MKFS_MARK
-from harness.vm.backend import Disk, GuestSpec, start_guest
+from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 ZSYNC_PREFIX = "crashlab:zsync:"
 
@@ -81,16 +81,8 @@ def record_pool(rdir: Path, sc: ZfsScenario, seed: int) -> Recording:
     assert sc.crash is not None
     p = sc.pool
     rdir.mkdir(parents=True, exist_ok=True)
-    disks: list[Disk] = []
-    for k in range(p.disks):
-        for name, size in ((f"zd{k}", p.disk_size), (f"zl{k}", max(4 * p.disk_size, 1 << 30))):
-            path = rdir / f"{name}.raw"
-            path.unlink(missing_ok=True)
-            with open(path, "wb") as f:
-                f.truncate(size)
-            disks.append(record.log_disk(path, name) if name.startswith("zl") else Disk(path, name))
+    disks = _disks(rdir, p.disks, p.disk_size)
     seconds: dict[str, float] = {}
-    rounds: list[contract.ZfsRound] = []
     spec = GuestSpec(disks=tuple(disks), memory_mb=sc.memory_mb, command_timeout=sc.timeout)
     t = time.monotonic()
     with start_guest(spec) as g:
@@ -103,53 +95,11 @@ def record_pool(rdir: Path, sc: ZfsScenario, seed: int) -> Recording:
             return out
 
         names = [f"lw{k}" for k in range(p.disks)]
-
-        def mark(text: str) -> None:
-            # One moment of the whole pool by construction (record.mark_logs), not only
-            # because ZFS happens to be idle after `zpool sync`.
-            record.mark_logs(step, names, text)
-
         step("modprobe", ["modprobe", "zfs"], timeout=120)
         zfs_version, kernel = pool.versions(g)
         record.install_scripts(g)
-        for k in range(p.disks):
-            dev = step("dm-create", ["readlink", "-f", g.disk(f"zd{k}")]).strip()
-            logdev = step("dm-create", ["readlink", "-f", g.disk(f"zl{k}")]).strip()
-            record.create_log_writes(step, names[k], dev, logdev)
-        devices = [f"/dev/mapper/{n}" for n in names]
-        step("create", pool.create_argv(p, devices, options=("cachefile=none",)))
-        # zpool create can return with a txg still syncing: once, vdev 0 logged one label
-        # run more than the others before its mkfs mark (the marks go in one disk after
-        # the other) and the mkfs cut scrubbed with checksum errors. Like the round marks,
-        # this one must be a quiescent moment.
-        step("sync", ["zpool", "sync", pool.POOL])
-        mark(MKFS_MARK)
-        c = sc.crash
-        for n in range(1, c.rounds + 1):
-            out = step(
-                "workload",
-                [
-                    "python3",
-                    f"{record.GUEST_DIR}/zfsload.py",
-                    "round",
-                    "--root",
-                    pool.MOUNT,
-                    "--seed",
-                    str(seed),
-                    "--round",
-                    str(n),
-                    "--files",
-                    str(c.files),
-                    "--max-size",
-                    str(c.max_size),
-                    "--ops",
-                    str(c.ops),
-                ],
-                timeout=sc.timeout,
-            )
-            rounds.append(guestmsg.read(contract.ZfsRound, "zfsload.py round", out))
-            step("sync", ["zpool", "sync", pool.POOL])
-            mark(f"{ZSYNC_PREFIX}{n}")
+        _create_pool(g, step, sc, names)
+        rounds = _rounds(step, sc, seed, names)
         step("export", ["zpool", "export", pool.POOL])
         for k in range(p.disks):
             step("dm-remove", ["dmsetup", "remove", f"lw{k}"])
@@ -163,3 +113,73 @@ def record_pool(rdir: Path, sc: ZfsScenario, seed: int) -> Recording:
     return Recording(
         logs, p.disk_size, required_at_marks(rounds), seconds, zfs_version, kernel, accelerator
     )
+
+
+Step = Callable[..., str]  # step(name, argv, timeout=300): run in the guest, timed as `name`
+
+
+def _disks(rdir: Path, n: int, disk_size: int) -> list[Disk]:
+    """Each pool disk (sparse, ``zdK``) and the disk its writes are logged to (``zlK``)."""
+    disks: list[Disk] = []
+    for k in range(n):
+        for name, size in ((f"zd{k}", disk_size), (f"zl{k}", max(4 * disk_size, 1 << 30))):
+            path = rdir / f"{name}.raw"
+            path.unlink(missing_ok=True)
+            with open(path, "wb") as f:
+                f.truncate(size)
+            disks.append(record.log_disk(path, name) if name.startswith("zl") else Disk(path, name))
+    return disks
+
+
+def _mark(step: Step, names: list[str], text: str) -> None:
+    # One moment of the whole pool by construction (record.mark_logs), not only
+    # because ZFS happens to be idle after `zpool sync`.
+    record.mark_logs(step, names, text)
+
+
+def _create_pool(g: Guest, step: Step, sc: ZfsScenario, names: list[str]) -> None:
+    """dm-log-writes under every disk, the pool on them, and the mkfs mark."""
+    for k, name in enumerate(names):
+        dev = step("dm-create", ["readlink", "-f", g.disk(f"zd{k}")]).strip()
+        logdev = step("dm-create", ["readlink", "-f", g.disk(f"zl{k}")]).strip()
+        record.create_log_writes(step, name, dev, logdev)
+    devices = [f"/dev/mapper/{n}" for n in names]
+    step("create", pool.create_argv(sc.pool, devices, options=("cachefile=none",)))
+    # zpool create can return with a txg still syncing: once, vdev 0 logged one label
+    # run more than the others before its mkfs mark (the marks go in one disk after
+    # the other) and the mkfs cut scrubbed with checksum errors. Like the round marks,
+    # this one must be a quiescent moment.
+    step("sync", ["zpool", "sync", pool.POOL])
+    _mark(step, names, MKFS_MARK)
+
+
+def _rounds(
+    step: Step, sc: ZfsScenario, seed: int, names: list[str]
+) -> list[contract.ZfsRound]:
+    """The workload's rounds, each synced and marked on every log."""
+    c = sc.crash
+    assert c is not None
+    rounds: list[contract.ZfsRound] = []
+    for n in range(1, c.rounds + 1):
+        argv = [
+            "python3",
+            f"{record.GUEST_DIR}/zfsload.py",
+            "round",
+            "--root",
+            pool.MOUNT,
+            "--seed",
+            str(seed),
+            "--round",
+            str(n),
+            "--files",
+            str(c.files),
+            "--max-size",
+            str(c.max_size),
+            "--ops",
+            str(c.ops),
+        ]
+        out = step("workload", argv, timeout=sc.timeout)
+        rounds.append(guestmsg.read(contract.ZfsRound, "zfsload.py round", out))
+        step("sync", ["zpool", "sync", pool.POOL])
+        _mark(step, names, f"{ZSYNC_PREFIX}{n}")
+    return rounds

@@ -247,102 +247,131 @@ def run_once(
     ``base`` (the cell filled once, ``basefill``) the repetition starts from the filled
     disks (overlays on them, ``basefill.restore``): import instead of create + fill, in
     ``keeper``'s guest if given."""
-    phases: dict[str, float] = {}
-    disks = pool.make_disks(rdir, cell, sc.fault)
-    fault = sc.fault
-
-    def lap(name: str, t: float) -> float:
-        now = time.monotonic()
-        phases[name] = phases.get(name, 0.0) + now - t
-        return now
-
-    def damage_now() -> list[faults.Damage]:
-        t = time.monotonic()
-        done = faults.apply(fault, [d.path for d in disks.data])
-        lap("fault", t)
-        return done
-
+    once = _Once(sc, cell, pool.make_disks(rdir, cell, sc.fault))
     try:
         with contextlib.ExitStack() as stack:
             if base is not None:
-                t = time.monotonic()
-                disks = basefill.restore(base, disks, fault)
-                lap("restore", t)
-                damage = damage_now() if fault.when is When.OFFLINE else []
-                if keeper is not None:
-                    g = keeper.plug(disks, phases)
-                else:
-                    g = stack.enter_context(pool.guest(sc, disks.all(), phases))
-                t = time.monotonic()
-                pool.run(g, pool.import_argv())
-                lap("import", t)
-                filled = base
+                g, filled, damage = once.from_base(stack, base, keeper)
             else:
-                disks = dataclasses.replace(
-                    disks, source=pool.fill_source(rdir.parent, seed * 1000)
-                )
-                g = stack.enter_context(pool.guest(sc, disks.all(), phases))
-                filled = basefill.create_and_fill(g, cell, disks, sc, phases)
-                damage = []
-                if fault.when is When.OFFLINE:
-                    pool.run(g, ["zpool", "export", pool.POOL])
-                    stack.close()
-                    damage = damage_now()
-                    g = stack.enter_context(pool.guest(sc, disks.all(), phases))
-                    t = time.monotonic()
-                    pool.run(g, pool.import_argv())
-                    lap("import", t)
-            zfs_version, kernel = pool.versions(g)
-            if fault.when is not When.OFFLINE:
-                pool.run(g, ["zpool", "events", "-c"])
-                damage = damage_now()
-            if sc.progress_interval:
-                progress.start(g, sc.progress_interval)
-            if cell.load:
-                pool.start_load(g, sc.load_job)
-            t = time.monotonic()
-            wall = _scan(g, sc, cell, disks)
-            t = lap("scan", t)
-            if cell.load:
-                pool.stop_load(g)
-            curve = progress.collect(g) if sc.progress_interval else []
-            status = pool.status(g)
-            _, events = pool.events(g)
-            lap("collect", t)
-            if status.scan is None:
-                raise HarnessError(
-                    f"{cell.label()}: zpool status shows no scan after the {sc.experiment}"
-                )
-            windows = parse.scan_windows(events, str(sc.experiment))
-            if parse.overall(windows).seconds is None:
-                log.warning("no %s start/finish events; using zpool status", sc.experiment)
-            m = Measurement(
-                cell=cell,
-                repetition=rep,
-                fill_target=cell.fill,
-                fill=100 * filled.used / (filled.used + filled.available),
-                pool_alloc=filled.alloc,
-                written=filled.written,
-                status=status,
-                windows=windows,
-                tick_ns=parse.tick_ns(events),
-                wall_seconds=wall,
-                damage=damage,
-                zfs_version=zfs_version,
-                guest_kernel=kernel,
-                accelerator=g.accelerator,
-                events_dropped=events.dropped,
-                checksum_ereports=len(events.of("ereport.fs.zfs.checksum")),
-                phases=phases,
-                cell_kind=sc.experiment,
-                progress=curve,
-            )
-        return m
+                g, filled, damage = once.fresh(stack, rdir, seed)
+            return once.measure(g, rep, filled, damage)
     finally:
         if keeper is None:
-            for d in disks.all():
+            for d in once.disks.all():
                 d.path.unlink(missing_ok=True)
             shutil.rmtree(rdir, ignore_errors=True)
+
+
+@dataclass
+class _Once:
+    """One repetition as it goes: the seconds of its phases, and its disks (replaced when
+    restored from the cell's fill or given a fill source: the ones deleted at the end)."""
+
+    sc: ZfsScenario
+    cell: Cell
+    disks: pool.DiskSet
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def lap(self, name: str, t: float) -> float:
+        now = time.monotonic()
+        self.phases[name] = self.phases.get(name, 0.0) + now - t
+        return now
+
+    def damage_now(self) -> list[faults.Damage]:
+        t = time.monotonic()
+        done = faults.apply(self.sc.fault, [d.path for d in self.disks.data])
+        self.lap("fault", t)
+        return done
+
+    def guest(self, stack: contextlib.ExitStack) -> Guest:
+        return stack.enter_context(pool.guest(self.sc, self.disks.all(), self.phases))
+
+    def import_pool(self, g: Guest) -> None:
+        t = time.monotonic()
+        pool.run(g, pool.import_argv())
+        self.lap("import", t)
+
+    def from_base(
+        self, stack: contextlib.ExitStack, base: Filled, keeper: kept.KeptGuest | None
+    ) -> tuple[Guest, Filled, list[faults.Damage]]:
+        """The cell's fill restored, damaged now if the fault is offline, imported."""
+        t = time.monotonic()
+        self.disks = basefill.restore(base, self.disks, self.sc.fault)
+        self.lap("restore", t)
+        damage = self.damage_now() if self.sc.fault.when is When.OFFLINE else []
+        g = keeper.plug(self.disks, self.phases) if keeper is not None else self.guest(stack)
+        self.import_pool(g)
+        return g, base, damage
+
+    def fresh(
+        self, stack: contextlib.ExitStack, rdir: Path, seed: int
+    ) -> tuple[Guest, Filled, list[faults.Damage]]:
+        """A pool created and filled; an offline fault is applied between an export and
+        an import in a second guest."""
+        self.disks = dataclasses.replace(
+            self.disks, source=pool.fill_source(rdir.parent, seed * 1000)
+        )
+        g = self.guest(stack)
+        filled = basefill.create_and_fill(g, self.cell, self.disks, self.sc, self.phases)
+        damage: list[faults.Damage] = []
+        if self.sc.fault.when is When.OFFLINE:
+            pool.run(g, ["zpool", "export", pool.POOL])
+            stack.close()
+            damage = self.damage_now()
+            g = self.guest(stack)
+            self.import_pool(g)
+        return g, filled, damage
+
+    def measure(
+        self, g: Guest, rep: int, filled: Filled, damage: list[faults.Damage]
+    ) -> Measurement:
+        """An online fault now, then the scan, timed, and what the pool says of it."""
+        sc, cell = self.sc, self.cell
+        zfs_version, kernel = pool.versions(g)
+        if sc.fault.when is not When.OFFLINE:
+            pool.run(g, ["zpool", "events", "-c"])
+            damage = self.damage_now()
+        if sc.progress_interval:
+            progress.start(g, sc.progress_interval)
+        if cell.load:
+            pool.start_load(g, sc.load_job)
+        t = time.monotonic()
+        wall = _scan(g, sc, cell, self.disks)
+        t = self.lap("scan", t)
+        if cell.load:
+            pool.stop_load(g)
+        curve = progress.collect(g) if sc.progress_interval else []
+        status = pool.status(g)
+        _, events = pool.events(g)
+        self.lap("collect", t)
+        if status.scan is None:
+            raise HarnessError(
+                f"{cell.label()}: zpool status shows no scan after the {sc.experiment}"
+            )
+        windows = parse.scan_windows(events, str(sc.experiment))
+        if parse.overall(windows).seconds is None:
+            log.warning("no %s start/finish events; using zpool status", sc.experiment)
+        return Measurement(
+            cell=cell,
+            repetition=rep,
+            fill_target=cell.fill,
+            fill=100 * filled.used / (filled.used + filled.available),
+            pool_alloc=filled.alloc,
+            written=filled.written,
+            status=status,
+            windows=windows,
+            tick_ns=parse.tick_ns(events),
+            wall_seconds=wall,
+            damage=damage,
+            zfs_version=zfs_version,
+            guest_kernel=kernel,
+            accelerator=g.accelerator,
+            events_dropped=events.dropped,
+            checksum_ereports=len(events.of("ereport.fs.zfs.checksum")),
+            phases=self.phases,
+            cell_kind=sc.experiment,
+            progress=curve,
+        )
 
 
 def _scan(g: Guest, sc: ZfsScenario, cell: Cell, disks: pool.DiskSet) -> float:

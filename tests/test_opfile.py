@@ -257,3 +257,18 @@ def test_ordered_metadata_keeps_what_came_before_the_fsyncd_change(tmp_path: Pat
     # A file untouched since a sync: its fsync commits nothing, so nothing after it.
     late = run(tmp_path / "c", "create a\nsync\ncreate b\nfsync a\n", ordered=True)
     assert "b" not in at(late, 2)["files"]
+
+
+def test_the_op_generator_draws_the_bug_ops_behind_their_switch(tmp_path: Path) -> None:
+    plain = opgen.Generator(7, 8, 20000, extended=True)
+    model = oracle.Model()
+    drawn = [plain.next(model) for _ in range(1)]  # the extended mix as it always was
+    gen = opgen.Generator(7, 8, 20000, extended=True, bug_ops=True)
+    body = opgen.execute(str(tmp_path), generator=gen, count=400)
+    assert body["complete"], body["error"]
+    kinds = {op["op"] for op in body["ops"]}
+    assert {"symlink", "chmod", "exchange", "open", "fsync_fd", "write_fd"} <= kinds
+    assert any(op["op"] == "truncate" and op["size"] == 0 for op in body["ops"])
+    o = {"format": oracle.FORMAT, **body}
+    assert oracle.verify(str(tmp_path), o, o["final_mark"], exact=True)["ok"]
+    assert opgen.Generator(7, 8, 20000, extended=True).next(oracle.Model()) == drawn[0]

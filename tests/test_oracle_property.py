@@ -16,13 +16,15 @@ from harness.guest import opgen, oracle
 
 
 @settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     seed=st.integers(0, 2**32),
     ops=st.integers(1, 150),
     files=st.integers(1, 8),
     extended=st.booleans(),
+    bug_ops=st.booleans(),
+    ordered=st.booleans(),
 )
 def test_every_mark_holds_in_the_tree_as_it_was_at_the_mark(
     tmp_path_factory: pytest.TempPathFactory,
@@ -31,6 +33,8 @@ def test_every_mark_holds_in_the_tree_as_it_was_at_the_mark(
     ops: int,
     files: int,
     extended: bool,
+    bug_ops: bool,
+    ordered: bool,
 ) -> None:
     base = tmp_path_factory.mktemp("snap")
     root = base / "root"
@@ -45,12 +49,11 @@ def test_every_mark_holds_in_the_tree_as_it_was_at_the_mark(
 
     with monkeypatch.context() as mp:
         mp.setattr(opgen, "emit_mark", snapshot)
-        body = opgen.execute(
-            str(root), generator=opgen.Generator(seed, files, 9000, extended), count=ops
-        )
+        gen = opgen.Generator(seed, files, 9000, extended, bug_ops)
+        body = opgen.execute(str(root), generator=gen, count=ops, ordered=ordered)
     assert body["complete"], body["error"]
     o = {"format": oracle.FORMAT, **body}
     for entry in body["marks"]:
         for exact in (False, True):
             v = oracle.verify(str(snaps[entry["mark"]]), o, entry["mark"], exact)
-            assert v["ok"], (seed, ops, files, extended, entry["mark"], exact, v)
+            assert v["ok"], (seed, ops, files, extended, bug_ops, ordered, entry["mark"], exact, v)

@@ -184,6 +184,12 @@ class OpsWorkload(Settings):
         description="also O_DIRECT/mmap writes, fallocate modes, xattrs, rmdir, O_SYNC and"
         " O_DSYNC writes, sync_file_range, syncfs",
     )
+    bug_ops: bool = Field(
+        False,
+        description="also the ops this year's real bugs needed: truncate to 0, symlink, "
+        "chmod, RENAME_EXCHANGE / NOREPLACE, writes and fsyncs through a descriptor held "
+        "across unlink",
+    )
 
 
 class FioWorkload(Settings):

@@ -35,7 +35,7 @@ from harness.config.crash import (
 from harness.crashstate import checking as states
 from harness.crashstate import recording, recoverycrash, reuse
 from harness.crashstate.run import Progress, Run
-from harness.outcome import Outcome, expected_without_journal, reduce
+from harness.outcome import expected_without_journal, reduce
 from harness.record import fsstress, logwrites
 from harness.replay import crashstates
 from harness.store import db as store

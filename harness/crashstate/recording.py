@@ -58,6 +58,7 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
         noop_sync=w.noop_sync,
         flush_after_sync=w.flush_after_sync,
         extended=w.extended,
+        bug_ops=w.bug_ops,
     )
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from harness import filesystems, outcome, paths
+from harness import filesystems, outcome
 from harness.errors import NotRun
 from harness.experiments import registry
 from harness.image.build import Image, require_image

@@ -399,11 +399,17 @@ def _expand(c: Core, data: bytes, fd: str) -> list[Any]:
 
 
 def generated(
-    seed: int, count: int, files: int, max_size: int, extended: bool, fsync_names: bool
+    seed: int,
+    count: int,
+    files: int,
+    max_size: int,
+    extended: bool,
+    fsync_names: bool,
+    bug_ops: bool = False,
 ) -> list[Any]:
     """The op generator's workload (``opgen.py run``'s ops, final sync excepted): drawn
     as ``opgen.execute`` draws them, each op applied to the model before the next."""
-    gen = opgen.Generator(seed, files, max_size, extended)
+    gen = opgen.Generator(seed, files, max_size, extended, bug_ops)
     model = opgen.Model(fsync_names)
     ops = []
     for _ in range(count):
@@ -415,7 +421,8 @@ def generated(
 
 def source_ops(source: dict[str, Any]) -> list[Any]:
     """The ops of a workload source: ``{"kind": "ace", "seq", "index"}`` or
-    ``{"kind": "opgen", "seed", "ops", "files", "max_size", "extended", "fsync_names"}``
+    ``{"kind": "opgen", "seed", "ops", "files", "max_size", "extended", "fsync_names",
+    "bug_ops"}``
     (what triage's minimal workload re-records a subset of)."""
     if source["kind"] == "ace":
         return ops_of(int(source["seq"]), int(source["index"]), source.get("grammar", "ace"))
@@ -430,6 +437,7 @@ def source_ops(source: dict[str, Any]) -> list[Any]:
         int(source["max_size"]),
         bool(source.get("extended")),
         bool(source.get("fsync_names", True)),
+        bool(source.get("bug_ops")),
     )
 
 

@@ -89,6 +89,20 @@ EXTENDED: dict[str, int] = {
     "sync_file_range": 2,
     "syncfs": 2,
 }
+# ``--bug-ops``: the ops this year's real bugs needed (syscalls.py; oracle rules 13-16),
+# drawn beside the extended mix. A switch of its own so that every extended seed keeps
+# drawing the workload it always drew (triage draws a stored run's ops again).
+BUG_OPS: dict[str, int] = {
+    "truncate_zero": 3,
+    "symlink": 2,
+    "chmod": 2,
+    "exchange": 2,
+    "rename_noreplace": 2,
+    "open": 3,
+    "write_fd": 2,
+    "fsync_fd": 3,
+    "close": 2,
+}
 BLOCK = 4096  # O_DIRECT wants block-aligned offsets and lengths
 
 
@@ -151,13 +165,20 @@ def join(directory: str, name: str) -> str:
 class Generator:
     """Draws the next op from the seed and the model, so the sequence is deterministic."""
 
-    def __init__(self, seed: int, max_files: int, max_size: int, extended: bool = False) -> None:
+    def __init__(
+        self,
+        seed: int,
+        max_files: int,
+        max_size: int,
+        extended: bool = False,
+        bug_ops: bool = False,
+    ) -> None:
         self.rng = random.Random(seed)
         self.max_files = max_files
         self.max_size = max_size
         self.max_dirs = max(2, max_files // 4)
         self.counter = 0
-        weights = {**WEIGHTS, **(EXTENDED if extended else {})}
+        weights = {**WEIGHTS, **(EXTENDED if extended else {}), **(BUG_OPS if bug_ops else {})}
         self.kinds = list(weights)
         self.weights = list(weights.values())
 
@@ -192,9 +213,13 @@ class Generator:
             if len(files) >= self.max_files:
                 return None
             return Op("create", join(rng.choice(dirs), self._name("f")))
+        if kind in ("write_fd", "fsync_fd", "close"):
+            return self._held(kind, m)
         if not files:
             return None
         path = rng.choice(files)
+        if m.files[path].symlink is not None and kind not in ("rename", "unlink", "link"):
+            return None  # any other op would follow the link (fsync included)
         size = len(m.files[path].data)
         if kind == "write":
             offset = rng.randrange(self.max_size)
@@ -233,7 +258,40 @@ class Generator:
             return Op("unlink", path)
         if kind in ("fsync", "fdatasync"):
             return Op(kind, path)
+        if kind in BUG_OPS:
+            return self._bug_op(kind, m, path)
         return self._extended(kind, m, path, size)
+
+    def _bug_op(self, kind: str, m: Model, path: str) -> Op | None:
+        """One of ``BUG_OPS`` on ``path`` (a symbolic link is left to the ops that take
+        one: anything else would follow it)."""
+        rng, dirs = self.rng, sorted(m.dirs)
+        if m.files[path].symlink is not None:
+            return None
+        if kind == "truncate_zero":
+            return Op("truncate", path, size=0)
+        if kind == "symlink":
+            return Op("symlink", join(rng.choice(dirs), self._name("l")), target=path)
+        if kind == "chmod":
+            return Op("chmod", path, perm=rng.choice((0o600, 0o640, 0o755)))
+        if kind == "exchange":
+            others = [f for f in sorted(m.files) if f != path and m.files[f].symlink is None]
+            return Op("exchange", path, dst=rng.choice(others)) if others else None
+        if kind == "rename_noreplace":
+            return Op("rename_noreplace", path, dst=join(rng.choice(dirs), self._name("f")))
+        fd = self._name("h")  # open: a descriptor held until close (or the end)
+        return Op("open", path, fd=fd)
+
+    def _held(self, kind: str, m: Model) -> Op | None:
+        """An op through a descriptor ``open`` holds, whether its file still has a name."""
+        fds = sorted(fd for fd in m.handles if m.handle_inode(fd) is not None)
+        if not fds:
+            return None
+        fd = self.rng.choice(fds)
+        if kind == "write_fd":
+            return Op("write_fd", fd=fd, offset=self.rng.randrange(self.max_size),
+                      data=self.rng.randbytes(self._length(self.max_size)))  # fmt: skip
+        return Op(kind, fd=fd)
 
     def _extended(self, kind: str, m: Model, path: str, size: int) -> Op | None:
         rng = self.rng
@@ -567,6 +625,7 @@ def oracle_doc(args: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]
         "files": args.files,
         "max_size": args.max_size,
         "fsync_names": args.fsync_names == "yes",
+        **({"bug_ops": True} if args.bug_ops else {}),
         **body,
     }
 
@@ -578,7 +637,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--ops must be >= 0, --files and --max-size >= 1")
     if (args.mark_cmd == "dmsetup" or args.flush_after_sync) and not args.dm_name:
         raise UsageError("--mark-cmd dmsetup needs --dm-name (the dm-log-writes device)")
-    gen = Generator(args.seed, args.files, args.max_size, args.extended)
+    gen = Generator(args.seed, args.files, args.max_size, args.extended, args.bug_ops)
     ops = None
     if args.ops_file:  # a workload file's ops (opfile.py), parsed and checked on the host
         import opfile  # type: ignore[import-not-found]
@@ -649,6 +708,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--oracle", required=True, help="where to write the oracle JSON")
     r.add_argument("--ops-file", help="run these ops (JSON from opfile.py) instead of drawing")
+    r.add_argument(
+        "--bug-ops",
+        action="store_true",
+        help="also truncate to 0, symlink, chmod, RENAME_EXCHANGE/NOREPLACE and ops through"
+        " a descriptor held across unlink (write_fd, fsync_fd)",
+    )
     r.add_argument(
         "--ordered-metadata",
         action="store_true",

@@ -49,6 +49,7 @@ class WorkloadSpec:
     noop_sync: bool = False
     flush_after_sync: bool = False  # fsync the device too after each sync call
     extended: bool = False  # opgen's extended op mix
+    bug_ops: bool = False  # and the ops real bugs needed
     pattern: str = ""  # "app": harness/guest/apppat.py's pattern
     transactions: int = 4  # "app", sqlite-commit: transactions per database
     procs: int | None = None  # "fsstress": processes (None: the guest's CPUs, at most 8)
@@ -401,6 +402,7 @@ def _generator_argv(w: WorkloadSpec, seed: int, oracle_path: str, marks: list[st
         program += ["--noop-sync"] if w.noop_sync else []
         program += ["--flush-after-sync"] if w.flush_after_sync else []
         program += ["--extended"] if w.extended else []
+        program += ["--bug-ops"] if w.bug_ops else []
     else:
         program = ["apppat.py", "--pattern", w.pattern, "--size", str(w.max_size)]
         program += ["--transactions", str(w.transactions)]

@@ -134,6 +134,7 @@ def _source(
         "files": oracle.get("files", w.get("files")),
         "max_size": oracle.get("max_size", w.get("max_size")),
         "extended": bool(w.get("extended")),
+        "bug_ops": bool(w.get("bug_ops")),
         "fsync_names": bool(oracle.get("fsync_names", True)),
     }
 

@@ -153,9 +153,7 @@ def _create_pool(g: Guest, step: Step, sc: ZfsScenario, names: list[str]) -> Non
     _mark(step, names, MKFS_MARK)
 
 
-def _rounds(
-    step: Step, sc: ZfsScenario, seed: int, names: list[str]
-) -> list[contract.ZfsRound]:
+def _rounds(step: Step, sc: ZfsScenario, seed: int, names: list[str]) -> list[contract.ZfsRound]:
     """The workload's rounds, each synced and marked on every log."""
     c = sc.crash
     assert c is not None

@@ -226,7 +226,7 @@ def cmd_known_bugs(args: argparse.Namespace) -> int:
     else:
         console.print(_known_bugs_table(rows))
         console.print(knownbugs.summary_line(rows), markup=False)
-    return EXIT_OK if all(r.as_expected for r in rows) else EXIT_FINDING
+    return outcome.status(finding=not all(r.as_expected for r in rows))
 
 
 _RESULT_STYLE = {"caught": "green", "clean": "green", "MISSED": "red", "FOUND": "red"}

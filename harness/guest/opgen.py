@@ -41,11 +41,9 @@ from oracle import (  # type: ignore[import-not-found]
     SYNCED_WRITES,
     WRITE_OPS,
     Model,
-    Recorder,
+    Tracker,
     UsageError,
-    floors,
     load_oracle,
-    profile_of,
     verify,
 )
 from syscalls import MORE_OPS, perform_more  # type: ignore[import-not-found]
@@ -535,19 +533,13 @@ def execute(
     filesystem's missing flush from a rule of ours (the model does not change). The
     returned dict has ``marks``, ``final_mark``, ``ops``, ``complete`` and ``error``.
     """
-    model = Model(fsync_names, ordered)
-    rec = Recorder()
-    # The weaker profiles beside the run's, so that a finding says which promise broke.
-    lower = floors(profile_of(fsync_names, ordered))
+    track = Tracker(fsync_names, ordered)
     log: list[dict[str, Any]] = []
     error: str | None = None
     fds: dict[str, int] = {}  # a workload file's held descriptors
 
     def step(op: Op) -> None:
-        paths, inodes = model.touches(op)
-        rec.touch(op, paths, inodes)
-        for floor in lower:
-            floor.touch(op)
+        track.before(op)
         entry = {"i": len(log), **op.describe()}
         log.append(entry)
         try:
@@ -556,17 +548,13 @@ def execute(
             raise OpFailed(
                 f"op {entry['i']} {op.kind} {op.path!r}: {e.strerror}", e.errno
             ) from None
-        model.apply(op)
-        for floor in lower:
-            floor.model.apply(op)
+        track.after(op)
         if op.kind in PERSIST_OPS:
             if flush_after_sync and not noop_sync:
                 flush_device(dm_name)
-            text = f"{MARK_PREFIX}{len(rec.marks) + 1 + (rec.pending is not None)}"
+            text = track.next_mark()
             emit_mark(mark_cmd, dm_name, text)
-            rec.mark(model, text, entry["i"])
-            for floor in lower:
-                floor.rec.mark(floor.model, text, entry["i"])
+            track.mark(text, entry["i"])
             entry["mark"] = text
             if on_mark is not None:
                 on_mark(text)
@@ -576,7 +564,7 @@ def execute(
             yield from ops
         elif generator is not None:
             for _ in range(count):
-                yield generator.next(model)
+                yield generator.next(track.model)
 
     final_mark: str | None = None
     failed_errno: int | None = None
@@ -591,12 +579,9 @@ def execute(
     finally:
         for fd in fds.values():
             os.close(fd)
-    rec.settle()
-    for floor in lower:
-        floor.label(rec.marks)
     return {
-        "profile": profile_of(fsync_names, ordered),
-        "marks": rec.marks,
+        "profile": track.profile,
+        "marks": track.marks(),
         "final_mark": final_mark,
         "ops": log,
         "complete": error is None,

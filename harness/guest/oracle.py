@@ -272,7 +272,17 @@ class Model:
             else:
                 inode.data.extend(bytes(op.size - len(inode.data)))
             inode.changed()
-        elif k == "rename" and op.path in self.dirs:
+        elif k in ("rename", "link", "unlink", "mkdir", "rmdir"):
+            self._apply_names(op)
+        elif k in ("fsync", "fdatasync", "fsync_dir", "sync", "syncfs"):
+            self._apply_sync(op)
+        else:
+            self._apply_more(op)
+
+    def _apply_names(self, op: Any) -> None:
+        """rename, link, unlink, mkdir, rmdir: names that come and go (rules 5, 6, 9)."""
+        k = op.kind
+        if k == "rename" and op.path in self.dirs:
             self._rename_dir(op.path, op.dst)
         elif k == "rename":
             if op.dst in self.files and self.files[op.dst] is self.files[op.path]:
@@ -301,7 +311,11 @@ class Model:
                 if h == op.path:
                     self.handles[fd] = None
                     self.held_removed[fd] = op.path
-        elif k == "fsync":
+
+    def _apply_sync(self, op: Any) -> None:
+        """fsync, fdatasync, a directory's fsync, sync and syncfs (rules 1, 8, 9, 14)."""
+        k = op.kind
+        if k == "fsync":
             self._fsynced(self.files[op.path], op.path)
         elif k == "fdatasync":
             self.files[op.path].data_durable = True
@@ -323,8 +337,6 @@ class Model:
                 self.ordering.pending.clear()
             for inode in self.files.values():
                 inode.meta_durable = True
-        else:
-            self._apply_more(op)
 
     def _fsynced(self, inode: Inode, path: str | None) -> None:
         """fsync of a file, through ``path`` or a held descriptor (``None``)."""
@@ -645,6 +657,8 @@ class Recorder:
         src, dst = files.get(op.path), files.get(op.dst)
         if src is None or dst is None or {op.path, op.dst} & self._paths:
             return
+        if "symlink" in src or "symlink" in dst:
+            return  # a link's target is not a digest: no either-or of links (conservative)
         inodes = {src["ino"], dst["ino"]}
         if not inodes & self._inodes:
             self._either[op.dst] = (sorted({dst["sha256"], src["sha256"]}), inodes)
@@ -735,6 +749,44 @@ def floors(profile: str) -> list[Floor]:
     return [Floor(p) for p in PROFILES[: PROFILES.index(profile)]]
 
 
+class Tracker:
+    """A run's model and recorder, with the weaker profiles' floors beside them: what
+    ``opgen.execute`` tells of every op, and the marks it returns."""
+
+    def __init__(self, fsync_names: bool, ordered: bool = False) -> None:
+        self.profile = profile_of(fsync_names, ordered)
+        self.model = Model(fsync_names, ordered)
+        self.rec = Recorder()
+        self.lower = floors(self.profile)
+
+    def before(self, op: Any) -> None:
+        """``op`` is about to run: what it touches leaves the open interval's requirements."""
+        paths, inodes = self.model.touches(op)
+        self.rec.touch(op, paths, inodes)
+        for floor in self.lower:
+            floor.touch(op)
+
+    def after(self, op: Any) -> None:
+        self.model.apply(op)
+        for floor in self.lower:
+            floor.model.apply(op)
+
+    def next_mark(self) -> str:
+        return f"crashlab:sync:{len(self.rec.marks) + 1 + (self.rec.pending is not None)}"
+
+    def mark(self, text: str, after_op: int) -> None:
+        self.rec.mark(self.model, text, after_op)
+        for floor in self.lower:
+            floor.rec.mark(floor.model, text, after_op)
+
+    def marks(self) -> list[dict[str, Any]]:
+        """Every mark's requirements, settled, each labelled with its floors."""
+        self.rec.settle()
+        for floor in self.lower:
+            floor.label(self.rec.marks)
+        return self.rec.marks
+
+
 def load_oracle(path: str) -> dict[str, Any]:
     try:
         with open(path) as f:
@@ -814,35 +866,72 @@ def verify(
     docstring). OSError reading a required file is reported per file (unreadable data is
     lost data); the caller treats any other exception as the lab's own failure."""
     req = requirements(oracle, mark, exact)
-    missing: list[str] = []
-    mismatched: list[dict[str, Any]] = []
-    present: list[str] = []
-    nlink: list[dict[str, Any]] = []
-    checked = 0
+    seen = _Seen(root)
+    if req is not None:
+        for d in req["dirs"]:
+            seen.checked += 1
+            if not os.path.isdir(os.path.join(root, d)):
+                seen.missing.append(d + "/")
+        for path, want in req["files"].items():
+            seen.checked += 1
+            seen.content(path, want)
+        for path, want in req.get("prefixes", {}).items():
+            seen.checked += 1
+            seen.content(path, want, limit=want["size"])
+        for path, shas in req.get("either", {}).items():
+            seen.checked += 1
+            seen.either(path, shas)
+        for name in req.get("absent", []):
+            seen.checked += 1
+            if os.path.lexists(os.path.join(root, name)):
+                seen.present.append(name)
+    missing, mismatched, present, nlink = seen.missing, seen.mismatched, seen.present, seen.nlink
+    failed = {*missing, *present, *(m["path"] for m in [*mismatched, *nlink])}
+    return {
+        "mark": mark,
+        "exact": exact,
+        "known": req is not None,
+        "promise": _promise(oracle, req, failed, exact or mark in AFTER_FINAL),
+        "checked": seen.checked,
+        "missing": missing,
+        "mismatched": mismatched,
+        "present": present,
+        "nlink": nlink,
+        "ok": not (missing or mismatched or present or nlink),
+    }
 
-    def content(path: str, want: dict[str, Any], limit: int | None = None) -> None:
-        full = os.path.join(root, path)
+
+class _Seen:
+    """What ``verify`` found under ``root`` so far, requirement by requirement."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.missing: list[str] = []
+        self.mismatched: list[dict[str, Any]] = []
+        self.present: list[str] = []
+        self.nlink: list[dict[str, Any]] = []
+        self.checked = 0
+
+    def content(self, path: str, want: dict[str, Any], limit: int | None = None) -> None:
+        """The file's bytes (its first ``limit``), size, link count, xattrs, mode and
+        owner; a symbolic link's target."""
+        full = os.path.join(self.root, path)
         if "symlink" in want:  # rule 13: the link itself, never what it points at
-            if not os.path.islink(full):
-                missing.append(path)
-            elif (got_target := os.readlink(full)) != want["symlink"]:
-                mismatched.append(
-                    {"path": path, "symlink": got_target, "expected": want["symlink"]}
-                )
+            self.link(path, full, want["symlink"])
             return
         if not os.path.isfile(full) or os.path.islink(full):
-            missing.append(path)
+            self.missing.append(path)
             return
         try:
             got, size = file_digest(full, limit)
             st = os.stat(full)
         except OSError as e:
-            mismatched.append({"path": path, "error": e.strerror})
+            self.mismatched.append({"path": path, "error": e.strerror})
             return
         if limit is not None and size < limit:
-            mismatched.append({"path": path, "prefix": limit, "size": size})
+            self.mismatched.append({"path": path, "prefix": limit, "size": size})
         elif got != want["sha256"] or (limit is None and st.st_size != want["size"]):
-            mismatched.append(
+            self.mismatched.append(
                 {
                     "path": path,
                     "expected": want["sha256"],
@@ -851,53 +940,36 @@ def verify(
                     "expected_size": want["size"],
                 }
             )
-        elif limit is None and "nlink" in want and st.st_nlink != want["nlink"]:
-            nlink.append({"path": path, "nlink": st.st_nlink, "expected": want["nlink"]})
-        elif limit is None and "xattrs" in want and (got_x := user_xattrs(full)) != want["xattrs"]:
-            mismatched.append({"path": path, "xattrs": got_x, "expected": want["xattrs"]})
-        elif limit is None and not _meta_ok(st, want):
-            got_m = {"mode": stat.S_IMODE(st.st_mode), "owner": [st.st_uid, st.st_gid]}
-            mismatched.append({"path": path, "metadata": got_m, "expected_mode": want.get("mode"),
-                               "expected_owner": want.get("owner")})  # fmt: skip
+        elif limit is None:
+            self.inode(path, full, st, want)
 
-    if req is not None:
-        for d in req["dirs"]:
-            checked += 1
-            if not os.path.isdir(os.path.join(root, d)):
-                missing.append(d + "/")
-        for path, want in req["files"].items():
-            checked += 1
-            content(path, want)
-        for path, want in req.get("prefixes", {}).items():
-            checked += 1
-            content(path, want, limit=want["size"])
-        for path, shas in req.get("either", {}).items():
-            checked += 1
-            full = os.path.join(root, path)
-            if not os.path.isfile(full):
-                missing.append(path)
-                continue
-            try:
-                got, _ = file_digest(full)
-            except OSError as e:
-                mismatched.append({"path": path, "error": e.strerror})
-                continue
-            if got not in shas:
-                mismatched.append({"path": path, "either": shas, "got": got})
-        for name in req.get("absent", []):
-            checked += 1
-            if os.path.lexists(os.path.join(root, name)):
-                present.append(name)
-    failed = {*missing, *present, *(m["path"] for m in [*mismatched, *nlink])}
-    return {
-        "mark": mark,
-        "exact": exact,
-        "known": req is not None,
-        "promise": _promise(oracle, req, failed, exact or mark in AFTER_FINAL),
-        "checked": checked,
-        "missing": missing,
-        "mismatched": mismatched,
-        "present": present,
-        "nlink": nlink,
-        "ok": not (missing or mismatched or present or nlink),
-    }
+    def inode(self, path: str, full: str, st: os.stat_result, want: dict[str, Any]) -> None:
+        """What the whole inode must hold beside the data: rules 7, 8 and 14."""
+        if "nlink" in want and st.st_nlink != want["nlink"]:
+            self.nlink.append({"path": path, "nlink": st.st_nlink, "expected": want["nlink"]})
+        elif "xattrs" in want and (got_x := user_xattrs(full)) != want["xattrs"]:
+            self.mismatched.append({"path": path, "xattrs": got_x, "expected": want["xattrs"]})
+        elif not _meta_ok(st, want):
+            got_m = {"mode": stat.S_IMODE(st.st_mode), "owner": [st.st_uid, st.st_gid]}
+            expected = {"expected_mode": want.get("mode"), "expected_owner": want.get("owner")}
+            self.mismatched.append({"path": path, "metadata": got_m, **expected})
+
+    def link(self, path: str, full: str, target: str) -> None:
+        if not os.path.islink(full):
+            self.missing.append(path)
+        elif (got := os.readlink(full)) != target:
+            self.mismatched.append({"path": path, "symlink": got, "expected": target})
+
+    def either(self, path: str, shas: list[str]) -> None:
+        """The file holds one of ``shas``: any of them is what the mark allows."""
+        full = os.path.join(self.root, path)
+        if not os.path.isfile(full):
+            self.missing.append(path)
+            return
+        try:
+            got, _ = file_digest(full)
+        except OSError as e:
+            self.mismatched.append({"path": path, "error": e.strerror})
+            return
+        if got not in shas:
+            self.mismatched.append({"path": path, "either": shas, "got": got})

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from harness.cli.main import main
-from harness.config import jlang, scenario
+from harness.config import scenario
 from harness.errors import InputError
+from harness.experiments.crash import jlang
 from harness.guest import opfile, opgen
 
 DATA = Path(__file__).resolve().parent / "data" / "jlang"

@@ -1,7 +1,7 @@
 """``scenario import FORMAT FILE -o OUT.toml``: another tool's workload as a scenario --
 a vdbench parameter file as a workload scenario (harness/config/vdbench.py; the mapping
 is in docs/vdbench.md), a CrashMonkey j-lang file as a crash scenario whose workload is
-a workload file (harness/config/jlang.py)."""
+a workload file (harness/experiments/crash/jlang.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from typing import Any
 from harness import errors
 from harness.cli import ui
 from harness.cli.lab import to_toml
-from harness.config import jlang, scenario, vdbench
+from harness.config import scenario, vdbench
 from harness.errors import InputError
+from harness.experiments.crash import jlang
 from harness.experiments.workload.experiment import check_job
 
 console = ui.console()

@@ -155,13 +155,9 @@ class FsSpec(Settings):
         ]
 
 
-class OpsWorkload(Settings):
-    """The seeded op generator, ``harness/guest/opgen.py``."""
+class OracleKeys(Settings):
+    """The keys of a workload the oracle judges (``harness/guest/oracle.py``)."""
 
-    type: Literal["ops"] = "ops"
-    ops: int = Field(DEFAULT_OPS, ge=1)
-    files: int = Field(DEFAULT_FILES, ge=1)
-    max_size: Size = DEFAULT_MAX_SIZE
     # Does fsync(file) make the file's *name* durable? Journaled ext3/ext4, xfs, btrfs:
     # yes. POSIX does not promise it, and ext2 (or ext4 without a journal) does not do
     # it; unset, it follows from the filesystem (the scenario's validator fills it in).
@@ -171,6 +167,15 @@ class OpsWorkload(Settings):
     noop_sync: bool = Field(
         False, description="a positive control: 'sync' without calling fsync; expect findings"
     )
+
+
+class OpsWorkload(OracleKeys):
+    """The seeded op generator, ``harness/guest/opgen.py``."""
+
+    type: Literal["ops"] = "ops"
+    ops: int = Field(DEFAULT_OPS, ge=1)
+    files: int = Field(DEFAULT_FILES, ge=1)
+    max_size: Size = DEFAULT_MAX_SIZE
     # An experiment, not a setting: after every sync call, fsync the device under test
     # too (its dirty buffer cache, then a cache FLUSH) before the mark. A loss that this
     # makes go away was a write the filesystem's fsync left unwritten or unflushed
@@ -266,7 +271,7 @@ class FsstressWorkload(Settings):
         return v
 
 
-class FileWorkload(Settings):
+class FileWorkload(OracleKeys):
     """A workload file (``harness/guest/opfile.py``): a bug report's steps, one op a line,
     judged at every persistence point by the same oracle as the op generator's."""
 
@@ -274,12 +279,6 @@ class FileWorkload(Settings):
     path: str = Field("", description="the op file (relative paths: from the current directory)")
     text: str = Field(
         "", description="the ops themselves (filled from `path`; a run keeps what it ran)"
-    )
-    fsync_names: bool | None = Field(
-        None, description="require names made durable by a file fsync (default: per fs)"
-    )
-    noop_sync: bool = Field(
-        False, description="a positive control: 'sync' without calling fsync; expect findings"
     )
     ordered_metadata: bool = Field(
         False,

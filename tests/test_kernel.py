@@ -418,3 +418,20 @@ def test_a_patched_image_kernel_runs_every_filesystem_the_image_kernel_does(
         lifecycle.require_kernel(k, registry.variant(sc), sc)  # a deb without its config
     lifecycle.require_kernel(patched, registry.variant(sc), sc)
     assert patched.config_value("REISERFS_FS") == "m"
+
+
+def test_fs_patch_that_is_not_a_patch_says_so(tmp_path: Path) -> None:
+    """--fs-patch with a one-line text file answered "kernel 'FILE': not a kernel the lab
+    has ... scenario kernel add deb:linux-image-FILE" (issue 39): now it says the file is
+    no patch, and of what a patch must be."""
+    from harness.errors import InputError
+    from harness.kernel import mutant
+
+    f = tmp_path / "notes.txt"
+    f.write_text("just a line\n")
+    with pytest.raises(InputError, match="not a patch") as e:
+        mutant.check_patch(f)
+    assert "fs/ext4" in (e.value.hint or "")
+    with pytest.raises(InputError, match="no such file"):
+        mutant.check_patch(tmp_path / "missing.patch")
+    assert mutant.check_patch(paths.REPO / "mutants" / "ext4-fsync-no-commit.patch")

@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.config.vm import Backend
 from harness.errors import InputError
+from harness.kernel import mutant
 from harness.vm import backend as vm_backend
 
 _checked: set[tuple[str, str]] = set()
@@ -84,6 +85,8 @@ def overrides(args: argparse.Namespace) -> list[str]:
     sets = [f"{key}={os.environ[var]}" for key, var in _ENV if os.environ.get(var)]
     flags = [f"{key}={getattr(args, key)}" for key, _ in _ENV if getattr(args, key, None)]
     patch = [args.fs_patch] if getattr(args, "fs_patch", None) else []
+    if patch:  # before a scenario loads: a file that is not a patch is named as such
+        mutant.check_patch(Path(args.fs_patch.partition("=")[2]))
     return sets + flags + patch
 
 

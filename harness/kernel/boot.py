@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from harness.errors import InputError
 from harness.image import build
@@ -24,7 +25,8 @@ def booting(name: str | None) -> Iterator[Kernel | None]:
     if name is None:
         yield None
         return
-    if name.endswith(".patch"):  # --fs-patch FILE: built on first use, cached by hash
+    if "/" in name:  # --fs-patch FILE (a release never has a '/'): built, cached by hash
+        mutant.check_patch(Path(name))
         k = add.add(f"patch:{name}", build.require_image())
         with build.booting(k.boot_image):
             yield k

@@ -50,6 +50,30 @@ def patch_file(name: str) -> Path:
     return p
 
 
+PATCH_HINT = (
+    "a unified diff (diff -u, git diff) of one filesystem module's folder (fs/ext4, "
+    "fs/jbd2, fs/xfs, fs/btrfs, fs/jfs, ...) in linux-source-6.1, the image kernel's "
+    "source; mutants/*.patch are examples"
+)
+
+
+def check_patch(path: Path) -> Path:
+    """``--fs-patch FILE``: a patch of one filesystem module the lab can rebuild.
+
+    :raise InputError: no such file, no hunks in it, or not one module's folder.
+    """
+    if not path.is_file():
+        raise InputError(f"--fs-patch {path}: no such file", hint=PATCH_HINT)
+    lines = path.read_text(errors="replace").splitlines()
+    if not any(line.startswith("@@ ") for line in lines):
+        raise InputError(f"--fs-patch {path}: not a patch (no hunks)", hint=PATCH_HINT)
+    if not module_dir(path).startswith("fs/"):
+        raise InputError(
+            f"--fs-patch {path}: edits {module_dir(path)}, not a filesystem", hint=PATCH_HINT
+        )
+    return path
+
+
 def module_dir(patch: Path) -> str:
     """The one source folder the patch edits (``fs/ext4``): the module it rebuilds."""
     dirs = {

@@ -162,3 +162,20 @@ def test_numbers_out_of_range_in_files_are_bad_input(tmp_path: Path, body: str, 
     fs = "" if "[fs]" in body else '[fs]\ntype = "ext2"\n'
     path.write_text(base + body + fs if body.startswith("seed") else base + fs + body)
     assert_bad_input(scenario("show", str(path)), str(path), said)
+
+
+def test_piped_tables_are_whole_but_not_padded(capsys: pytest.CaptureFixture[str]) -> None:
+    """A grid with one 500-character cell padded every other line to it when piped
+    (issue 39: `results show | less` was ~60 lines of trailing spaces)."""
+    from rich.table import Table
+
+    from harness.report.markup import console
+
+    t = Table.grid(padding=(0, 2))
+    t.add_column()
+    t.add_column()
+    t.add_row("tools", "x" * 500)
+    t.add_row("run", "438238a22fec")
+    console().print(t)
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"tools  {'x' * 500}", "run    438238a22fec"]

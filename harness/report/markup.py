@@ -7,7 +7,11 @@ styling of ours is printed with ``markup=False`` instead.
 
 from __future__ import annotations
 
+import io
 import os
+import re
+import sys
+from typing import TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -29,11 +33,40 @@ def cells(*values: object) -> list[str]:
 PIPE_WIDTH = 1000
 
 
+class _Unpadded(io.TextIOBase):
+    """Standard output or error, written without the spaces that end a line: a table
+    pads each cell to its column's widest, and one 500-character line (the tools a run
+    used) made every line of a piped ``results show`` as long. Looked up at each write,
+    as rich does, so a test's captured stream is the one written."""
+
+    def __init__(self, stderr: bool) -> None:
+        self.stderr = stderr
+
+    def _stream(self) -> TextIO:
+        return sys.stderr if self.stderr else sys.stdout
+
+    def write(self, s: str) -> int:
+        self._stream().write(_LINE_END.sub("\n", s))
+        return len(s)
+
+    def flush(self) -> None:
+        self._stream().flush()
+
+    def isatty(self) -> bool:
+        return self._stream().isatty()
+
+
+_LINE_END = re.compile(r"[ \t]+\n")
+
+
 def console(*, stderr: bool = False) -> Console:
     """The lab's console: never folds a line it prints (soft_wrap: a command printed for
     copy-paste must paste whole, in a terminal or a pipe), never colours numbers inside
-    ids, and piped, as wide as a table needs. ``COLUMNS`` still wins."""
+    ids, and piped, as wide as a table needs and without the padding after each line's
+    last character. ``COLUMNS`` still wins."""
     out = Console(stderr=stderr, highlight=False, soft_wrap=True)
-    if not out.is_terminal and "COLUMNS" not in os.environ:
-        out.width = PIPE_WIDTH
+    if not out.is_terminal:
+        out = Console(file=_Unpadded(stderr), highlight=False, soft_wrap=True)
+        if "COLUMNS" not in os.environ:
+            out.width = PIPE_WIDTH
     return out

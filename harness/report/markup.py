@@ -11,7 +11,7 @@ import io
 import os
 import re
 import sys
-from typing import TextIO
+from typing import TextIO, cast
 
 from rich.console import Console
 from rich.markup import escape
@@ -66,7 +66,8 @@ def console(*, stderr: bool = False) -> Console:
     last character. ``COLUMNS`` still wins."""
     out = Console(stderr=stderr, highlight=False, soft_wrap=True)
     if not out.is_terminal:
-        out = Console(file=_Unpadded(stderr), highlight=False, soft_wrap=True)
+        pipe = cast(TextIO, _Unpadded(stderr))  # a text stream: write, flush, isatty
+        out = Console(file=pipe, highlight=False, soft_wrap=True)
         if "COLUMNS" not in os.environ:
             out.width = PIPE_WIDTH
     return out

@@ -265,6 +265,7 @@ def test_the_import_writes_a_crash_scenario_at_the_marks(tmp_path: Path) -> None
         ("open foo O_RDWR|O_CREAT 0777\nfalloc foo 8 0 4096", 7, "falloc", "fallocate mode"),
         ("open foo O_RDWR|O_CREAT 0777\ndwrite foo 0 100", 7, "dwrite", "O_DIRECT"),
         ("rmdir A", 6, "rmdir", "'A' does not exist"),
+        ("open foo O_RDWR|O_CREAT 0777\nunlink foo\nfalloc foo 0 0 4096", 8, "falloc", "removed"),
         ("open foo O_RDWR|O_CREAT 0777\nlink foo bar\nlink foo bar", 8, "link", "exists already"),
     ],
 )

@@ -28,10 +28,17 @@ lab's ``dwrite_dsync`` (O_DIRECT with RWF_DSYNC: the data and size, not the rest
 inode); ``mmapwrite`` (fallocate, store through a shared map, msync of 8 KiB) is
 ``falloc default`` + ``mwrite`` (msync of the whole map) + ``fdatasync``; a symbolic
 link's target is the relative path to the same name (CrashMonkey's is absolute, into its
-own mount point); data bytes are drawn per line, not CrashMonkey's text pattern.
-Refused with file, line and op: ``mknod``, J2-Lang templates, ``falloc ... addToSetup``,
-open flags other than O_RDONLY/O_WRONLY/O_RDWR/O_CREAT/O_EXCL/O_TRUNC, and any op the
-lab's format cannot take (checked by ``opfile.parse``).
+own mount point); data bytes are drawn per line, not CrashMonkey's text pattern. Not
+noted per file: each of the lab's path ops opens and closes the file, so the flush a
+close starts after a truncate to 0 (ext4's auto_da_alloc, btrfs' flush-on-close) comes
+at that op's close rather than at the j-lang ``close``.
+
+Refused with file, line and op (exit 2): ``mknod``, J2-Lang templates, ``falloc ...
+addToSetup``, open flags other than O_RDONLY/O_WRONLY/O_RDWR/O_CREAT/O_EXCL/O_TRUNC,
+fdatasync of a directory, ``falloc``/``fsetxattr``/``mmapwrite`` through a descriptor
+whose name was removed (the lab has them on names only), a checkpoint after no
+persistence point, and any op the lab's format cannot take (``opfile.parse``: e.g. a
+rename onto an existing directory).
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ def _source(
             "kind": "ace",
             "seq": int(workload["seq"]),
             "index": int(workload["index"]),
-            "grammar": workload.get("grammar", "ace"),
+            **({"grammar": workload["grammar"]} if workload.get("grammar") else {}),
             "fsync_names": journaled,
         }
     w = params.get("workload") or {}

@@ -1,9 +1,10 @@
 """``scenario triage`` end to end: a real positive control (``ext4-nobarrier``, CI-sized:
 30 ops, 3 reorder states) recorded and checked, one of its data_loss states minimised
 with guest checks (ddmin over the writes it loses, a budget of 40 candidates), and its
-report folder written (about two minutes under TCG here); the ``nofsync`` control's
-workload minimised by re-recording; and a search run's finding (ACE, the control that
-never syncs) triaged whole, state and workload."""
+report folder written (about two minutes under TCG here); and the ``nofsync`` control's
+workload minimised by re-recording. A search run's finding (ACE, the control that never
+syncs) is triaged whole, state and workload, in test_search_vm.py, from the run whose
+clusters it checks there (one recording for both)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from harness.image import build as image
 from harness.outcome import Outcome
 from harness.record.logwrites import open_log
 from harness.store.db import Store
-from harness.triage import minimal, report, workload, workmin
+from harness.triage import minimal, report, workload
 
 pytestmark = pytest.mark.vm
 
@@ -89,47 +90,3 @@ def test_a_nofsync_findings_workload_is_minimised_by_re_recording(
     small = (out / "minimal-workload.sh").read_text()
     assert all(workload.render(w.plan.ops[i]) in small for i in w.keep)
     assert f"| ops | {len(w.plan.ops)} in the workload" in (out / "README.md").read_text()
-
-
-def test_a_search_finding_is_triaged_end_to_end(
-    guest_image: image.Image, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A search run, CI-sized: one ACE seq-1 workload (``creat(bar) fsync(bar)``) of the
-    positive control whose syncs are never called, its mark states checked; one data_loss
-    state triaged from the workload's own log -- its minimal state, then its minimal
-    workload, ACE's ops re-recorded in a guest -- to a workload no longer than the
-    original that still fails the same way (outcome and a shared oracle finding), the
-    same again when re-minimised, and written as a standalone program."""
-    monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
-    monkeypatch.setenv("CRASHLAB_RESULTS", str(tmp_path / "results"))
-    db = tmp_path / "lab.sqlite"
-    sc = scenario.load(
-        "ace-seq1-ci",
-        ("workload.noop_sync=true", "expect=findings", "workload.indices=[0]",
-         "workload.sample=0"),
-    )  # fmt: skip
-    run = lifecycle.execute(sc, db=db)
-    with Store.open(db, create=False) as st:
-        lost = [s for s in st.run_detail(run.run_id).states if s.outcome == "data_loss"]
-    assert lost, dict(run.counts)
-    r = minimal.triage(lost[0].id, db, max_candidates=20, workload=True)
-    assert r.target.log_path == lifecycle.run_dir(run.run_id) / "workloads/seq1-000000/log.raw"
-    assert r.original.outcome is Outcome.DATA_LOSS and r.found.same_way(r.original)
-    w = r.workload
-    assert w is not None and w.plan is not None and w.search is not None, w
-    assert w.plan.source["kind"] == "ace" and not w.tally.get("harness"), w.tally
-    assert len(w.keep) <= len(w.plan.keep(w.plan.items)) and not w.search.capped
-    assert w.found is not None and w.found.outcome is r.original.outcome
-    assert w.found.same_way(r.original) and set(w.found.rules) & set(r.original.rules)
-    # The minimal workload keeps the oracle point: the fsync (or the final sync).
-    assert w.plan.point is None or w.keep[-1] == w.plan.point
-    again = workmin.minimise(r.target, r.original, max_candidates=20)
-    assert again.keep == w.keep
-    with open_log(r.target.log_path) as lg:
-        out = report.write(r, lg)
-    small = (out / "minimal-workload.sh").read_text()
-    assert "ace.py record --seq 1 --index 0 --noop-sync" in small
-    assert all(workload.render(w.plan.ops[i]) in small for i in w.keep)
-    summary = json.loads((out / "triage.json").read_text())
-    assert summary["workload"]["keep"] == list(w.keep)
-    assert summary["search_workload"] == "seq1-000000"

@@ -610,7 +610,7 @@ def oracle_doc(args: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]
         "files": args.files,
         "max_size": args.max_size,
         "fsync_names": args.fsync_names == "yes",
-        **({"bug_ops": True} if args.bug_ops else {}),
+        **({"bug_ops": True} if getattr(args, "bug_ops", False) else {}),  # dropremount: none
         **body,
     }
 

@@ -24,10 +24,22 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from harness.guest import contract
 else:
-    try:  # on the host: the one copy the host's readers use too
-        from harness.guest import contract
-    except ImportError:  # in the guest, beside this file; programs take it from here
-        import contract
+
+    def _contract():  # type: ignore[no-untyped-def]
+        """The contract beside this file: on the host, the harness package's (the one its
+        readers use) when this file is that package's; else the sibling module (in the
+        guest; or a copy of these programs on a host whose venv has the harness)."""
+        try:
+            from harness.guest import contract as packaged
+        except ImportError:
+            packaged = None
+        if packaged is not None and Path(packaged.__file__).parent == Path(__file__).parent:
+            return packaged
+        import contract as beside
+
+        return beside
+
+    contract = _contract()
 
 # udev would otherwise be asked to settle after every dmsetup call and stall the guest.
 ENV = {**os.environ, "DM_DISABLE_UDEV": "1"}

@@ -441,12 +441,12 @@ class Scenario(ScenarioBase):
         w = self.workload
         if isinstance(w, AppWorkload) and w.pattern == Pattern.E4DEFRAG:
             self._check_defrag()
-        if isinstance(w, FileWorkload):
-            self._check_file(w)
         if not isinstance(w, OpsWorkload | FileWorkload):
             return self
         if isinstance(w, FileWorkload):
-            return self._fsync_names(w)
+            # Its ops are checked before a run starts (crashstate/recording.py: file_ops):
+            # their parser is the guest's (stdlib), below this step.
+            return self._oracle_keys(w)
         # Hard links share data, so files * max_size bounds the data; leave room for metadata.
         if w.files * w.max_size > self.fs.disk_size // 2:
             raise problem(
@@ -463,25 +463,17 @@ class Scenario(ScenarioBase):
                 "declare expect = 'findings' (and use an ext filesystem)",
                 key="crash.corrupt",
             )
+        return self._oracle_keys(w)
+
+    def _oracle_keys(self, w: OracleKeys) -> Scenario:
+        """The keys every workload the oracle judges has: a positive control declared
+        as one, and whose fsync makes names durable (per filesystem unless set)."""
         if w.noop_sync and self.expect != "findings":
             raise problem(
                 "a workload that never really syncs can only lose data",
                 "it is a positive control: declare expect = 'findings'",
                 key="workload.noop_sync",
             )
-        return self._fsync_names(w)
-
-    def _check_file(self, w: FileWorkload) -> None:
-        # Its ops are checked before a run starts (crashstate/recording.py: file_ops):
-        # their parser is the guest's (stdlib), below this step.
-        if w.noop_sync and self.expect != "findings":
-            raise problem(
-                "a workload that never really syncs can only lose data",
-                "it is a positive control: declare expect = 'findings'",
-                key="workload.noop_sync",
-            )
-
-    def _fsync_names(self, w: OpsWorkload | FileWorkload) -> Scenario:
         promised = self.fs.journaled
         if w.fsync_names is None:
             object.__setattr__(self, "workload", w.model_copy(update={"fsync_names": promised}))

@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import runner  # type: ignore[import-not-found]  # beside us in the guest
 from oracle import (  # type: ignore[import-not-found]
     FORMAT,
+    MARK_PREFIX,
     PERSIST_OPS,
     SYNC_OPS,
     SYNCED_WRITES,
@@ -48,7 +49,6 @@ from oracle import (  # type: ignore[import-not-found]
 )
 from syscalls import MORE_OPS, perform_more  # type: ignore[import-not-found]
 
-MARK_PREFIX = "crashlab:sync:"
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2

@@ -112,6 +112,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FORMAT = "crashlab-oracle/2"
+MARK_PREFIX = "crashlab:sync:"  # + n: the mark placed after the n-th persistence op
 # Marks after the workload's final sync: nothing happens between them and it.
 AFTER_FINAL = ("crashlab:umount", "dm-log-writes-end")
 SYNC_OPS = frozenset(
@@ -772,7 +773,7 @@ class Tracker:
             floor.model.apply(op)
 
     def next_mark(self) -> str:
-        return f"crashlab:sync:{len(self.rec.marks) + 1 + (self.rec.pending is not None)}"
+        return f"{MARK_PREFIX}{len(self.rec.marks) + 1 + (self.rec.pending is not None)}"
 
     def mark(self, text: str, after_op: int) -> None:
         self.rec.mark(self.model, text, after_op)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rich import box
-from rich.console import Group
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -28,7 +28,7 @@ from harness.config.campaign import Campaign, Element
 from harness.config.crash import parse_dask_target
 from harness.errors import InputError
 from harness.outcome import EXIT_FINDING, EXIT_HARNESS, EXIT_OK
-from harness.report import knownbugs, mutants, runlog
+from harness.report import junit, knownbugs, mutants, runlog
 from harness.report.markup import cells, esc
 from harness.store.db import Store
 
@@ -57,6 +57,14 @@ def register(sub: Any) -> None:
         "--new", action="store_true", help="start a fresh campaign even if one is unfinished"
     )
     run.add_argument("--dry-run", action="store_true", help="list the elements, run nothing")
+    run.add_argument(
+        "--junit",
+        metavar="PATH",
+        default=None,
+        help="after the campaign, write its JUnit XML to PATH (- for stdout; the summary then"
+        " goes to stderr): a testcase per element, a failure per finding, an error per"
+        " element the lab could not finish, skipped ones with their reasons",
+    )
     run.add_argument(
         "--dask",
         metavar="TARGET",
@@ -97,6 +105,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         _print_plan(camp)
         return EXIT_OK
+    # Checked first: a campaign of hours must not end on a path that cannot be written.
+    junit_to = junit.destination(args.junit) if args.junit is not None else None
     view = RichView()
     if args.dask:
         parse_dask_target(args.dask)
@@ -105,11 +115,20 @@ def cmd_run(args: argparse.Namespace) -> int:
                 camp, db, client, view=view, after_element=_write_log
             )
             report = dask_engine.run(new=args.new)
+    else:
+        engine = campaign.Engine(camp, db, runner=_run_element, view=view, after_element=_write_log)
+        with view:
+            report = engine.run(new=args.new)
+    if args.junit is None:
         return summarize(report)
-    engine = campaign.Engine(camp, db, runner=_run_element, view=view, after_element=_write_log)
-    with view:
-        report = engine.run(new=args.new)
-    return summarize(report)
+    # With --junit -, stdout is the XML's alone.
+    status = summarize(report, console if junit_to else ui.console(stderr=True))
+    with Store.open(report.db, create=False) as st:
+        suite = junit.campaign_suite(st, report.campaign_id, report.campaign.skipped)
+    junit.write(junit.to_xml([suite]), junit_to)
+    if junit_to:
+        console.print(junit.summary_line([suite], junit_to), markup=False)
+    return status
 
 
 def _run_element(el: Element, ctx: campaign.ElementContext) -> str:
@@ -324,7 +343,7 @@ def _elements_table(
     return t
 
 
-def summarize(report: campaign.CampaignReport) -> int:
+def summarize(report: campaign.CampaignReport, console: Console = console) -> int:
     with Store.open(report.db, create=False) as st:
         accounts = _accounts(st, report.rows)
     done = report.by_status(campaign.ElementStatus.DONE)

@@ -106,10 +106,25 @@ def _add_tables(rsub: Any, common: argparse.ArgumentParser) -> None:
     bugs.set_defaults(func=cmd_bugs)
 
     export = rsub.add_parser(
-        "export", parents=[common], help="every crash state of some runs as CSV or JSON"
+        "export",
+        parents=[common],
+        help="every crash state of some runs as CSV or JSON; runs or campaigns as JUnit XML",
     )
-    export.add_argument("runs", nargs="+", metavar="RUN", help="run ids or unique prefixes")
-    export.add_argument("--format", choices=("csv", "json"), default="csv")
+    export.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN",
+        help="run ids or unique prefixes (with --junit also campaign ids or names)",
+    )
+    export.add_argument("--format", choices=("csv", "json"), default=None, help="default: csv")
+    export.add_argument(
+        "--junit",
+        metavar="PATH",
+        default=None,
+        help="JUnit XML instead (PATH, or - for stdout): a testsuite per run or campaign, a"
+        " testcase per finding cluster, harness outcome and clean run (per element of a"
+        " campaign); for CI dashboards",
+    )
     export.add_argument(
         "--observations",
         action="store_true",
@@ -332,6 +347,8 @@ def cmd_table(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.junit is not None:
+        return _export_junit(args)
     what = "observations" if args.observations else "states"
     export = query.export_observations if args.observations else query.export_states
     with _open(args) as store:
@@ -354,6 +371,22 @@ def cmd_export(args: argparse.Namespace) -> int:
         _console().print(
             f"{len(rows)} {what.replace('states', 'crash states')} -> {args.output}", markup=False
         )
+    return 0
+
+
+def _export_junit(args: argparse.Namespace) -> int:
+    from harness.report import junit
+
+    clash = [o for o, v in (("--format", args.format), ("--observations", args.observations),
+                            ("--output", args.output)) if v]  # fmt: skip
+    if clash:
+        raise InputError(f"--junit writes its own file: {', '.join(clash)} cannot go with it")
+    dest = junit.destination(args.junit)
+    with _open(args) as store:
+        suites = junit.suites(store, args.runs)
+    junit.write(junit.to_xml(suites), dest)
+    if dest is not None:
+        _console().print(junit.summary_line(suites, dest), markup=False)
     return 0
 
 

@@ -24,13 +24,29 @@ _ELEMENT_COUNTERS = frozenset({"failures", "interruptions"})
 
 
 class CampaignRun(NamedTuple):
-    """A campaign element as ``results diff`` reads it."""
+    """A campaign element as ``results diff`` and the JUnit report read it."""
 
     scenario: str
     status: str  # pending, running, done, failed, quarantined
     overrides: tuple[str, ...]  # its --set items, "kernel=..." among them
     seed: int | None
     run_id: str | None
+    last_error: str | None = None  # "not run: ..." for an element its kernel cannot run
+    seconds: float | None = None
+    failures: int = 0
+    interruptions: int = 0
+
+
+class CampaignInfo(NamedTuple):
+    """A campaign's own row."""
+
+    id: str
+    name: str
+    path: str
+    status: str  # running, done, interrupted
+    started_at: str
+    finished_at: str | None
+    host: str | None
 
 
 class ElementUpdate(NamedTuple):
@@ -68,12 +84,15 @@ def element_update(
 class StoreCampaigns:
     _conn: sqlite3.Connection
 
-    def latest_campaign(self, name: str, spec_hash: str) -> tuple[str, str, str] | None:
-        """(id, status, started_at) of the newest campaign ``name`` run with this spec."""
+    def latest_campaign(
+        self, name: str, spec_hash: str | None = None
+    ) -> tuple[str, str, str] | None:
+        """(id, status, started_at) of the newest campaign ``name`` run with this spec
+        (any spec without one)."""
         row = self._conn.execute(
-            "SELECT id, status, started_at FROM campaigns WHERE name = ? AND spec_hash = ?"
-            " ORDER BY started_at DESC, rowid DESC LIMIT 1",
-            (name, spec_hash),
+            "SELECT id, status, started_at FROM campaigns WHERE name = ?"
+            " AND (? IS NULL OR spec_hash = ?) ORDER BY started_at DESC, rowid DESC LIMIT 1",
+            (name, spec_hash, spec_hash),
         ).fetchone()
         return None if row is None else (str(row[0]), str(row[1]), str(row[2]))
 
@@ -163,13 +182,23 @@ class StoreCampaigns:
         row = self._conn.execute("SELECT name FROM campaigns WHERE id = ?", (cid,)).fetchone()
         return "" if row is None else str(row[0])
 
+    def campaign(self, cid: str) -> CampaignInfo | None:
+        """The campaign ``cid`` (a full id), or None."""
+        row = self._conn.execute(
+            "SELECT id, name, path, status, started_at, finished_at, host FROM campaigns"
+            " WHERE id = ?",
+            (cid,),
+        ).fetchone()
+        return None if row is None else CampaignInfo(*row)
+
     def campaign_runs(self, cid: str) -> list[CampaignRun]:
         """Every element of a campaign and its run, in order: what ``results diff`` pairs
         across two campaigns."""
         return [
-            CampaignRun(str(sc), str(st), tuple(json.loads(ov)), seed, run)
-            for sc, st, ov, seed, run in self._conn.execute(
-                "SELECT scenario, status, overrides, seed, run_id FROM campaign_elements"
+            CampaignRun(str(sc), str(st), tuple(json.loads(ov)), seed, *rest)
+            for sc, st, ov, seed, *rest in self._conn.execute(
+                "SELECT scenario, status, overrides, seed, run_id, last_error, seconds,"
+                " failures, interruptions FROM campaign_elements"
                 " WHERE campaign_id = ? ORDER BY position",
                 (cid,),
             )

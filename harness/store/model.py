@@ -163,6 +163,12 @@ class RunRow:
         return self.account.counts
 
     @property
+    def exit(self) -> int:
+        """The run's exit status as stored, else its account's (a run stored before
+        accounts were, whose status the lifecycle never wrote)."""
+        return self.account.status if self.exit_status is None else self.exit_status
+
+    @property
     def duration(self) -> float | None:
         """Seconds from start to finish; ``None`` while running or if never finished."""
         if self.finished_at is None:

@@ -261,3 +261,25 @@ def test_characters_xml_cannot_hold_are_dropped(tmp_path: Path) -> None:
     assert [c.name for c in suite] == ["name"] and results(next(iter(suite))) == [
         ("Failure", "bad [31m")
     ]
+
+
+def test_an_interrupted_campaign_skips_the_elements_it_never_reached(tmp_path: Path) -> None:
+    db = tmp_path / "lab.sqlite"
+
+    def stopped_at_seed_2(el: Element, ctx: ElementContext) -> str:
+        if el.seed == 2:
+            raise KeyboardInterrupt
+        return runner(el, ctx)
+
+    camp = config_campaign.load(campaign_file(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        Engine(camp, db, runner=stopped_at_seed_2).run()
+    with Store.open(db, create=False) as st:
+        cid = st.latest_campaign("junit")
+        assert cid is not None
+        (suite,) = validated(junit.to_xml(junit.suites(st, ["junit"])), tmp_path)
+    assert {p.name: p.value for p in suite.properties()}["campaign"] == cid[0]
+    assert (suite.tests, suite.failures, suite.skipped) == (5, 0, 4)
+    assert [results(c) for c in suite][1] == [
+        ("Skipped", "not run: the campaign stopped before it (element pending)")
+    ]

@@ -89,7 +89,8 @@ def resolve(st: Store, ref: str) -> tuple[str, str]:
         run = st.resolve_run_id(ref)
     except InputError:
         return "campaign", cids[0]
-    raise InputError(f"{ref!r} names both run {run} and campaign {cids[0]}", hint="give more")
+    both = f"{ref!r} names both run {run} and campaign {cids[0]}"
+    raise InputError(both, hint="give more characters")
 
 
 def run_suite(st: Store, run_id: str) -> Suite:
@@ -135,11 +136,14 @@ def _element(st: Store, camp: str, r: CampaignRun) -> Case:
         why = f"{r.status} after {tries}: {r.last_error or 'no error kept'}"
         return Case(camp, name, Result.ERROR, why, r.status, seconds=t)
     if r.run_id is None:
+        # Done without a run: its kernel could not run it (NotRun's reason kept), or
+        # its run was removed from the store since.
+        gone = "done, but its run is no longer in the store"
         stopped = f"not run: the campaign stopped before it (element {r.status})"
-        why = (r.last_error if r.status == "done" else None) or stopped
+        why = (r.last_error or gone) if r.status == "done" else stopped
         return Case(camp, name, Result.SKIPPED, why, "not_run", seconds=t)
-    run = st.run(r.run_id)
-    cases = junit_runs.cases(st, st.run_detail(run.id))
+    detail = st.run_detail(r.run_id)
+    run, cases = detail.run, junit_runs.cases(st, detail)
     fold = {EXIT_FINDING: Result.FAILURE, EXIT_HARNESS: Result.ERROR}.get(run.exit)
     if fold is None:
         out = "\n".join(f"{c.name}: {c.out or c.message}" for c in cases)

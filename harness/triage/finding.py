@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError
-from harness.guest import ace
+from harness.fstests.gen import PATTERN
+from harness.guest.opgen import Op
 from harness.guest.oracle import AFTER_FINAL
 from harness.kernel import store as kernels
-from harness.triage import opmin, report, target
+from harness.triage import report, target
 from harness.triage.target import Target
 
 # What each guarantee profile promises (harness/guest/oracle.py's rules; docs/verdicts.md).
@@ -57,18 +58,46 @@ def load(state_id: str, db: Path) -> Triaged:
 def minimal_ops(tr: Triaged) -> list[Any]:
     """The minimal workload's ops (the run's up to its oracle point when the workload was
     not minimised), the last one the crash point: the oracle point's op, or the final
-    sync for a state after it."""
+    sync for a state after it. Rebuilt from the oracle's op list, which keeps every op's
+    arguments but not its bytes: each write writes as many of xfs_io's pattern."""
     t = tr.target
-    try:
-        plan = opmin.plan(t.params, t.oracle, t.state.mark, t.run.seed, t.workload or None)
-    except opmin.NotMinimised as e:
-        raise InputError(f"crash state {t.state.id}: no ops to write a test of: {e}") from None
-    keep = tr.summary.get("workload", {}).get("keep") or plan.keep(plan.items)
-    drawn = ace.source_ops(plan.source)
-    ops = [drawn[i] for i in keep]
-    if plan.point is None:
-        ops.append(type(drawn[0])("sync"))  # the final sync: the state is after it
+    listed = list(t.oracle.get("ops") or [])
+    if not listed:
+        raise InputError(
+            f"crash state {t.state.id}: its run's oracle lists no ops (a fio, fsstress or "
+            "pattern workload): there are no steps to write a test of"
+        )
+    body = [o for o in listed if not o.get("final")]
+    point = next(
+        (i for i, o in enumerate(body) if t.state.mark and o.get("mark") == t.state.mark), None
+    )
+    keep = tr.summary.get("workload", {}).get("keep")
+    if keep is None:
+        keep = range(len(body) if point is None else point + 1)
+    ops = [op_of(body[i]) for i in keep]
+    if point is None:
+        ops.append(Op("sync"))  # the final sync: the state is after it
     return ops
+
+
+def op_of(d: dict[str, Any]) -> Op:
+    """An op of the oracle's list (``Op.describe``'s dict) as an ``Op``, its bytes the
+    fill pattern."""
+    return Op(
+        kind=d["op"],
+        path=d.get("path", ""),
+        dst=d.get("dst", ""),
+        offset=int(d.get("offset", 0)),
+        size=int(d.get("size", 0)),
+        data=bytes([PATTERN]) * int(d.get("length", 0)),
+        mode=d.get("mode", ""),
+        name=d.get("name", ""),
+        fd=d.get("fd", ""),
+        target=d.get("target", ""),
+        perm=int(str(d.get("perm", "0")), 8),
+        uid=int(d.get("uid", -1)),
+        gid=int(d.get("gid", -1)),
+    )
 
 
 def flakey(tr: Triaged) -> bool:
@@ -104,8 +133,8 @@ def verify_result(tr: Triaged) -> dict[str, Any]:
     """The oracle's check of the failing state (its ``mount+verify`` output), if stored."""
     for c in tr.target.checks:
         if c.checker.endswith("verify"):
-            try:
-                got = json.loads(c.output)
+            try:  # the verifier's JSON first, then whatever the check printed after it
+                got, _ = json.JSONDecoder().raw_decode(c.output.lstrip())
             except ValueError:
                 continue
             if isinstance(got, dict):
@@ -117,7 +146,7 @@ def promise(tr: Triaged) -> str:
     """The promise the finding broke: the verdict's own (the weakest profile whose
     requirement failed), else the run's profile; with its rule and source."""
     name = str(verify_result(tr).get("promise") or profile(tr))
-    return f"{name}: {PROMISES.get(name, '?')} ({SOURCE})"
+    return f"{name}: {PROMISES.get(name, '?')}; see {SOURCE}"
 
 
 def symptom(tr: Triaged) -> str:

@@ -9,6 +9,7 @@ network is used; sending is the user's act."""
 from __future__ import annotations
 
 import json
+import textwrap
 from email.message import EmailMessage
 from email.utils import formatdate
 from pathlib import Path
@@ -94,7 +95,16 @@ def body(tr: Triaged) -> str:
         f"`scenario triage {t.state.id}` reproduces the triage.",
         "",
     ]
-    return "\n".join(lines)
+    return "\n".join(_wrap(lines))
+
+
+def _wrap(lines: list[str]) -> list[str]:
+    """Prose at 72 columns, as lists read it; indented lines (steps, commands) as they are."""
+    out: list[str] = []
+    for line in lines:
+        whole = not line or line.startswith(("  ", "Kernel:", "mkfs:", "mount:"))
+        out += [line] if whole else textwrap.wrap(line, 72)
+    return out
 
 
 def _required(tr: Triaged) -> str:
@@ -134,7 +144,9 @@ def message(tr: Triaged) -> EmailMessage:
     m["To"] = LISTS.get(tr.target.fs.type, FALLBACK)
     m["Subject"] = subject(tr)
     m["Date"] = formatdate(localtime=False)
-    m.set_content(body(tr))
+    text = body(tr)
+    # Lists read mail as it is: 7bit (8bit past ASCII), never quoted-printable.
+    m.set_content(text, cte="7bit" if text.isascii() else "8bit")
     attach = [tr.folder / "slice.log", tr.folder / "replay.sh"]
     test = _fstests_test(tr)
     if test is not None:

@@ -179,3 +179,26 @@ def test_the_report_mail_parses_back(lab: Path, tmp_path: Path) -> None:
     assert set(names) == {"slice.log", "replay.sh", "crashlab-001", "crashlab-001.out"}
     assert names["slice.log"].get_content() == (DATA / "triage" / "slice.log").read_bytes()
     assert "_flakey_drop_and_remount" in names["crashlab-001"].get_content()
+
+
+def test_the_runs_mkfs_and_mount_options_and_a_held_descriptor() -> None:
+    """ext4 without a journal (1308255bbf84's runs): its mkfs options, no journaling
+    requirement; a descriptor held across an unlink, closed once writes are dropped."""
+    ops = [
+        Op("create", "f"),
+        Op("sync"),
+        Op("open", "f", fd="h"),
+        Op("unlink", "f"),
+        Op("fsync_fd", fd="h"),
+    ]
+    f = gen.Finding(
+        "ext4", "s", "r", "", "", "", ("-O", "^has_journal"), ("data=ordered",), journaled=False
+    )
+    t = gen.generate(ops, f, fsync_names=True, ordered=False, flakey=True).text.splitlines()
+    assert "_scratch_mkfs -O '^has_journal' >> $seqres.full 2>&1 || _fail \"mkfs failed\"" in t
+    assert "_require_metadata_journaling $SCRATCH_DEV" not in t
+    assert 'export MOUNT_OPTIONS="$MOUNT_OPTIONS -o data=ordered"' in t
+    assert "exec {fd_h}<$SCRATCH_MNT/f" in t
+    assert '$XFS_IO_PROG -r -c "fsync" /proc/self/fd/${fd_h}' in t
+    drop = t.index("_load_flakey_table $FLAKEY_DROP_WRITES")
+    assert t[drop + 1] == "exec {fd_h}<&-" and t[drop + 2] == "_flakey_drop_and_remount"

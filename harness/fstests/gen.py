@@ -77,6 +77,9 @@ class Finding:
     symptom: str
     kernel: str
     rule: str  # the oracle's promise broken, with its source
+    mkfs_options: tuple[str, ...] = ()  # the run's, beyond the filesystem's defaults
+    mount_options: tuple[str, ...] = ()
+    journaled: bool = True  # else no _require_metadata_journaling (ext2, ext4 without one)
 
 
 def fill(op: Any) -> Any:
@@ -271,6 +274,71 @@ def _fixed(fs: str) -> list[str]:
     ]
 
 
+def _flakey(
+    mkfs: str, journaled: bool, lines: list[str], held: list[str], check_prog: list[str]
+) -> list[str]:
+    """generic/789's shape: the ops, dm-flakey drops what follows, remount, check."""
+    return [
+        f"_scratch_mkfs {mkfs}".rstrip() + ' >> $seqres.full 2>&1 || _fail "mkfs failed"',
+        *(["_require_metadata_journaling $SCRATCH_DEV"] if journaled else []),
+        "_init_flakey",
+        "_scratch_mount",
+        "",
+        *lines,
+        "",
+        "# Simulate a power failure right after the last persistence op returned,",
+        "# then mount again: the filesystem's journal or log replay.",
+        # The held descriptors close once writes are dropped (the lab's guest held them
+        # to the crash) and before the unmount, which an open file would keep busy.
+        *(["_load_flakey_table $FLAKEY_DROP_WRITES"] if held else []),
+        *(f"exec {{{h}}}<&-" for h in held),
+        "_flakey_drop_and_remount",
+        "",
+        "# What must be there (the oracle's requirements at that point):",
+        *check_prog,
+    ]
+
+
+def _log_writes(
+    mkfs: str, journaled: bool, lines: list[str], held: list[str], check_prog: list[str]
+) -> list[str]:
+    """generic/482's shape: the ops logged, a mark after them, then the state at the mark
+    and at every FUA after it replayed and checked; the first state's lines are the
+    golden ones, each later one must print the same."""
+    return [
+        "_log_writes_init $SCRATCH_DEV",
+        f"_log_writes_mkfs {mkfs}".rstrip() + " >> $seqres.full 2>&1",
+        "_log_writes_mount",
+        "",
+        *lines,
+        "_log_writes_mark crashlab",
+        *(f"exec {{{h}}}<&-" for h in held),
+        "_log_writes_unmount",
+        "_log_writes_remove",
+        "",
+        "# Every FUA from the mark on, as generic/482 replays them: the oracle's",
+        "# requirements hold at each (anywhere after the last persistence op).",
+        "check_state()",
+        "{",
+        "\t_scratch_mount",
+        *("\t" + c for c in check_prog),
+        "\t_scratch_unmount",
+        '\t_check_scratch_fs 2>&1 | grep -v "^_check" >> $seqres.full',
+        "}",
+        "",
+        "_log_writes_replay_log crashlab $SCRATCH_DEV",
+        "check_state | tee $tmp.first",
+        "cur=$(_log_writes_find_next_fua $(_log_writes_mark_to_entry_number crashlab))",
+        'while [ -n "$cur" ]; do',
+        "\t_log_writes_replay_log_range $cur $SCRATCH_DEV >> $seqres.full",
+        "\tcheck_state > $tmp.state",
+        "\tdiff -u $tmp.first $tmp.state >> $seqres.full || {",
+        '\t\techo "entry $cur differs, see $seqres.full"; break; }',
+        "\tcur=$(_log_writes_find_next_fua $((cur + 1)))",
+        "done",
+    ]
+
+
 def generate(
     ops: Sequence[Any], finding: Finding, *, fsync_names: bool, ordered: bool, flakey: bool
 ) -> Test:
@@ -287,63 +355,17 @@ def generate(
     body += ["_cleanup()", "{", f"\t{cleanup}", "\tcd /", "\trm -r -f $tmp.*", "}", ""]
     body += [". ./common/filter", ". ./common/dmflakey" if flakey else ". ./common/dmlogwrites"]
     body += ["", *_requires(ops, shape), "", *_fixed(finding.fs)]
-    if flakey:
+    mkfs = " ".join(shlex.quote(o) for o in finding.mkfs_options)
+    if finding.mount_options:
+        opts = shlex.quote(",".join(finding.mount_options))
         body += [
-            '_scratch_mkfs >> $seqres.full 2>&1 || _fail "mkfs failed"',
-            "_require_metadata_journaling $SCRATCH_DEV",
-            "_init_flakey",
-            "_scratch_mount",
+            "# The run's mount options (every mount, the remount's too).",
+            f'export MOUNT_OPTIONS="$MOUNT_OPTIONS -o {opts}"',
             "",
-            *lines,
-            "",
-            "# Simulate a power failure right after the last persistence op returned,",
-            "# then mount again: the filesystem's journal or log replay.",
-            "_flakey_drop_and_remount",
-            "",
-            "# What must be there (the oracle's requirements at that point):",
-            *check_prog,
         ]
-    else:
-        body += [
-            "_log_writes_init $SCRATCH_DEV",
-            "_log_writes_mkfs >> $seqres.full 2>&1",
-            "_log_writes_mount",
-            "",
-            *lines,
-            "_log_writes_mark crashlab",
-            *[f"exec {{{h}}}<&-" for h in held],
-            "_log_writes_unmount",
-            "_log_writes_remove",
-            "",
-            "# Every FUA from the mark on, as generic/482 replays them: the oracle's",
-            "# requirements hold at each (anywhere after the last persistence op).",
-            "check_state()",
-            "{",
-            "\t_scratch_mount",
-            *("\t" + c for c in check_prog),
-            "\t_scratch_unmount",
-            '\t_check_scratch_fs 2>&1 | grep -v "^_check" >> $seqres.full',
-            "}",
-            "",
-            "_log_writes_replay_log crashlab $SCRATCH_DEV",
-            "check_state",
-            "cur=$(_log_writes_find_next_fua $(_log_writes_mark_to_entry_number crashlab))",
-            'while [ -n "$cur" ]; do',
-            "\t_log_writes_replay_log_range $cur $SCRATCH_DEV >> $seqres.full",
-            "\tcheck_state > $tmp.state",
-            "\tdiff -u $tmp.first $tmp.state >> $seqres.full || {",
-            '\t\techo "entry $cur differs, see $seqres.full"; break; }',
-            "\tcur=$(_log_writes_find_next_fua $((cur + 1)))",
-            "done",
-        ]
-        # The first state's lines are the golden ones; later ones must match them.
-        body[body.index("check_state")] = "check_state | tee $tmp.first"
+    steps = _flakey if flakey else _log_writes
+    body += steps(mkfs, finding.journaled, lines, held, check_prog)
     body += ["", "# success, all done", "_exit 0", ""]
-    if flakey and held:
-        # The held descriptors close once writes are dropped (the lab's guest held them
-        # to the crash) and before the unmount, which an open file would keep busy.
-        i = body.index("_flakey_drop_and_remount")
-        body[i:i] = ["_load_flakey_table $FLAKEY_DROP_WRITES", *(f"exec {{{h}}}<&-" for h in held)]
     return Test(
         where(ops, finding.fs), "\n".join(body), "\n".join(out) + ("\n" if out else ""), shape
     )

@@ -40,6 +40,9 @@ def build(tr: Triaged) -> gen.Test:
         symptom=finding.symptom(tr),
         kernel=finding.kernel_text(k),
         rule=finding.promise(tr),
+        mkfs_options=tuple(t.fs.mkfs_options),
+        mount_options=tuple(t.fs.all_mount_options()),
+        journaled=t.fs.journaled,
     )
     prof = finding.profile(tr)
     return gen.generate(

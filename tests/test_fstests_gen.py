@@ -62,18 +62,23 @@ def checkout(tmp_path: Path) -> Path:
 
 def test_the_finding_becomes_the_recorded_flakey_test(lab: Path, tmp_path: Path) -> None:
     x = checkout(tmp_path)
-    (x / "tests" / "generic" / "crashlab-001").write_text("an earlier one\n")
+    for f in ("789", "789.out", "group.list"):  # a built checkout's last test
+        (x / "tests" / "generic" / f).write_text(
+            "789 auto quick log\n" if f == "group.list" else ""
+        )
     argv = ["triage", STATE, "--fstests", str(x), "--no-proof", "--db", str(lab)]
     assert main(argv) == 0
-    made = x / "tests" / "generic" / "crashlab-002"
-    want = (DATA / "expected" / "crashlab-NNN").read_text().replace("crashlab-NNN", "crashlab-002")
+    name = "790-crashlab-3e916c9f"  # fstests' names: 3 digits, then -name (common/test_names)
+    made = x / "tests" / "generic" / name
+    want = (DATA / "expected" / "crashlab-NNN").read_text().replace("crashlab-NNN", name)
     assert made.read_text() == want
     golden = (DATA / "expected" / "crashlab-NNN.out").read_text()
-    assert (made.parent / "crashlab-002.out").read_text() == golden.replace(
-        "crashlab-NNN", "crashlab-002"
-    )
+    assert (made.parent / f"{name}.out").read_text() == golden.replace("crashlab-NNN", name)
+    assert golden.startswith("QA output created by crashlab-NNN\n")
+    groups = (made.parent / "group.list").read_text().splitlines()
+    assert groups == ["789 auto quick log", f"{name} auto quick log metadata"]
     folder = tmp_path / "work" / "runs" / RUN / "triage" / STATE
-    assert (folder / "fstests" / "crashlab-002").read_text() == want
+    assert (folder / "fstests" / name).read_text() == want
     readme = (folder / "README.md").read_text()
     assert "## fstests test" in readme and "Not proven yet" in readme
     # The shape fstests asks of a test, and the crash point right after the dir's fsync.
@@ -172,13 +177,14 @@ def test_the_report_mail_parses_back(lab: Path, tmp_path: Path) -> None:
         "d/foo is 65536 bytes where 0 were made durable",
         'replay-log --log "$LOG" --replay "$DEV" --limit 1291',
         "replay-log --log slice.log --replay $DEV",
-        "./check generic/crashlab-001",
+        "./check generic/001-crashlab-3e916c9f",
     ):
         assert " ".join(want.split()) in flat, want
     names = {p.get_filename(): p for p in m.iter_attachments()}
-    assert set(names) == {"slice.log", "replay.sh", "crashlab-001", "crashlab-001.out"}
+    test = "001-crashlab-3e916c9f"
+    assert set(names) == {"slice.log", "replay.sh", test, f"{test}.out"}
     assert names["slice.log"].get_content() == (DATA / "triage" / "slice.log").read_bytes()
-    assert "_flakey_drop_and_remount" in names["crashlab-001"].get_content()
+    assert "_flakey_drop_and_remount" in names[test].get_content()
 
 
 def test_the_runs_mkfs_and_mount_options_and_a_held_descriptor() -> None:

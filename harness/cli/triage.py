@@ -61,7 +61,7 @@ def register(sub: Any) -> None:
         default=None,
         metavar="XFSTESTS_DIR",
         help="of a triaged finding: its minimal workload as an fstests test in this checkout "
-        "(tests/generic/crashlab-NNN and .out), proven with ./check in lab guests on the "
+        "(tests/generic/NNN-crashlab-STATE and .out), proven with ./check in lab guests on the "
         "finding's kernel (must fail) and --fstests-good-kernel (must pass)",
     )
     t.add_argument(

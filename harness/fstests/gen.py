@@ -34,6 +34,7 @@ from harness.guest.oracle import PERSIST_OPS, Tracker, requirements
 from harness.guest.syscalls import UTIMES_BASE
 
 PATTERN = 0xCD  # xfs_io pwrite's default fill byte
+GROUPS = "auto quick log metadata"  # the _begin_fstest groups of every generated test
 FS_DIRS = ("btrfs", "ext4", "xfs")
 _FLAGS = {"dwrite": "-d ", "osync_write": "-s ", "odsync_write": "-D "}
 _FALLOC = {
@@ -350,7 +351,7 @@ def generate(
     req, md5 = expectation(ops, fsync_names, ordered, exact=flakey)
     check_prog, out = _checks(req, md5)
     held = sorted({_fd(o) for o in ops if o.fd})
-    body = [*_header(finding, ops, shape), "_begin_fstest auto quick log metadata", ""]
+    body = [*_header(finding, ops, shape), f"_begin_fstest {GROUPS}", ""]
     cleanup = "_cleanup_flakey" if flakey else "_log_writes_cleanup &> /dev/null"
     body += ["_cleanup()", "{", f"\t{cleanup}", "\tcd /", "\trm -r -f $tmp.*", "}", ""]
     body += [". ./common/filter", ". ./common/dmflakey" if flakey else ". ./common/dmlogwrites"]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.fstests import check, gen
+from harness.fstests.gen import GROUPS
 from harness.guest.oracle import PROFILES
 from harness.triage import finding
 from harness.triage.finding import Triaged
@@ -24,7 +25,7 @@ SECTION = "## fstests test"
 
 @dataclass(frozen=True)
 class Written:
-    name: str  # e.g. generic/crashlab-001
+    name: str  # e.g. generic/790-crashlab-3e916c9f
     path: Path  # the test in the checkout
     test: gen.Test
 
@@ -54,14 +55,24 @@ def build(tr: Triaged) -> gen.Test:
     )
 
 
-def next_name(xfstests: Path, folder: str) -> str:
-    """``crashlab-NNN``: the next number free among the checkout's crashlab tests."""
+def next_name(xfstests: Path, folder: str, state_id: str) -> str:
+    """``NNN-crashlab-<state id>``: fstests' test names are three digits and an optional
+    ``-name`` (common/test_names), NNN the next number free in the checkout's folder."""
     used = [
         int(m.group(1))
-        for p in (xfstests / "tests" / folder).glob("crashlab-*")
-        if (m := re.fullmatch(r"crashlab-(\d+)", p.name))
+        for p in (xfstests / "tests" / folder).iterdir()
+        if (m := re.match(r"(\d{3})(?:-|$)", p.name))
     ]
-    return f"crashlab-{max(used, default=0) + 1:03d}"
+    return f"{max(used, default=0) + 1:03d}-crashlab-{state_id[:8]}"
+
+
+def _group_line(d: Path, name: str) -> None:
+    """The test in its folder's ``group.list`` (which ``./check`` reads for a test named
+    on its command line too; ``make`` writes it from the ``_begin_fstest`` lines)."""
+    groups = d / "group.list"
+    if groups.exists() and name not in groups.read_text().split():
+        with groups.open("a") as f:
+            f.write(f"{name} {GROUPS}\n")
 
 
 def write(tr: Triaged, xfstests: Path) -> Written:
@@ -71,12 +82,13 @@ def write(tr: Triaged, xfstests: Path) -> Written:
     test = build(tr)
     d = xfstests / "tests" / test.dir
     d.mkdir(parents=True, exist_ok=True)
-    name = next_name(xfstests, test.dir)
+    name = next_name(xfstests, test.dir, tr.target.state.id)
     text = test.text.replace("crashlab-NNN", name)
     path = d / name
     path.write_text(text)
     path.chmod(0o755)
-    (d / f"{name}.out").write_text(test.golden(f"{test.dir}/{name}"))
+    (d / f"{name}.out").write_text(test.golden(name))
+    _group_line(d, name)
     copy = tr.folder / "fstests"
     copy.mkdir(exist_ok=True)
     shutil.copy(path, copy / name)

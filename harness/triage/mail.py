@@ -136,7 +136,7 @@ def _fstests_test(tr: Triaged) -> Path | None:
     d = tr.folder / "fstests"
     if not (tr.folder / "fstests.json").exists() or not d.is_dir():
         return None
-    return next((p for p in sorted(d.glob("crashlab-*")) if p.suffix != ".out"), None)
+    return next((p for p in sorted(d.glob("*-crashlab-*")) if p.suffix != ".out"), None)
 
 
 def message(tr: Triaged) -> EmailMessage:

@@ -34,24 +34,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import proc
+from harness.fstests import check
 from harness.record.logwrites import open_log
 
 REPO = Path(__file__).resolve().parent.parent
-LOCK = "/tmp/crashlab-guest.lock"
-GUEST_SCRIPT = Path(__file__).with_name("fstests_482_guest.sh")
+LOCK = check.LOCK
 # generic/482 makes a 200 MiB thin volume (_small_fs_size_mb 200 for ext4) and records
-# that: the log's device size. dm-thin puts 75 MiB of metadata and 5 MiB of offset before
-# the data on SCRATCH_DEV (common/dmthin), so SCRATCH_DEV needs >= 280 MiB.
+# that: the log's device size (check.SIZES gives SCRATCH_DEV the 280 MiB dm-thin needs).
 DEVICE_SIZE = "200M"
-SIZES = {"fst": "256M", "test": "256M", "scratch": "320M", "logwrites": "1G"}
-# The binaries generic/482 runs; a tree without them is not built.
-# check's summary line for each verdict; none of them means the run never got that far.
-VERDICTS = (
-    ("Passed all 1 tests", "passed"),
-    ("Failures: generic/482", "failed"),
-    ("Not run: generic/482", "not run"),
-)
-BUILT = ("src/log-writes/replay-log", "ltp/fsstress", "ltp/fsx", "src/feature")
 
 
 def python() -> list[str]:
@@ -62,78 +52,20 @@ def env() -> dict[str, str]:
     return {"PYTHONPATH": str(REPO)}
 
 
-def stage(xfstests: Path, out: Path) -> Path:
-    """The fstests disk image: the tree, the guest script, bc with the libraries it needs."""
-    missing = [b for b in BUILT if not (xfstests / b).exists()]
-    if missing:
-        raise SystemExit(f"{xfstests}: not built ({', '.join(missing)} missing): run make in it")
-    root = out / "stage"
-    shutil.rmtree(root, ignore_errors=True)
-    shutil.copytree(
-        xfstests, root / "xfstests", symlinks=True, ignore=shutil.ignore_patterns(".git")
-    )
-    shutil.rmtree(root / "xfstests" / "results", ignore_errors=True)
-    shutil.copy(GUEST_SCRIPT, root / GUEST_SCRIPT.name)
-    (root / "bin").mkdir()
-    (root / "lib").mkdir()
-    bc = shutil.which("bc")
-    if bc is None:
-        raise SystemExit("bc is not installed on the host: apt-get install bc")
-    shutil.copy(bc, root / "lib" / "bc")
-    # ldd's "name => path (addr)" lines: the libraries bc needs that the guest may lack.
-    for m in re.finditer(r"=> (/\S+)", proc.run(["ldd", bc]).stdout):
-        shutil.copy(m.group(1), root / "lib")
-    wrapper = root / "bin" / "bc"
-    wrapper.write_text('#!/bin/sh\nLD_LIBRARY_PATH=/fst/lib exec /fst/lib/bc "$@"\n')
-    wrapper.chmod(0o755)
-    img = out / "fst.img"
-    img.unlink(missing_ok=True)
-    proc.run(["mkfs.ext4", "-q", "-F", "-L", "fstests", "-d", root, img, SIZES["fst"]])
-    return img
-
-
-def fresh_disks(out: Path) -> dict[str, Path]:
-    """TEST_DEV with an ext4 on it (fstests mounts it first), sparse SCRATCH and LOGWRITES."""
-    disks = {name: out / f"{name}.img" for name in ("test", "scratch", "logwrites")}
-    for name, path in disks.items():
-        path.unlink(missing_ok=True)
-        proc.run(["truncate", "-s", SIZES[name], path])
-    proc.run(["mkfs.ext4", "-q", "-F", disks["test"]])
-    return disks
-
-
 def run_482(fst: Path, disks: dict[str, Path], out: Path, timeout: float) -> dict[str, Any]:
-    """``./check generic/482`` in one guest; its output in DIR/guest.out."""
-    inner = (
-        "mkdir -p /fst && mount /dev/disk/by-id/virtio-disk0 /fst && "
-        f"cp /fst/{GUEST_SCRIPT.name} /tmp/ && exec bash /tmp/{GUEST_SCRIPT.name}"
-    )
-    # --udev: fstests' _dmsetup_create waits for the device with `udevadm wait`, which
-    # without udevd in the guest never returns (seen: check sat in it for minutes).
-    argv = ["flock", LOCK, *python(), "vm", "run", "--udev", "--disk", fst]
-    for name in ("test", "scratch", "logwrites"):
-        argv += ["--disk", disks[name]]
-    argv += ["--timeout", str(timeout), "--", "sh", "-c", inner]
-    start = time.monotonic()
-    r = proc.run(argv, check=False, env=env(), timeout=timeout + 3600)
-    wall = time.monotonic() - start
-    (out / "guest.out").write_text(r.stdout + "\n--- stderr ---\n" + r.stderr)
-    verdict = next((v for line, v in VERDICTS if line in r.stdout), "harness error")
-    took = re.search(r"generic/482\s+(\d+)s", r.stdout)
-    res = out / "fstests-results"
-    shutil.rmtree(res, ignore_errors=True)
-    proc.run(["debugfs", "-R", f"rdump /xfstests/results {out}", fst], check=False)
-    if (out / "results").exists():
-        (out / "results").rename(res)
-    full = res / "generic" / "482.full"
+    """``./check generic/482`` in one guest (harness/fstests/check.py); its output in
+    DIR/guest.out."""
+    c = check.run(fst, disks, ["generic/482"], fstyp="ext4", out=out, timeout=timeout)
+    took = re.search(r"generic/482\s+(\d+)s", c.output)
+    full = out / "fstests-results" / "generic" / "482.full"
     # generic/482's loop logs each FUA it replays to (and then fsck's) as "=== replay to N ===".
     replayed = re.findall(r"=== replay to (\d+) ===", full.read_text()) if full.exists() else []
     return {
-        "verdict": verdict,
+        "verdict": c.verdict("generic/482"),
         "fsck_states": len(replayed),
-        "exit_status": r.returncode,
+        "exit_status": c.exit_status,
         "test_seconds": int(took.group(1)) if took else None,
-        "wall_seconds_with_lock_wait": round(wall, 1),
+        "wall_seconds_with_lock_wait": c.seconds,
     }
 
 
@@ -200,8 +132,8 @@ def main() -> int:
     if a.check_log_only:
         summary = json.loads(summary_path.read_text())
     else:
-        fst = stage(a.xfstests.resolve(), a.out)
-        disks = fresh_disks(a.out)
+        fst = check.stage(a.xfstests.resolve(), a.out)
+        disks = check.fresh_disks(a.out)
         summary["generic/482"] = run_482(fst, disks, a.out, a.timeout)
         if summary["generic/482"]["verdict"] == "harness error":
             # No check summary: the guest or the script failed before fstests judged.

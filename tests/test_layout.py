@@ -16,8 +16,9 @@ STEPS = ("config", "image", "kernel", "vm", "guest", "record", "replay", "check"
 # a stored state found again) is what the kinds that cut crash states share, and its
 # summary body is a report; an experiment kind (one folder: settings, steps, summary
 # body) uses them; triage takes stored states and re-checks candidates with the core;
-# campaigns run kinds; the command line drives all.
-STEPS += ("report", "crashstate", "experiments", "triage", "campaign", "cli")
+# fstests' side (a test written from ops and the oracle, ./check run in a guest) is what
+# triage hands a maintainer; campaigns run kinds; the command line drives all.
+STEPS += ("report", "crashstate", "experiments", "fstests", "triage", "campaign", "cli")
 RANK = {name: i for i, name in enumerate((*SHARED, *STEPS))}
 # The one way up, and why: the scenario loader and the JSON Schema find a file's kind by
 # the kinds' records (a plugin lookup; the kinds' settings models live in their folders).

@@ -55,6 +55,32 @@ def register(sub: Any) -> None:
         help="stop each ddmin (the state's, the workload's) after N candidates (default 200); "
         "the report says when it stopped it",
     )
+    t.add_argument(
+        "--fstests",
+        type=Path,
+        default=None,
+        metavar="XFSTESTS_DIR",
+        help="of a triaged finding: its minimal workload as an fstests test in this checkout "
+        "(tests/generic/NNN-crashlab-STATE and .out), proven with ./check in lab guests on the "
+        "finding's kernel (must fail) and --fstests-good-kernel (must pass)",
+    )
+    t.add_argument(
+        "--fstests-good-kernel",
+        default=None,
+        metavar="RELEASE",
+        help="the kernel without the bug the test must pass on (default: the image's)",
+    )
+    t.add_argument(
+        "--no-proof",
+        action="store_true",
+        help="with --fstests: write the test, boot no guest (the README says it is unproven)",
+    )
+    t.add_argument(
+        "--report",
+        action="store_true",
+        help="of a triaged finding: report.eml in its report folder, a plain-text bug report "
+        "for the filesystem's list (nothing is sent)",
+    )
     t.add_argument("--db", type=Path, default=None)
     t.set_defaults(func=cmd_triage)
 
@@ -70,6 +96,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_triage(args: argparse.Namespace) -> int:
+    if args.fstests is not None or args.report:
+        return _deliver(args)
     from harness.record import logwrites
     from harness.triage import minimal, report
 
@@ -105,6 +133,36 @@ def cmd_triage(args: argparse.Namespace) -> int:
     ]
     for line in say:
         console.print(line, markup=False, soft_wrap=True)
+    return 0
+
+
+def _deliver(args: argparse.Namespace) -> int:
+    """--fstests and --report: from a triaged finding's report folder."""
+    from harness.fstests import check, gen
+    from harness.triage import finding, fstest, mail
+
+    if args.fstests is not None:
+        check.require_checkout(args.fstests)  # before the store: the cheapest mistake
+    tr = finding.load(args.state_id, args.db or paths.default_db())
+    if args.fstests is not None:
+        try:
+            w = fstest.write(tr, args.fstests.resolve())
+        except gen.NoSpelling as e:
+            raise InputError(f"crash state {tr.target.state.id}: {e}") from None
+        console.print(
+            f"fstests test: {w.path} ({w.test.shape}), copy in {tr.folder}/fstests", markup=False
+        )
+        if not args.no_proof:
+            facts = fstest.prove(tr, w, args.fstests.resolve(), args.fstests_good_kernel)
+            for role, p in facts["proof"].items():
+                console.print(
+                    f"{role} kernel {p['kernel'] or 'image'}: {p['verdict']} "
+                    f"(wanted {p['wanted']}), {p['seconds']:.0f} s",
+                    markup=False,
+                )
+    if args.report:
+        console.print(f"report: {mail.write(tr)}", markup=False)
+    console.print(f"report folder: {tr.folder / 'README.md'}", markup=False)
     return 0
 
 

@@ -176,3 +176,29 @@ def reference_findings(tmp_path: Path, d: Path) -> int:
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     [(_, n)] = findings(db).values()
     return n
+
+
+@pytest.mark.parametrize("where", ["in-subnet", "no-route"])
+def test_an_address_that_does_not_answer_exits_2(
+    tmp_path: Path, lab: netlab.Netlab, where: str
+) -> None:
+    """On the lab's network, an address nobody holds (the connect times out or the host is
+    unreachable); from a host without a route, the issue's tcp://10.255.255.1:8786
+    (this machine's own route leads to a proxy that answers anything: test_dask)."""
+    f, db = campaign_files(tmp_path / "campaign"), tmp_path / "lab.sqlite"
+    address = f"tcp://{lab.subnet}.250:8786" if where == "in-subnet" else "tcp://10.255.255.1:8786"
+    argv: list[str | Path] = [BIN / "scenario", "campaign", "run", f, "--dask", address]
+    if where == "no-route":
+        argv = ["ip", "netns", "exec", lab.scheduler.ns, *argv]
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [*argv, "--db", db], capture_output=True, text=True, timeout=120, env=results_in(db)
+    )
+    took = time.monotonic() - t0
+    out = r.stdout + r.stderr
+    print(f"\n{address} ({where}): exit {r.returncode} in {took:.1f} s")
+    assert r.returncode == 2, out
+    assert f"--dask {address}: no Dask scheduler answers there" in out and "Traceback" not in out
+    assert "dask scheduler --host" in out and f"dask worker {address}" in out
+    assert not db.exists()
+    assert took < 20

@@ -23,6 +23,7 @@ one already. What the lab adds is only what makes it correct:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
@@ -37,18 +38,20 @@ from harness import proc
 from harness.check import host as check
 from harness.check import parallel
 from harness.config.crash import parse_dask_target as parse_target
-from harness.errors import HarnessError
+from harness.errors import HarnessError, InputError
 from harness.replay.crashstates import CrashState
 
 TASKS_PER_WORKER = 4
-CONNECT_TIMEOUT = "15s"
+# A scheduler on the lab's network answers in milliseconds; a wrong address should not
+# keep the user waiting (distributed's own default is 30 s).
+CONNECT_TIMEOUT = 5.0
 
 
 @contextlib.contextmanager
 def client(target: str) -> Iterator[Any]:
     """A Dask client for ``target`` (see ``parse_target``), closed on the way out.
 
-    :raise HarnessError: the scheduler cannot be reached (exit 3, never a finding).
+    :raise InputError: no scheduler answers at ``target`` (``connect``).
     """
     kind, arg = parse_target(target)
     try:
@@ -81,15 +84,55 @@ def client(target: str) -> Iterator[Any]:
                 # Registered after the client, so it runs first: while the workers live.
                 stack.callback(drop_scratch, c)
         else:
-            try:
-                c = stack.enter_context(Client(arg, timeout=CONNECT_TIMEOUT))
-            except OSError as e:
-                raise HarnessError(
-                    f"cannot reach the Dask scheduler at {arg}",
-                    detail=f"{e}\nstart one with `dask scheduler` and workers with "
-                    f"`dask worker {arg}`, or use --dask local:N",
-                ) from None
+            c = stack.enter_context(connect(arg))
         yield c
+
+
+async def _handshake(address: str) -> None:
+    """Dask's handshake with ``address``, bounded: distributed bounds the TCP connect but
+    not the first read, so a host that accepts and says nothing (a half-dead scheduler, a
+    filtered port) held ``Client()`` forever."""
+    from distributed.comm.core import connect as comm_connect
+
+    comm = await asyncio.wait_for(comm_connect(address, timeout=CONNECT_TIMEOUT), CONNECT_TIMEOUT)
+    await comm.close()
+
+
+def require_scheduler(target: str) -> None:
+    """A ``tcp://`` target (``check.dask``) answers, asked before a run records anything.
+
+    :raise InputError: it does not (``connect``).
+    """
+    if target and parse_target(target)[0] == "tcp":
+        connect(target).close()
+
+
+def connect(address: str) -> Any:
+    """A client of the scheduler at ``address``, within ``CONNECT_TIMEOUT``.
+
+    :raise InputError: nothing answers there as a Dask scheduler does (exit 2, before
+        anything is recorded): the address is the user's, and so is starting a scheduler.
+    """
+    from distributed import Client
+
+    try:
+        asyncio.run(_handshake(address))
+        return Client(address, timeout=CONNECT_TIMEOUT)
+    # Whatever answers: silence (OSError, TimeoutError), a refusal, or another service
+    # whose reply distributed reads as a frame length (MemoryError for 3 EiB: an HTTP
+    # proxy on the address). None of them is a scheduler.
+    except Exception as e:
+        host = address.split("://", 1)[1].rsplit(":", 1)[0]
+        raise InputError(
+            f"--dask {address}: no Dask scheduler answers there",
+            detail="something answered, but not as a Dask scheduler does"
+            if isinstance(e, MemoryError)
+            else f"{type(e).__name__} within {CONNECT_TIMEOUT:.0f} s: {str(e)[:300] or '-'}",
+            hint=f"start one on that host with `dask scheduler --host {host} --port"
+            f" {address.rsplit(':', 1)[1]}` and a worker on each lab host with `dask worker"
+            f" {address} --worker-port 8788 --nanny-port 8789` (docs/hosts.md),"
+            " or use --dask local:N",
+        ) from None
 
 
 def host_checks(

@@ -41,9 +41,12 @@ from harness import proc
 BIN = Path(sys.executable).parent
 SCHEDULER_PORT = 8786
 WORKER_PORT, NANNY_PORT = 8788, 8789
-# How long the scheduler waits for a silent worker's heartbeat before it gives the
-# worker's tasks to others. distributed's default is 5 minutes; a cut link costs that.
+# What a cut link costs (docs/hosts.md): the scheduler waits WORKER_TTL for a silent
+# worker's heartbeat (distributed's default: 5 minutes), then asks the worker's nanny to
+# restart it and removes the worker, so its tasks go to others, only when that request
+# fails: after distributed's connect timeout (default 30 s) on a host that is gone.
 WORKER_TTL = "5s"
+CONNECT_TIMEOUT = "5s"
 OURS = re.compile(r"^crashlab-cl(\d+)-\w+$|^cl(\d+)br$")
 
 
@@ -141,8 +144,11 @@ class Netlab:
         self.start(
             h,
             [BIN / "dask", "scheduler", "--host", h.address, "--port", str(SCHEDULER_PORT),
-             "--no-dashboard", "--no-show"],
-            env={"DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": WORKER_TTL},
+             "--no-dashboard"],
+            env={
+                "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": WORKER_TTL,
+                "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": CONNECT_TIMEOUT,
+            },
         )  # fmt: skip
 
     def start_worker(self, h: Host) -> None:
@@ -185,6 +191,9 @@ class Netlab:
                     os.killpg(h.popen.pid, signal.SIGKILL)
                 h.popen.wait(timeout=30)
         for h in self.hosts:
+            # The pair's root end first: a namespace is freed lazily, and with it its
+            # veth, so a next lab's same name could still find this one.
+            ip("link", "del", h.veth, check=False)
             remove_namespace(h.ns)
         ip("link", "del", self.bridge, check=False)
 

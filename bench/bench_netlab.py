@@ -4,11 +4,12 @@ The campaign of tests/test_netlab.py (host-only check-log elements of a recorded
 log, 6 elements) on a scheduler and two workers, each in its own network namespace
 (tests/netlab.py), ``--repeat`` times without a cut and with one worker's link cut as it
 begins its first element; a fresh lab each time. Prints each campaign's wall seconds, the
-medians and their difference: the cut's cost (the scheduler's worker TTL and connect
-timeout, ``--ttl`` and ``--connect``, plus the element run again). Root only.
+medians and their difference: the cut's cost (how long the scheduler takes to drop the
+worker: ``--ttl``, ``--connect``, ``--tcp``, tests/netlab.py; plus the element run
+again). Root only.
 
-    PYTHONPATH=$PWD .venv/bin/python bench/bench_netlab.py --repeat 3 --ttl 5s --connect 5s
-    PYTHONPATH=$PWD .venv/bin/python bench/bench_netlab.py --repeat 1 --ttl 300s --connect 30s
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_netlab.py --repeat 3        # the lab's
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_netlab.py --tcp 30s         # distributed's
 """
 
 from __future__ import annotations
@@ -47,15 +48,17 @@ def main() -> int:
     ap.add_argument(
         "--connect", default=netlab.CONNECT_TIMEOUT, help="the scheduler's connect timeout"
     )
+    ap.add_argument("--tcp", default=netlab.TCP_TIMEOUT, help="the scheduler's TCP timeout")
     args = ap.parse_args()
     if why := netlab.available():
         raise SystemExit(f"no netlab: {why}")
     netlab.WORKER_TTL, netlab.CONNECT_TIMEOUT = args.ttl, args.connect
+    netlab.TCP_TIMEOUT = args.tcp
     walls = {cut: [once(cut) for _ in range(args.repeat)] for cut in (False, True)}
     a, b = statistics.median(walls[False]), statistics.median(walls[True])
     print(
-        f"worker TTL {args.ttl}, connect timeout {args.connect}: no cut {a:.1f} s, one link"
-        f" cut {b:.1f} s (median of {args.repeat}): the cut cost {b - a:+.1f} s"
+        f"worker TTL {args.ttl}, connect {args.connect}, TCP {args.tcp}: no cut {a:.1f} s,"
+        f" one link cut {b:.1f} s (median of {args.repeat}): the cut cost {b - a:+.1f} s"
     )
     return 0
 

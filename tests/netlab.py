@@ -37,16 +37,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import proc
+from harness.check import distributed
+from harness.errors import InputError
 
 BIN = Path(sys.executable).parent
 SCHEDULER_PORT = 8786
 WORKER_PORT, NANNY_PORT = 8788, 8789
-# What a cut link costs (docs/hosts.md): the scheduler waits WORKER_TTL for a silent
-# worker's heartbeat (distributed's default: 5 minutes), then asks the worker's nanny to
-# restart it and removes the worker, so its tasks go to others, only when that request
-# fails: after distributed's connect timeout (default 30 s) on a host that is gone.
-WORKER_TTL = "5s"
-CONNECT_TIMEOUT = "5s"
+# What a cut link costs (docs/hosts.md): the scheduler drops a worker, and gives its tasks
+# to others, when its connection to the worker breaks (TCP_TIMEOUT: data unacknowledged
+# that long; distributed's default 30 s), or earlier after WORKER_TTL without a heartbeat
+# (default 5 minutes) plus the connect timeout of its request to the worker's nanny to
+# restart it (default 30 s), which a host that is gone never answers.
+# The lab's (docs/hosts.md): the TCP timeout short, the lowest distributed takes (it
+# is the kernel's: acknowledgements do not wait for a busy worker); the TTL left long,
+# since a worker dropped for a late heartbeat is restarted, its guests with it.
+WORKER_TTL = "300s"
+CONNECT_TIMEOUT = "30s"
+TCP_TIMEOUT = "12s"
 OURS = re.compile(r"^crashlab-cl(\d+)-\w+$|^cl(\d+)br$")
 
 
@@ -148,6 +155,7 @@ class Netlab:
             env={
                 "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": WORKER_TTL,
                 "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": CONNECT_TIMEOUT,
+                "DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": TCP_TIMEOUT,
             },
         )  # fmt: skip
 
@@ -163,16 +171,15 @@ class Netlab:
         )  # fmt: skip
 
     def wait_for_workers(self, n: int, timeout: float = 90.0) -> None:
-        """Until ``n`` workers have joined the scheduler (asked from the client's side)."""
-        from distributed import Client
-
+        """Until ``n`` workers have joined the scheduler (asked from the client's side,
+        as the lab connects: a scheduler that accepts and never answers is a failure)."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                with Client(self.address, timeout="5s") as c:
+                with distributed.connect(self.address) as c:
                     c.wait_for_workers(n, timeout=max(1.0, deadline - time.monotonic()))
                     return
-            except (OSError, TimeoutError):
+            except (InputError, TimeoutError):
                 if time.monotonic() > deadline:
                     raise TimeoutError(self.logs()) from None
                 time.sleep(0.5)

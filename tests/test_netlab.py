@@ -213,14 +213,10 @@ def test_an_address_that_does_not_answer_exits_2(
 
 
 @pytest.mark.vm
-def test_a_ci_campaign_across_hosts(
-    guest_image: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_ci_campaign_across_hosts(guest_image: object, tmp_path: Path) -> None:
     """campaigns/ci.toml (two ext2-fsync elements with real guests) across the two worker
     namespaces, each booting from the image shipped into its own cache; one worker's link
     cut as it begins its element: that element runs again on the other host."""
-    # Two TCG guests on two cores may hold a worker's heartbeat past 5 s.
-    monkeypatch.setattr(netlab, "WORKER_TTL", "30s")
     f, db = paths.REPO / "campaigns" / "ci.toml", tmp_path / "lab.sqlite"
     with netlab.netlab(
         tmp_path / "hosts", ship_from=paths.cache_dir(), image_hash=campaign_dask.image_hash()

@@ -21,14 +21,17 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import netlab
 import pytest
 from test_campaign_dask import duplicates, fake_cache
-from test_dask import BIN
+from test_dask import BIN, states_of
+from test_parallel import _ext4_log
 
 from harness import outcome, paths
 from harness.campaign import on_dask as campaign_dask
+from harness.check import distributed, parallel
 from harness.store.db import Store
 
 pytestmark = pytest.mark.skipif((why := netlab.available()) is not None, reason=f"no netlab: {why}")
@@ -184,6 +187,43 @@ def reference_findings(tmp_path: Path, d: Path) -> int:
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     [(_, n)] = findings(db).values()
     return n
+
+
+def test_host_checks_across_hosts_with_a_cut_link(tmp_path: Path, lab: netlab.Netlab) -> None:
+    """`--dask` host checks (check.guest=false): the log scattered to the workers over the
+    lab's network; after the first result, the link cut of the worker that holds the log
+    (Dask keeps one copy: its memory manager drops the broadcast's others within 2 s), so
+    the cluster loses it: every state still once, each with the outcome one core gives."""
+    log, size = _ext4_log(tmp_path)
+    states = states_of(log)
+    got: list[tuple[str, str]] = []
+    holders: tuple[str, ...] = ()
+    t0 = time.monotonic()
+    with distributed.client(lab.address) as c:
+        for s, r in distributed.host_checks(c, log, states, "ext4", size):
+            got.append((s.id, r.outcome))
+            if len(got) == 1:
+                holders = log_holders(c)
+                victim = next(h for h in lab.workers if f"//{h.address}:" in holders[0])
+                lab.cut(victim)
+    print(f"\nhost checks across hosts, the log's holder cut: {time.monotonic() - t0:.1f} s")
+    if len(holders) == 1:
+        assert "lose scattered data" in lab.scheduler.log()
+    assert len(got) == len(states) == len({sid for sid, _ in got})
+    one = {
+        s.id: r.outcome for s, r in parallel.check_run(log, states, "ext4", size, tmp_path / "seq")
+    }
+    assert dict(got) == one
+
+
+def log_holders(c: Any, wait: float = 5.0) -> tuple[str, ...]:
+    """The workers that hold the scattered log, once they are one (or after ``wait``)."""
+    deadline = time.monotonic() + wait
+    while True:
+        held = [w for k, w in c.who_has().items() if str(k).startswith("bytes-")]
+        if held and (len(held[0]) == 1 or time.monotonic() > deadline):
+            return tuple(held[0])
+        time.sleep(0.2)
 
 
 @pytest.mark.parametrize("where", ["in-subnet", "no-route"])

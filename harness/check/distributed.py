@@ -143,16 +143,60 @@ def host_checks(
     size: int,
     timeout: float | None = None,
 ) -> Iterator[tuple[CrashState, check.CheckResult]]:
-    """Yield (state, host check) for ``states``, one finished task at a time."""
-    from distributed import as_completed
+    """Yield (state, host check) for ``states``, one finished task at a time.
 
+    The log is scattered again, and the runs not yet yielded submitted again, when the
+    cluster lost it: Dask keeps one copy of scattered data however widely it was
+    broadcast (its memory manager drops the others), cannot recompute it, and cancels
+    every task that needs it when the worker holding it goes away (a cut link).
+    """
     workers = max(1, len(c.scheduler_info().get("workers", {})))
-    runs = parallel.split(states, workers * TASKS_PER_WORKER)
+    runs = dict(enumerate(parallel.split(states, workers * TASKS_PER_WORKER)))
     data = log_path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()[:16]
+    by_id = {s.id: s for run in runs.values() for s in run}
+    for attempt in range(1 + LOG_LOSSES):
+        try:
+            for i, results in _submitted(c, data, digest, runs, fs, size, timeout, attempt):
+                del runs[i]  # before the yield: a run is never yielded twice
+                for sid, result in results:
+                    yield by_id[sid], result
+            return
+        except _LogLost:
+            continue
+    raise HarnessError(
+        f"the Dask cluster lost the scattered log {LOG_LOSSES + 1} times",
+        detail=f"{len(runs)} run(s) of states unchecked",
+        hint="are workers leaving the cluster? `dask worker` logs say why",
+    )
+
+
+LOG_LOSSES = 3  # workers lost while they held the log, before the run gives up
+
+
+class _LogLost(Exception):
+    """The worker holding the scattered log left: its dependents were cancelled."""
+
+
+def _submitted(
+    c: Any,
+    data: bytes,
+    digest: str,
+    runs: dict[int, list[CrashState]],
+    fs: str,
+    size: int,
+    timeout: float | None,
+    attempt: int,
+) -> Iterator[tuple[int, list[tuple[str, check.CheckResult]]]]:
+    """(index, results) of each of ``runs`` as its task finishes, the log scattered once.
+
+    :raise _LogLost: the cluster lost the log (a task cancelled for want of it).
+    """
+    from distributed import as_completed
+    from distributed.client import FutureCancelledError
+
     [log] = c.scatter([data], broadcast=True, hash=False)
-    by_id = {s.id: s for run in runs for s in run}
-    futures = [
+    futures = {
         c.submit(
             _task,
             log,
@@ -161,23 +205,25 @@ def host_checks(
             fs,
             size,
             timeout,
-            key=f"crashlab-check-{digest}-{i}-{run[0].id}",
+            key=f"crashlab-check-{digest}-{i}-{run[0].id}-{attempt}",
             pure=False,
-        )
-        for i, run in enumerate(runs)
-    ]
+        ): i
+        for i, run in runs.items()
+    }
     try:
         for fut in as_completed(futures):
             try:
                 results = fut.result()
             except Exception as e:  # KilledWorker, a lost scheduler, a bug in a task
+                if isinstance(e, FutureCancelledError) and log.status != "finished":
+                    raise _LogLost from None
                 raise HarnessError(
                     f"a Dask host-check task failed: {type(e).__name__}", detail=str(e)[-3000:]
                 ) from None
-            for sid, result in results:
-                yield by_id[sid], result
+            yield futures[fut], results
     finally:
-        c.cancel(futures)
+        c.cancel(list(futures))
+        c.cancel([log])
 
 
 def scratch_dir() -> Path:

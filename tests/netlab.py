@@ -54,6 +54,7 @@ WORKER_PORT, NANNY_PORT = 8788, 8789
 WORKER_TTL = "300s"
 CONNECT_TIMEOUT = "30s"
 TCP_TIMEOUT = "12s"
+GRACE = 5.0  # seconds the lab's processes have to stop on SIGTERM
 OURS = re.compile(r"^crashlab-cl(\d+)-\w+$|^cl(\d+)br$")
 
 
@@ -192,10 +193,19 @@ class Netlab:
         return "\n".join(f"--- {h.ns}\n{h.log()[-2000:]}" for h in self.hosts)
 
     def close(self) -> None:
+        # Workers first, then the scheduler; SIGTERM, so an element's process removes its
+        # scratch files (/dev/shm) as a stopped run does, and multiprocessing's resource
+        # tracker its semaphores once the rest is gone; SIGKILL what is left after GRACE.
         for h in reversed(self.hosts):
             if h.popen is not None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(h.popen.pid, signal.SIGKILL)
+                    os.killpg(h.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + GRACE
+        for h in reversed(self.hosts):
+            if h.popen is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    h.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+                _end_group(h.popen.pid, deadline)
                 h.popen.wait(timeout=30)
         for h in self.hosts:
             # The pair's root end first: a namespace is freed lazily, and with it its
@@ -203,6 +213,18 @@ class Netlab:
             ip("link", "del", h.veth, check=False)
             remove_namespace(h.ns)
         ip("link", "del", self.bridge, check=False)
+
+
+def _end_group(pgid: int, deadline: float) -> None:
+    """Until process group ``pgid`` is empty or ``deadline``; then SIGKILL what is left."""
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def ip(*args: str, check: bool = True) -> str:

@@ -25,7 +25,7 @@ import cloudpickle
 import dask
 import pytest
 import test_store
-from test_dask import BIN, scheduler  # noqa: F401 -- the fixture
+from test_dask import BIN, not_a_scheduler, scheduler  # noqa: F401 -- the fixture
 from test_store import check, new_run, state
 
 from harness import paths
@@ -298,15 +298,26 @@ def test_a_worker_without_the_image_stops_the_campaign(
         assert st.execute("SELECT DISTINCT status FROM campaign_elements") == [("pending",)]
 
 
-def test_an_unreachable_scheduler_exits_3_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["campaign", "run"])
+def test_an_address_where_no_scheduler_answers_exits_2_naming_it(
+    tmp_path: Path, command: str
+) -> None:
+    """Bad input, said before anything is recorded, with how to start a scheduler."""
     f = small_campaign(tmp_path, 1)
-    r = subprocess.run(
-        [BIN / "scenario", "campaign", "run", f, "--dask", "tcp://127.0.0.1:9",
-         "--db", tmp_path / "lab.sqlite"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert r.returncode == 3, r.stdout + r.stderr
-    assert "tcp://127.0.0.1:9" in r.stderr and "Traceback" not in r.stdout + r.stderr
+    with not_a_scheduler(b"HTTP/1.1 404 Not Found\r\n\r\n") as address:
+        what = (
+            ["campaign", "run", f]
+            if command == "campaign"
+            else ["run", "ext2-fsync", "--set", "check.guest=false"]
+        )
+        r = subprocess.run(
+            [BIN / "scenario", *what, "--dask", address, "--db", tmp_path / "lab.sqlite"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    out = r.stdout + r.stderr
+    assert r.returncode == 2, out
+    assert address in out and "dask scheduler --host" in out and "Traceback" not in out
+    assert not (tmp_path / "lab.sqlite").exists()
 
 
 # --- with real guests -----------------------------------------------------------------------

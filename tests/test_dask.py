@@ -4,13 +4,16 @@ run again elsewhere; no state is lost or yielded twice)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +24,7 @@ from test_parallel import _ext4_log
 from harness import proc
 from harness.check import distributed, parallel
 from harness.config import scenario
-from harness.errors import HarnessError, InputError
+from harness.errors import InputError
 from harness.record import logwrites
 from harness.replay import crashstates
 
@@ -127,10 +130,47 @@ def test_a_worker_killed_mid_run_loses_nothing(tmp_path: Path, scheduler: str) -
             w.wait(timeout=30)
 
 
-def test_an_unreachable_scheduler_is_a_harness_error() -> None:
-    with pytest.raises(HarnessError, match="cannot reach the Dask scheduler"):  # noqa: SIM117
-        with distributed.client("tcp://127.0.0.1:9"):
-            pass
+@contextlib.contextmanager
+def not_a_scheduler(reply: bytes | None) -> Iterator[str]:
+    """A TCP port that accepts and then says nothing (``None``) or ``reply`` (another
+    service; this host's egress proxy answers every address with HTTP)."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        srv.settimeout(0.2)
+        held = []
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                conn, _ = srv.accept()
+                held.append(conn)
+                if reply is not None:
+                    conn.sendall(reply)
+        for conn in held:
+            conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield f"tcp://127.0.0.1:{srv.getsockname()[1]}"
+    finally:
+        stop.set()
+        t.join()
+        srv.close()
+
+
+@pytest.mark.parametrize("reply", [None, b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"])
+def test_an_address_where_no_scheduler_answers_is_bad_input(reply: bytes | None) -> None:
+    with not_a_scheduler(reply) as address:
+        t0 = time.monotonic()
+        with pytest.raises(InputError, match="no Dask scheduler answers there") as e:  # noqa: SIM117
+            with distributed.client(address):
+                pass
+    assert time.monotonic() - t0 < 15  # the connect timeout, not distributed's 30 s
+    assert "dask scheduler --host 127.0.0.1" in (e.value.hint or "")
+    assert f"dask worker {address}" in (e.value.hint or "")
+    with pytest.raises(InputError, match="no Dask scheduler answers there"):
+        distributed.client("tcp://127.0.0.1:9").__enter__()  # refused
 
 
 @pytest.mark.vm

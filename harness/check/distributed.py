@@ -23,6 +23,7 @@ one already. What the lab adds is only what makes it correct:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
@@ -37,18 +38,20 @@ from harness import proc
 from harness.check import host as check
 from harness.check import parallel
 from harness.config.crash import parse_dask_target as parse_target
-from harness.errors import HarnessError
+from harness.errors import HarnessError, InputError
 from harness.replay.crashstates import CrashState
 
 TASKS_PER_WORKER = 4
-CONNECT_TIMEOUT = "15s"
+# A scheduler on the lab's network answers in milliseconds; a wrong address should not
+# keep the user waiting (distributed's own default is 30 s).
+CONNECT_TIMEOUT = 5.0
 
 
 @contextlib.contextmanager
 def client(target: str) -> Iterator[Any]:
     """A Dask client for ``target`` (see ``parse_target``), closed on the way out.
 
-    :raise HarnessError: the scheduler cannot be reached (exit 3, never a finding).
+    :raise InputError: no scheduler answers at ``target`` (``connect``).
     """
     kind, arg = parse_target(target)
     try:
@@ -81,15 +84,55 @@ def client(target: str) -> Iterator[Any]:
                 # Registered after the client, so it runs first: while the workers live.
                 stack.callback(drop_scratch, c)
         else:
-            try:
-                c = stack.enter_context(Client(arg, timeout=CONNECT_TIMEOUT))
-            except OSError as e:
-                raise HarnessError(
-                    f"cannot reach the Dask scheduler at {arg}",
-                    detail=f"{e}\nstart one with `dask scheduler` and workers with "
-                    f"`dask worker {arg}`, or use --dask local:N",
-                ) from None
+            c = stack.enter_context(connect(arg))
         yield c
+
+
+async def _handshake(address: str) -> None:
+    """Dask's handshake with ``address``, bounded: distributed bounds the TCP connect but
+    not the first read, so a host that accepts and says nothing (a half-dead scheduler, a
+    filtered port) held ``Client()`` forever."""
+    from distributed.comm.core import connect as comm_connect
+
+    comm = await asyncio.wait_for(comm_connect(address, timeout=CONNECT_TIMEOUT), CONNECT_TIMEOUT)
+    await comm.close()
+
+
+def require_scheduler(target: str) -> None:
+    """A ``tcp://`` target (``check.dask``) answers, asked before a run records anything.
+
+    :raise InputError: it does not (``connect``).
+    """
+    if target and parse_target(target)[0] == "tcp":
+        connect(target).close()
+
+
+def connect(address: str) -> Any:
+    """A client of the scheduler at ``address``, within ``CONNECT_TIMEOUT``.
+
+    :raise InputError: nothing answers there as a Dask scheduler does (exit 2, before
+        anything is recorded): the address is the user's, and so is starting a scheduler.
+    """
+    from distributed import Client
+
+    try:
+        asyncio.run(_handshake(address))
+        return Client(address, timeout=CONNECT_TIMEOUT)
+    # Whatever answers: silence (OSError, TimeoutError), a refusal, or another service
+    # whose reply distributed reads as a frame length (MemoryError for 3 EiB: an HTTP
+    # proxy on the address). None of them is a scheduler.
+    except Exception as e:
+        host = address.split("://", 1)[1].rsplit(":", 1)[0]
+        raise InputError(
+            f"--dask {address}: no Dask scheduler answers there",
+            detail="something answered, but not as a Dask scheduler does"
+            if isinstance(e, MemoryError)
+            else f"{type(e).__name__} within {CONNECT_TIMEOUT:.0f} s: {str(e)[:300] or '-'}",
+            hint=f"start one on that host with `dask scheduler --host {host} --port"
+            f" {address.rsplit(':', 1)[1]}` and a worker on each lab host with `dask worker"
+            f" {address} --worker-port 8788 --nanny-port 8789` (docs/hosts.md),"
+            " or use --dask local:N",
+        ) from None
 
 
 def host_checks(
@@ -100,16 +143,60 @@ def host_checks(
     size: int,
     timeout: float | None = None,
 ) -> Iterator[tuple[CrashState, check.CheckResult]]:
-    """Yield (state, host check) for ``states``, one finished task at a time."""
-    from distributed import as_completed
+    """Yield (state, host check) for ``states``, one finished task at a time.
 
+    The log is scattered again, and the runs not yet yielded submitted again, when the
+    cluster lost it: Dask keeps one copy of scattered data however widely it was
+    broadcast (its memory manager drops the others), cannot recompute it, and cancels
+    every task that needs it when the worker holding it goes away (a cut link).
+    """
     workers = max(1, len(c.scheduler_info().get("workers", {})))
-    runs = parallel.split(states, workers * TASKS_PER_WORKER)
+    runs = dict(enumerate(parallel.split(states, workers * TASKS_PER_WORKER)))
     data = log_path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()[:16]
+    by_id = {s.id: s for run in runs.values() for s in run}
+    for attempt in range(1 + LOG_LOSSES):
+        try:
+            for i, results in _submitted(c, data, digest, runs, fs, size, timeout, attempt):
+                del runs[i]  # before the yield: a run is never yielded twice
+                for sid, result in results:
+                    yield by_id[sid], result
+            return
+        except _LogLost:
+            continue
+    raise HarnessError(
+        f"the Dask cluster lost the scattered log {LOG_LOSSES + 1} times",
+        detail=f"{len(runs)} run(s) of states unchecked",
+        hint="are workers leaving the cluster? `dask worker` logs say why",
+    )
+
+
+LOG_LOSSES = 3  # workers lost while they held the log, before the run gives up
+
+
+class _LogLost(Exception):
+    """The worker holding the scattered log left: its dependents were cancelled."""
+
+
+def _submitted(
+    c: Any,
+    data: bytes,
+    digest: str,
+    runs: dict[int, list[CrashState]],
+    fs: str,
+    size: int,
+    timeout: float | None,
+    attempt: int,
+) -> Iterator[tuple[int, list[tuple[str, check.CheckResult]]]]:
+    """(index, results) of each of ``runs`` as its task finishes, the log scattered once.
+
+    :raise _LogLost: the cluster lost the log (a task cancelled for want of it).
+    """
+    from distributed import as_completed
+    from distributed.client import FutureCancelledError
+
     [log] = c.scatter([data], broadcast=True, hash=False)
-    by_id = {s.id: s for run in runs for s in run}
-    futures = [
+    futures = {
         c.submit(
             _task,
             log,
@@ -118,23 +205,25 @@ def host_checks(
             fs,
             size,
             timeout,
-            key=f"crashlab-check-{digest}-{i}-{run[0].id}",
+            key=f"crashlab-check-{digest}-{i}-{run[0].id}-{attempt}",
             pure=False,
-        )
-        for i, run in enumerate(runs)
-    ]
+        ): i
+        for i, run in runs.items()
+    }
     try:
         for fut in as_completed(futures):
             try:
                 results = fut.result()
             except Exception as e:  # KilledWorker, a lost scheduler, a bug in a task
+                if isinstance(e, FutureCancelledError) and log.status != "finished":
+                    raise _LogLost from None
                 raise HarnessError(
                     f"a Dask host-check task failed: {type(e).__name__}", detail=str(e)[-3000:]
                 ) from None
-            for sid, result in results:
-                yield by_id[sid], result
+            yield futures[fut], results
     finally:
-        c.cancel(futures)
+        c.cancel(list(futures))
+        c.cancel([log])
 
 
 def scratch_dir() -> Path:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import filesystems, paths
+from harness.check import distributed
 from harness.cli import backend, ui
 from harness.config import scenario
 from harness.crashstate import recording, statelog, stored
@@ -90,6 +91,8 @@ def run_and_report(sc: Any, db: Path | None, *, fresh: bool) -> int:
     """Run scenario ``sc`` on the lifecycle with a progress line, print its summary and
     the run log's path; the run's exit status."""
     backend.select_for(sc)
+    # A Dask address that does not answer is bad input: said now, not after the recording.
+    distributed.require_scheduler(getattr(getattr(sc, "check", None), "dask", ""))
     db = db or paths.default_db()
     db.parent.mkdir(parents=True, exist_ok=True)
     with ui.progress(sc.name) as progress:

@@ -191,6 +191,8 @@ class RunRow:
             "summary": self.summary,
             "outcome_counts": dict(self.outcome_counts),
             "expected_outcomes": dict(self.account.expected),
+            # the account's one rule (harness/outcome.py): what the dashboard counts too
+            "findings": self.account.findings,
             "exit_status": self.exit_status,
         }
 

@@ -311,6 +311,11 @@ class StoreReads:
         )
         return {str(r[0]) for r in rows}
 
+    def has_rows(self, sql: str) -> bool:
+        """Whether a query (a chart's, with no parameter) returns a row: what the
+        dashboard asks before it draws axes."""
+        return self._conn.execute(f"SELECT 1 FROM ({sql}) LIMIT 1").fetchone() is not None
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Any statement, autocommitted: for tests and the store's own modules. The rest
         of the harness calls named methods (tests/test_layering.py holds it to that)."""

@@ -14,10 +14,11 @@ import logging
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from harness.check import promises
 from harness.check.host import CheckResult
 from harness.config.crash import FsSpec
 from harness.errors import GuestError, GuestMessageError, GuestPanic, GuestTimeout, HarnessError
@@ -251,17 +252,24 @@ def judge(facts: contract.CheckFacts) -> CheckResult:
         # The fio oracle's block classes (rule 12), found or not: kept last, so the tail
         # the store keeps always says what the state held.
         out.append("fio blocks: " + json.dumps(verify["blocks"], separators=(",", ":")))
-    return CheckResult(
+    verdict = reduce(outcomes)
+    judged = CheckResult(
         "guest",
         "mount+verify",
-        reduce(outcomes),
+        verdict,
         fsck.rc if fsck is not None else None,
         sum(phases.values()),
         _output(out, facts),
         phases,
         note=note,
         classes=classes,
+        profile=str(verify.get("profile") or "") if verify else "",
+        promise=str(verify.get("promise") or "") if verify else "",
     )
+    if verdict is not Outcome.DATA_LOSS:
+        return judged
+    # the rule now, while the note is whole: a twin that takes this verdict has none
+    return replace(judged, rule=promises.rule_of(verdict, [judged])[0])
 
 
 def _mount_failure(mount: contract.Command) -> Outcome:

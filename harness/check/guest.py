@@ -252,24 +252,25 @@ def judge(facts: contract.CheckFacts) -> CheckResult:
         # The fio oracle's block classes (rule 12), found or not: kept last, so the tail
         # the store keeps always says what the state held.
         out.append("fio blocks: " + json.dumps(verify["blocks"], separators=(",", ":")))
-    verdict = reduce(outcomes)
     judged = CheckResult(
-        "guest",
-        "mount+verify",
-        verdict,
-        fsck.rc if fsck is not None else None,
-        sum(phases.values()),
-        _output(out, facts),
-        phases,
-        note=note,
-        classes=classes,
-        profile=str(verify.get("profile") or "") if verify else "",
-        promise=str(verify.get("promise") or "") if verify else "",
-    )
-    if verdict is not Outcome.DATA_LOSS:
+        "guest", "mount+verify", reduce(outcomes), fsck.rc if fsck is not None else None,
+        sum(phases.values()), _output(out, facts), phases, note=note, classes=classes,
+    )  # fmt: skip
+    return _promised(judged, verify)
+
+
+def _promised(judged: CheckResult, verify: dict[str, Any] | None) -> CheckResult:
+    """``judged`` with the oracle's profile and the promise its finding broke, and the
+    rule now, while the note is whole (a twin that takes this verdict has none)."""
+    if not verify:
         return judged
-    # the rule now, while the note is whole: a twin that takes this verdict has none
-    return replace(judged, rule=promises.rule_of(verdict, [judged])[0])
+    rule = promises.rule_of(judged.outcome, [judged])[0]
+    return replace(
+        judged,
+        profile=str(verify.get("profile") or ""),
+        promise=str(verify.get("promise") or ""),
+        rule=rule if judged.outcome is Outcome.DATA_LOSS else "",
+    )
 
 
 def _mount_failure(mount: contract.Command) -> Outcome:

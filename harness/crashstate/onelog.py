@@ -312,9 +312,9 @@ def _promise(verdict: Outcome, results: Sequence[check.CheckResult]) -> Promise 
     """The profile the state was judged by and, for a finding, the promise and rule it
     broke (harness/check/promises.py); None where no oracle judged it."""
     profile, broken = promises.broken(verdict, results)
-    if profile is None and verdict in (Outcome.MOUNT_FAILED, Outcome.UNREPAIRABLE):
+    if profile is None and is_finding(verdict) and verdict is not Outcome.DATA_LOSS:
         # no oracle got to judge it (the mount came first), and none needs to: a refused
-        # mount or lasting damage breaks the floor under every profile
+        # mount or damage a checker found breaks the floor under every profile
         return Promise(None, "posix", promises.rule_of(verdict, results)[0])
     if profile is None:
         return None

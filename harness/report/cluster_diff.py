@@ -128,7 +128,13 @@ def columns(store: Store, names: Sequence[str]) -> tuple[list[Column], list[str]
 def _add(store: Store, col: Column, run_id: str, notes: list[str]) -> None:
     run = store.run(run_id)
     if run.kind != "search":
-        notes.append(f"run {run.id} is a {run.kind} run: only search runs' findings cluster")
+        # one note per column and kind: a campaign of crash runs has dozens
+        note = f"{col.label}: {run.kind} runs have no search findings to cluster:"
+        at = next((i for i, n in enumerate(notes) if n.startswith(note)), None)
+        if at is None:
+            notes.append(f"{note} {run.id}")
+        else:
+            notes[at] += f" {run.id}"
     elif str(run.status) != "done":
         notes.append(f"run {run.id} ({run.scenario}) is {run.status}: its findings so far")
     col.add(run.id, search.clusters(store, run.id) if run.kind == "search" else [])

@@ -232,7 +232,15 @@ TABLES: dict[str, tuple[str, dict[str, str]]] = {
     ),
     "verdicts": (
         "A state's final outcome; its presence means the state is done.",
-        {"outcome": _OUTCOME, "decided_at": "UTC, ISO 8601"},
+        {
+            "outcome": _OUTCOME,
+            "decided_at": "UTC, ISO 8601",
+            "profile": "the guarantee profile the oracle judged it by: posix, fsync-names,"
+            " ordered-metadata (empty: stored before schema 10, or no oracle)",
+            "promise": "a finding's weakest broken promise: posix is the floor, the others"
+            " are stronger than POSIX (docs/verdicts.md)",
+            "rule": "the oracle rule it broke, or the checker that saw it",
+        },
     ),
     "zfs_scans": (
         "ZFS scrub and resilver timings.",

@@ -133,3 +133,26 @@ def test_what_is_stored_and_what_a_twin_takes_again() -> None:
     assert onelog._promise(mount.outcome, [mount]) == Promise(None, "posix", "guest mount")
     clean = guestcheck.judge(facts(verify={"ok": True, "profile": "posix", "promise": None}))
     assert onelog._promise(clean.outcome, [clean]) == Promise("posix")
+
+
+def test_triage_reports_the_stored_promise_or_the_oracle_s_profile() -> None:
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from harness.triage import report
+
+    def result(promise: Promise | None, oracle: dict[str, Any]) -> Any:
+        return cast(Any, SimpleNamespace(target=SimpleNamespace(promise=promise, oracle=oracle)))
+
+    stored = result(Promise("fsync-names", "fsync-names", "file-missing"), {})
+    assert report.promise(stored) == ("fsync-names", "fsync-names", "file-missing")
+    rows = dict(map(report._split, promises.explain(*report.promise(stored))))
+    assert rows["judged by"] == "fsync-names"
+    assert rows["promise broken"].startswith("fsync-names (stronger than POSIX) -- journaled")
+    assert rows["rule"].startswith("file-missing -- rule 1: a durable name must exist")
+    # a state stored before schema 10: its run's oracle's profile, nothing of the break
+    old = result(None, {"fsync_names": False, "marks": []})
+    assert report.promise(old) == ("posix", None, None)
+    assert promises.explain(None, None, None) == [
+        "promise: not stored (checked before the lab kept it, or no oracle)"
+    ]

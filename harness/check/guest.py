@@ -14,10 +14,11 @@ import logging
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from harness.check import promises
 from harness.check.host import CheckResult
 from harness.config.crash import FsSpec
 from harness.errors import GuestError, GuestMessageError, GuestPanic, GuestTimeout, HarnessError
@@ -251,16 +252,24 @@ def judge(facts: contract.CheckFacts) -> CheckResult:
         # The fio oracle's block classes (rule 12), found or not: kept last, so the tail
         # the store keeps always says what the state held.
         out.append("fio blocks: " + json.dumps(verify["blocks"], separators=(",", ":")))
-    return CheckResult(
-        "guest",
-        "mount+verify",
-        reduce(outcomes),
-        fsck.rc if fsck is not None else None,
-        sum(phases.values()),
-        _output(out, facts),
-        phases,
-        note=note,
-        classes=classes,
+    judged = CheckResult(
+        "guest", "mount+verify", reduce(outcomes), fsck.rc if fsck is not None else None,
+        sum(phases.values()), _output(out, facts), phases, note=note, classes=classes,
+    )  # fmt: skip
+    return _promised(judged, verify)
+
+
+def _promised(judged: CheckResult, verify: dict[str, Any] | None) -> CheckResult:
+    """``judged`` with the oracle's profile and the promise its finding broke, and the
+    rule now, while the note is whole (a twin that takes this verdict has none)."""
+    if not verify:
+        return judged
+    rule = promises.rule_of(judged.outcome, [judged])[0]
+    return replace(
+        judged,
+        profile=str(verify.get("profile") or ""),
+        promise=str(verify.get("promise") or ""),
+        rule=rule if judged.outcome is Outcome.DATA_LOSS else "",
     )
 
 

@@ -42,6 +42,11 @@ class CheckResult:
     note: str = ""
     # Application patterns (harness/guest/apppat.py): what the state left of each target.
     classes: list[dict[str, Any]] = field(default_factory=list)
+    # The guest oracle's guarantee profile the state was judged by, and the weakest
+    # promise a failed requirement broke (harness/check/promises.py); "" where none.
+    profile: str = ""
+    promise: str = ""
+    rule: str = ""  # the oracle rule a data_loss broke (promises.rule_of), read from the note
 
 
 # e2fsck's exit bits that say the lab, not the filesystem, failed: usage error, cancelled,

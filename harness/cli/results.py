@@ -142,14 +142,25 @@ def _add_diffs(rsub: Any, common: argparse.ArgumentParser) -> None:
         "diff",
         parents=[common],
         help="two runs state by state, or two campaigns run by run: outcome changes, "
-        "recovery-time ratios",
+        "recovery-time ratios; --by cluster: search findings per cluster and kernel",
         description="Match the crash states of RUN_A and RUN_B by id (e.g. one scenario under"
         " two guest kernels). Given two campaign ids, pair their runs by element (scenario,"
         " --set items but the kernel, seed) and diff each pair; list runs only one has."
+        " With --by cluster: the findings of search runs grouped by symptom as `results"
+        " bugs` groups them, one column per run and per kernel of each campaign (two or"
+        " more runs or campaigns, or one campaign over several kernels), each cluster's"
+        " state to triage per column where it appears."
         " Exit 0; with --baseline, exit 1 if RUN_B (every run of CAMPAIGN_B) regresses.",
     )
     diff.add_argument("run_a", metavar="RUN_A|CAMPAIGN_A")
-    diff.add_argument("run_b", metavar="RUN_B|CAMPAIGN_B")
+    diff.add_argument("run_b", nargs="?", metavar="RUN_B|CAMPAIGN_B")
+    diff.add_argument("more", nargs="*", metavar="RUN|CAMPAIGN", help="--by cluster: more columns")
+    diff.add_argument(
+        "--by",
+        choices=("state", "cluster"),
+        default="state",
+        help="state (default): states by id, runs by element; cluster: search findings",
+    )
     diff.add_argument("--baseline", type=Path, metavar="FILE", help="also check RUN_B's runs")
     diff.set_defaults(func=cmd_diff)
 
@@ -394,6 +405,13 @@ def _export_junit(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
+    if args.by == "cluster":
+        return _diff_clusters(args)
+    if args.run_b is None or args.more:
+        raise InputError(
+            "results diff takes two runs or two campaigns",
+            hint="more, or one campaign over several kernels: --by cluster",
+        )
     baseline = rdiff.load_baseline(args.baseline) if args.baseline else None
     with _open(args) as store:
         ids = campaign_diff.campaign_ids(store, args.run_a, args.run_b)
@@ -420,6 +438,22 @@ def cmd_diff(args: argparse.Namespace) -> int:
         for report in reports:
             render.print_check(console, report)
     return outcome.status(finding=any(r.regressions for r in reports))
+
+
+def _diff_clusters(args: argparse.Namespace) -> int:
+    from harness.report import cluster_diff
+
+    if args.baseline:
+        raise InputError("--baseline checks runs: not with --by cluster")
+    names = [args.run_a, *([args.run_b] if args.run_b else []), *args.more]
+    with _open(args) as store:
+        d = cluster_diff.diff_clusters(store, names)
+    console = _console()
+    if args.json:
+        console.out(json.dumps(d.to_json(), indent=2))
+    else:
+        cluster_diff.print_diff(console, d)
+    return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:

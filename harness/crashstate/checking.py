@@ -33,7 +33,7 @@ from harness.record import logwrites
 from harness.replay import crashstates
 from harness.replay import replayer as replay
 from harness.replay.corrupt import zero_durable_block
-from harness.store.model import CheckRow
+from harness.store.model import CheckRow, Promise
 
 
 @dataclass
@@ -135,7 +135,7 @@ class _Ledger:
         found = self.reuse.judged(*pair) if self.reuse.judged else None
         if found is None:
             return None
-        self._judged[pair] = (found.ref, [_from_row(c) for c in found.checks])
+        self._judged[pair] = (found.ref, [_from_row(c, found.promise) for c in found.checks])
         return _reused(t, found.ref, self._judged[pair][1])
 
     def waits(self, t: Checked, src: Source) -> bool:
@@ -186,10 +186,16 @@ def _reused(t: Checked, ref: str, earlier: Sequence[check.CheckResult]) -> Check
     return t._replace(results=results, reused_from=ref)
 
 
-def _from_row(c: CheckRow) -> check.CheckResult:
-    return check.CheckResult(
+def _from_row(c: CheckRow, promise: Promise | None) -> check.CheckResult:
+    """A stored check as a result; the guest's with the stored profile, promise and rule
+    (the note they were read from is not kept)."""
+    r = check.CheckResult(
         c.stage, c.checker, Outcome(c.outcome), c.exit_status, c.seconds, c.output
     )
+    if promise is None or c.stage != "guest":
+        return r
+    p = promise
+    return replace(r, profile=p.profile or "", promise=p.broken or "", rule=p.rule or "")
 
 
 def _identities(src: Source, fast: Path, ledger: _Ledger) -> list[Checked]:

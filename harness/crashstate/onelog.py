@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from harness.check import host as check
+from harness.check import promises
 from harness.config.crash import (
     AppWorkload,
     FileWorkload,
@@ -35,12 +36,12 @@ from harness.config.crash import (
 from harness.crashstate import checking as states
 from harness.crashstate import recording, recoverycrash, reuse
 from harness.crashstate.run import Progress, Run
-from harness.outcome import expected_without_journal, reduce
+from harness.outcome import Outcome, expected_without_journal, is_finding, reduce
 from harness.record import fsstress, logwrites
 from harness.replay import crashstates
 from harness.store import db as store
 from harness.store import logevents
-from harness.store.model import ItemOutcome
+from harness.store.model import ItemOutcome, Promise
 
 log = logging.getLogger("crashlab.run")
 
@@ -303,7 +304,24 @@ def commit_state(
         ],
         recovery,
         verdict,
+        _promise(verdict, results),
     )
+
+
+def _promise(verdict: Outcome, results: Sequence[check.CheckResult]) -> Promise | None:
+    """The profile the state was judged by and, for a finding, the promise and rule it
+    broke (harness/check/promises.py); None where no oracle judged it."""
+    profile, broken = promises.broken(verdict, results)
+    if profile is None and is_finding(verdict) and verdict is not Outcome.DATA_LOSS:
+        # no oracle got to judge it (the mount came first), and none needs to: a refused
+        # mount or damage a checker found breaks the floor under every profile
+        return Promise(None, "posix", promises.rule_of(verdict, results)[0])
+    if profile is None:
+        return None
+    if not is_finding(verdict):
+        return Promise(profile)
+    rule = next((r.rule for r in results if r.rule), None) or promises.rule_of(verdict, results)[0]
+    return Promise(profile, broken, rule)
 
 
 def _record_classes(

@@ -827,11 +827,16 @@ def _promise(
     failed names (``posix`` when POSIX alone did), else the run's own."""
     if not failed or req is None:
         return None
-    profile = str(oracle.get("profile", profile_of(bool(oracle.get("fsync_names", True)))))
+    profile = _profile(oracle)
     for weaker, floor in req.get("floors", {}).items():  # weakest first
         if failed & {*floor["names"], *(floor["exact"] if exact else [])}:
             return str(weaker)
     return profile
+
+
+def _profile(oracle: dict[str, Any]) -> str:
+    """The profile a run's oracle judges by (one written before profiles: its fsync_names)."""
+    return str(oracle.get("profile", profile_of(bool(oracle.get("fsync_names", True)))))
 
 
 def _meta_ok(st: os.stat_result, want: dict[str, Any]) -> bool:
@@ -892,6 +897,7 @@ def verify(
         "mark": mark,
         "exact": exact,
         "known": req is not None,
+        "profile": _profile(oracle),
         "promise": _promise(oracle, req, failed, exact or mark in AFTER_FINAL),
         "checked": seen.checked,
         "missing": missing,

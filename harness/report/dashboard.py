@@ -37,6 +37,18 @@ FINDINGS_PER_CAMPAIGN = """SELECT c.name AS campaign, c.id AS campaign_id, c.sta
  ORDER BY c.started_at"""
 
 
+# The crash states' outcomes per filesystem, from the runs' stored accounts (what
+# `results show` prints), not counted again from the verdicts: an outcome the kind's rule
+# expects (ext2's repaired) is its own row. Runs with crash states only.
+OUTCOMES_BY_FS_MODE = """SELECT r.fs, r.data_mode, o.outcome, o.expected, o.counts_as,
+       sum(o.n) AS states
+  FROM v_run_outcomes o
+  JOIN v_runs r ON r.run_id = o.run_id
+ WHERE EXISTS (SELECT 1 FROM verdicts v WHERE v.run_id = o.run_id)
+ GROUP BY r.fs, r.data_mode, o.outcome, o.expected, o.counts_as
+ ORDER BY r.fs, r.data_mode, states DESC"""
+
+
 def kind_queries(store: Store) -> dict[str, tuple[str, str, str]]:
     """Canned queries (name -> title, description, SQL): ``table_KIND`` (n, mean, min,
     max per group) and ``table_KIND_outcomes`` (items per group and outcome) for every
@@ -111,6 +123,9 @@ def _outcomes(outcomes_sql: str) -> Chart:
                     "outcome", "outcome", scale={"domain": order, "range": list(COLOURS.values())}
                 ),
                 "order": {"field": "rank"},
+                # what the kind's rule expects: the outcome's colour, faded
+                "opacity": {"condition": {"test": "datum.expected", "value": 0.35}, "value": 1},
+                "detail": _n("expected", "expected"),
             },
             transform=[
                 _label("fs", "data_mode"),
@@ -196,22 +211,43 @@ def _io_per_cell(store: Store) -> Chart:
     )
 
 
-# The kinds' charts, as their records list them (harness/experiments/*/kind.py).
-RECOVERY_VS_SIZE = query.Panel("recovery_vs_size", _recovery_vs_size)
-RESILVER_VS_FILL = query.Panel("resilver_vs_fill", _resilver_vs_fill)
-PATTERN_CLASSES = query.Panel("pattern_classes", _pattern_classes)
-IO_PER_CELL = query.Panel("io_per_cell", _io_per_cell)
+# The kinds' charts, as their records list them (harness/experiments/*/kind.py), each
+# with the command that makes its first data.
+RECOVERY_VS_SIZE = query.Panel(
+    "recovery_vs_size", _recovery_vs_size, "scenario run recovery-vs-size"
+)
+RESILVER_VS_FILL = query.Panel("resilver_vs_fill", _resilver_vs_fill, "scenario run resilver-sweep")
+PATTERN_CLASSES = query.Panel("pattern_classes", _pattern_classes, "scenario run replace-rename")
+IO_PER_CELL = query.Panel("io_per_cell", _io_per_cell, "scenario run journal-cost")
+# ... and the lab's own two.
+_MAKE = {
+    "outcomes": "scenario run ext4-ordered-fsync",
+    "findings_per_nightly": "scenario campaign run campaigns/nightly.toml",
+}
 
 
 def charts(store: Store, db_name: str, outcomes_sql: str) -> dict[str, dict[str, Any]]:
     """slug -> the plugin's chart: title, database, SQL and Vega-Lite spec (``display``):
-    the lab's two, then every kind's."""
+    the lab's two, then every kind's. A chart whose query has no row in ``store`` (the
+    snapshot the page serves, so it stays true while served) is a note instead of empty
+    axes: no runs of this kind yet, and the command that makes one."""
     out = {"outcomes": _outcomes(outcomes_sql), "findings_per_nightly": _findings_per_nightly()}
-    out |= {p.slug: p.build(store) for p in query.panels()}
+    make = dict(_MAKE)
+    for p in query.panels():
+        out[p.slug], make[p.slug] = p.build(store), p.make
     return {
-        slug: {"title": title, "db": db_name, "query": sql, "library": "vega-lite", "display": spec}
+        slug: (
+            {"title": title, "db": db_name, "query": sql, "library": "vega-lite", "display": spec}
+            if store.has_rows(sql)
+            else {"title": title, "library": "markdown", "display": empty(title, make[slug])}
+        )
         for slug, (title, sql, spec) in out.items()
     }
+
+
+def empty(title: str, make: str) -> str:
+    """What an empty chart says instead of empty axes."""
+    return f"**{title}**\n\nNo runs of this kind yet. Make one with `{make}`."
 
 
 def layout() -> list[list[str]]:

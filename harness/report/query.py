@@ -106,6 +106,7 @@ class Panel:
 
     slug: str
     build: Callable[[Store], tuple[str, str, dict[str, Any]]]
+    make: str  # the command that makes its first data (what an empty chart says)
 
 
 # The one way up from report/, and why: a table, a chart or a panel belongs to the

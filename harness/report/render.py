@@ -12,6 +12,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from harness.check import promises
 from harness.outcome import Outcome, is_finding, is_harness
 from harness.report import campaign_diff, query
 from harness.report import diff as rdiff
@@ -71,6 +72,7 @@ def _head(d: RunDetail) -> Table:
         ("tools", esc(", ".join(f"{k} {v}" for k, v in sorted(r.tool_versions.items())) or "-")),
         *((("states", esc(reuse_line(d.reuse))),) if d.reuse else ()),
         ("outcomes", account_markup(r) or "no states checked"),
+        *((("judged by", esc(judged_by(d.states))),) if judged_by(d.states) else ()),
         ("exit status", exit_markup(r)),
     ):
         head.add_row(key, value)
@@ -105,12 +107,14 @@ def _print_states(console: Console, states: Sequence[StateRow]) -> None:
     unchecked = sum(1 for s in states if s.outcome is None)
     if flagged:
         st = Table(title="states that were not consistent", title_justify="left")
-        for col in ("state", "outcome", "generator", "last mark", "description", "checks"):
+        cols = ("state", "outcome", "promise broken", "generator", "last mark", "description")
+        for col in (*cols, "checks"):
             st.add_column(col, overflow="fold")
         for s in flagged[:SHOWN_STATES]:
             st.add_row(
                 esc(s.id),
                 outcome_markup(s.outcome or ""),
+                esc(promise_cell(s)),
                 esc(s.generator),
                 esc(s.last_mark or "-"),
                 esc(s.description),
@@ -125,10 +129,27 @@ def _print_states(console: Console, states: Sequence[StateRow]) -> None:
         console.print(st)
         if len(flagged) > SHOWN_STATES:
             console.print(f"… and {len(flagged) - SHOWN_STATES} more: use --json for all")
+        for name in sorted({s.promise.broken for s in flagged if s.promise and s.promise.broken}):
+            console.print(f"{name}: {promises.PROFILES.get(name, '?')}", markup=False)
     elif states:
         console.print("every checked state was consistent")
     if unchecked:
         console.print(f"{unchecked} state(s) recorded but not checked (resume the run)")
+
+
+def judged_by(states: Sequence[StateRow]) -> str:
+    """The guarantee profile(s) the run's states were judged by (docs/verdicts.md)."""
+    return ", ".join(sorted({s.promise.profile for s in states if s.promise and s.promise.profile}))
+
+
+def promise_cell(s: StateRow) -> str:
+    """A finding's promise at a glance: the POSIX floor or a stronger profile's, and the
+    rule; "-" where none is stored (before schema 10, or no oracle judged it)."""
+    p = s.promise
+    if p is None or not (p.broken or p.rule):
+        return "-"
+    floor = "" if p.broken is None else (" (POSIX floor)" if p.broken == "posix" else " (> POSIX)")
+    return f"{p.broken or '-'}{floor}: {p.rule or '-'}"
 
 
 def print_items(console: Console, items: Sequence[Mapping[str, Any]]) -> None:

@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.outcome import FINDINGS, HARNESS, Outcome, by_severity
-from harness.report.dashboard import FINDINGS_PER_CAMPAIGN, SLUG, dashboard, kind_queries
+from harness.report.dashboard import (
+    FINDINGS_PER_CAMPAIGN,
+    OUTCOMES_BY_FS_MODE,
+    SLUG,
+    dashboard,
+    kind_queries,
+)
 from harness.report.search import CLUSTERS_SQL
 from harness.store.db import Store
 
@@ -27,12 +33,10 @@ _HARNESS_WORDS = _words(HARNESS)
 CANNED_QUERIES: dict[str, tuple[str, str, str]] = {
     "outcomes_by_fs_mode": (
         "Outcomes by filesystem and data mode",
-        "How many checked crash states ended in each outcome.",
-        """SELECT fs, data_mode, outcome, count(*) AS states
-  FROM v_states
- WHERE outcome IS NOT NULL
- GROUP BY fs, data_mode, outcome
- ORDER BY fs, data_mode, states DESC""",
+        "How many checked crash states ended in each outcome, as the runs' accounts count"
+        " them (`scenario results show`): *expected* 1 where the kind's rule expects the"
+        " outcome (ext2's `repaired`), and how it counts (*counts_as*).",
+        OUTCOMES_BY_FS_MODE,
     ),
     "findings_per_run": (
         "Findings per run",
@@ -52,6 +56,10 @@ CANNED_QUERIES: dict[str, tuple[str, str, str]] = {
        recovery_seconds, description
   FROM v_states
  WHERE counts_as = 'finding'
+   -- and its run's account counts that outcome a finding: a run stored before the
+   -- account named its expected items (migration 9) has none marked in v_states
+   AND EXISTS (SELECT 1 FROM v_run_outcomes o WHERE o.run_id = v_states.run_id
+               AND o.outcome = v_states.outcome AND o.counts_as = 'finding')
    AND (:run = '' OR run_id LIKE :run || '%')
  ORDER BY run_id, prefix""",
     ),
@@ -224,7 +232,15 @@ TABLES: dict[str, tuple[str, dict[str, str]]] = {
     ),
     "verdicts": (
         "A state's final outcome; its presence means the state is done.",
-        {"outcome": _OUTCOME, "decided_at": "UTC, ISO 8601"},
+        {
+            "outcome": _OUTCOME,
+            "decided_at": "UTC, ISO 8601",
+            "profile": "the guarantee profile the oracle judged it by: posix, fsync-names,"
+            " ordered-metadata (empty: stored before schema 10, or no oracle)",
+            "promise": "a finding's weakest broken promise: posix is the floor, the others"
+            " are stronger than POSIX (docs/verdicts.md)",
+            "rule": "the oracle rule it broke, or the checker that saw it",
+        },
     ),
     "zfs_scans": (
         "ZFS scrub and resilver timings.",

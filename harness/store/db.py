@@ -37,6 +37,7 @@ from harness.store.model import (
     LogInfo,
     Phase,
     PhaseStats,
+    Promise,
     RunDetail,
     RunEnv,
     RunKind,
@@ -273,8 +274,10 @@ class Store(StoreReads, StoreQueries, StoreCampaigns):
         checks: Sequence[CheckResult],
         recovery: Mapping[Phase | str, float],
         verdict: Outcome | None = None,
+        promise: Promise | None = None,
     ) -> Outcome:
-        """Store a checked state in one transaction; returns its verdict.
+        """Store a checked state in one transaction; returns its verdict (and ``promise``:
+        the profile it was judged by, and what its finding broke).
 
         The verdict defaults to the worst check outcome. Recording a state again replaces
         its earlier results, so a resumed run may redo a state without duplicates -- except
@@ -316,9 +319,11 @@ class Store(StoreReads, StoreQueries, StoreCampaigns):
                 "INSERT INTO recovery_times (run_id, state_id, phase, seconds) VALUES (?, ?, ?, ?)",
                 [(*key, str(p), s) for p, s in phases.items()],
             )
+            p = promise or Promise(None)
             c.execute(
-                "INSERT INTO verdicts (run_id, state_id, outcome, decided_at) VALUES (?, ?, ?, ?)",
-                (*key, str(verdict), now),
+                "INSERT INTO verdicts (run_id, state_id, outcome, decided_at, profile, promise,"
+                " rule) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (*key, str(verdict), now, p.profile, p.broken, p.rule),
             )
         return verdict
 

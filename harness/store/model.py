@@ -119,10 +119,25 @@ class Judged:
     state_id: str
     verdict: Outcome
     checks: Sequence[CheckRow]
+    promise: Promise | None = None  # its profile and what it broke (schema 10)
 
     @property
     def ref(self) -> str:
         return f"{self.run_id}/{self.state_id}"
+
+
+@dataclass(frozen=True)
+class Promise:
+    """What a state was judged by and what its finding broke (schema 10; see
+    harness/check/promises.py): the oracle's guarantee profile, the weakest promise a
+    failed requirement broke (None: no finding, or none of the oracle's) and the rule."""
+
+    profile: str | None
+    broken: str | None = None
+    rule: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"profile": self.profile, "broken": self.broken, "rule": self.rule}
 
 
 @dataclass(frozen=True)
@@ -197,6 +212,8 @@ class RunRow:
             "summary": self.summary,
             "outcome_counts": dict(self.outcome_counts),
             "expected_outcomes": dict(self.account.expected),
+            # the account's one rule (harness/outcome.py): what the dashboard counts too
+            "findings": self.account.findings,
             "exit_status": self.exit_status,
         }
 
@@ -233,9 +250,11 @@ class StateRow:
     outcome: str | None  # None: recorded but not (yet) checked
     checks: Sequence[CheckRow]
     parent: str | None = None  # a recovery crash: the state whose recovery it cut
+    promise: Promise | None = None  # None: stored before schema 10, or no oracle judged it
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "promise": self.promise.to_json() if self.promise else None,
             "id": self.id,
             "generator": self.generator,
             "prefix": self.prefix,

@@ -18,6 +18,7 @@ from harness.store.model import (
     ItemOutcome,
     Judged,
     Phase,
+    Promise,
     RunDetail,
     RunRow,
     RunStatus,
@@ -122,10 +123,20 @@ class StoreReads:
         ):
             checks.setdefault(sid, []).append(CheckRow(*rest))
         states = [
-            StateRow(sid, gen, prefix, mark, desc, outcome, checks.get(sid, []), parent)
-            for sid, gen, prefix, mark, desc, outcome, parent in self._conn.execute(
+            StateRow(
+                sid,
+                gen,
+                prefix,
+                mark,
+                desc,
+                outcome,
+                checks.get(sid, []),
+                parent,
+                Promise(*promise) if any(promise) else None,
+            )
+            for sid, gen, prefix, mark, desc, outcome, parent, *promise in self._conn.execute(
                 "SELECT s.id, s.generator, s.prefix, s.last_mark, s.description, v.outcome,"
-                " s.parent"
+                " s.parent, v.profile, v.promise, v.rule"
                 " FROM crash_states s LEFT JOIN verdicts v"
                 " ON v.run_id = s.run_id AND v.state_id = s.id"
                 " WHERE s.run_id = ? ORDER BY s.prefix, s.id",
@@ -272,7 +283,8 @@ class StoreReads:
         either way the state named is the one that was checked."""
         harness = [str(o) for o in Outcome if is_harness(o)]
         row = self._conn.execute(
-            "SELECT s.run_id, s.id, s.reused_from, v.outcome FROM crash_states s"
+            "SELECT s.run_id, s.id, s.reused_from, v.outcome, v.profile, v.promise, v.rule"
+            " FROM crash_states s"
             " JOIN verdicts v ON v.run_id = s.run_id AND v.state_id = s.id"
             " WHERE s.identity = ? AND s.check_key = ?"
             f" AND v.outcome NOT IN ({', '.join('?' * len(harness))})"
@@ -281,7 +293,7 @@ class StoreReads:
         ).fetchone()
         if row is None:
             return None
-        run_id, state_id, reused_from, verdict = row
+        run_id, state_id, reused_from, verdict, *promise = row
         checks = [
             CheckRow(*r)
             for r in self._conn.execute(
@@ -292,7 +304,8 @@ class StoreReads:
         ]
         if reused_from:
             run_id, _, state_id = str(reused_from).partition("/")
-        return Judged(str(run_id), str(state_id), Outcome(verdict), checks)
+        judged = Promise(*promise) if any(promise) else None
+        return Judged(str(run_id), str(state_id), Outcome(verdict), checks, judged)
 
     def reuse_counts(self, run_id: str) -> dict[str, int]:
         """A crash run's states: generated (here: stored), distinct (by check key and
@@ -310,6 +323,11 @@ class StoreReads:
             "SELECT item FROM zfs_scans WHERE run_id = ? AND item IS NOT NULL", (run_id,)
         )
         return {str(r[0]) for r in rows}
+
+    def has_rows(self, sql: str) -> bool:
+        """Whether a query (a chart's, with no parameter) returns a row: what the
+        dashboard asks before it draws axes."""
+        return self._conn.execute(f"SELECT 1 FROM ({sql}) LIMIT 1").fetchone() is not None
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Any statement, autocommitted: for tests and the store's own modules. The rest

@@ -484,6 +484,17 @@ _MIGRATION_9 = [
     """,
 ]
 
+# 10: the promise a finding broke (issue 37): ``profile``, the oracle's guarantee profile
+# the state was judged by (posix, fsync-names, ordered-metadata); ``promise``, the weakest
+# of them a failed requirement broke (posix: the floor); ``rule``, the oracle rule or the
+# checker that saw it (harness/check/promises.py). NULL: stored before this migration, a
+# state no oracle judged, or (promise, rule) no finding.
+_MIGRATION_10 = [
+    "ALTER TABLE verdicts ADD COLUMN profile TEXT",
+    "ALTER TABLE verdicts ADD COLUMN promise TEXT",
+    "ALTER TABLE verdicts ADD COLUMN rule TEXT",
+]
+
 MIGRATIONS: list[list[str]] = [
     _MIGRATION_1,
     _MIGRATION_2,
@@ -494,6 +505,7 @@ MIGRATIONS: list[list[str]] = [
     _MIGRATION_7,
     _MIGRATION_8,
     _MIGRATION_9,
+    _MIGRATION_10,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 ZFS_SCAN_EXTRA = frozenset(

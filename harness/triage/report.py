@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import paths
+from harness.check import promises
 from harness.crashstate.statelog import file_name
 from harness.record import logwrites
 from harness.record.logwrites import SECTOR, Log
@@ -87,6 +88,7 @@ def summary(r: Result) -> dict[str, Any]:
         "run": t.run.id,
         "state": t.state.to_dict(),
         "verdict": str(t.verdict),
+        "promise": dict(zip(("profile", "broken", "rule"), promise(r), strict=True)),
         "symptom": _symptom(r.original),
         "base": {"text": r.delta.base_text, "symptom": _symptom(r.base)},
         "differing": {"kind": r.delta.kind, "before": len(r.delta.items), "after": len(s.items)},
@@ -285,6 +287,7 @@ def readme(r: Result, files: list[str]) -> str:
         f"| symptom | {r.original.text()} |",
         f"| outcome | {t.verdict} |",
         f"| oracle rule | {'; '.join(rules)} |",
+        *(f"| {k} | {v} |" for k, v in map(_split, promises.explain(*promise(r)))),
         f"| kernel | {kernel} |",
         f"| filesystem | {fs.type} on a {t.size}-byte device |",
         f"| mkfs | `{command(fs.mkfs_argv('$DEV'))}` |",
@@ -335,6 +338,23 @@ def readme(r: Result, files: list[str]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def promise(r: Result) -> tuple[str | None, str | None, str | None]:
+    """(profile judged by, promise broken, rule) of the triaged state: as stored, or for
+    a state stored before schema 10 the profile its run's oracle names."""
+    p, oracle = r.target.promise, r.target.oracle
+    if p is not None:
+        return p.profile, p.broken, p.rule
+    profile = oracle.get("profile") or (
+        None if not oracle else "fsync-names" if oracle.get("fsync_names", True) else "posix"
+    )
+    return (str(profile) if profile else None), None, None
+
+
+def _split(line: str) -> tuple[str, str]:
+    key, _, value = line.partition(": ")
+    return key, value
 
 
 _FILES = {

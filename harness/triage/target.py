@@ -22,7 +22,7 @@ from harness.outcome import Counted, Outcome, counts_as, expected_without_journa
 from harness.record import logwrites
 from harness.replay import crashstates
 from harness.store.db import Store
-from harness.store.model import CheckRow, RunRow
+from harness.store.model import CheckRow, Promise, RunRow
 
 
 class NotAFinding(InputError):
@@ -46,6 +46,9 @@ class Target:
     # A search run's workload (its recording facts: ``ace.describe``'s id, seq, index,
     # ops); empty for a run of one workload.
     workload: dict[str, Any] = field(default_factory=dict)
+    # The profile the state was judged by and the promise it broke, as stored (schema
+    # 10); None for a state stored before.
+    promise: Promise | None = None
 
     @property
     def kernel(self) -> str | None:
@@ -114,6 +117,7 @@ def load(state_id: str, db: Path) -> Target:
         rdir=where.rdir,
         log_path=where.log,
         workload=meta if where.workload else {},
+        promise=row.promise if row is not None else None,
     )
 
 

@@ -7,27 +7,19 @@ reports them so); the cluster lists its smallest workload first, the one to read
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from harness.check.host import CheckResult
+from harness.check.promises import rule_of
 from harness.outcome import Outcome
-
-# The oracle's verdict keys (harness/guest/oracle.py verify) -> the rule a state broke.
-MISMATCH_RULES = (
-    ("xattrs", "xattrs"),
-    ("prefix", "append-prefix"),
-    ("either", "rename-atomic"),
-    ("error", "unreadable"),
-)
 
 
 def of(
     verdict: Outcome, results: Sequence[CheckResult], workload: dict[str, Any], fs: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(cell, metrics) of one finding state of ``workload`` (``ace.describe``)."""
-    rule, path = _rule(verdict, results)
+    rule, path = rule_of(verdict, results)
     cell = {
         "fs": fs,
         "outcome": str(verdict),
@@ -40,32 +32,6 @@ def of(
     if path is not None:
         metrics["path"] = path
     return cell, metrics
-
-
-def _rule(verdict: Outcome, results: Sequence[CheckResult]) -> tuple[str, str | None]:
-    """The oracle rule a data_loss broke and the first name it broke it on; for the
-    other findings, which checker saw them."""
-    if verdict is not Outcome.DATA_LOSS:
-        seen = next((r for r in results if r.outcome is verdict), None)
-        return (f"{seen.stage} {seen.checker}" if seen else str(verdict)), None
-    note = next((r.note for r in results if r.note.startswith("{")), "")
-    try:
-        facts: dict[str, Any] = json.loads(note) if note else {}
-    except ValueError:  # cut at the store's length: the rule is still its first key
-        facts = {}
-    if facts.get("missing"):
-        path = str(facts["missing"][0])
-        return ("dir-missing" if path.endswith("/") else "file-missing"), path.rstrip("/")
-    for m in facts.get("mismatched", []):
-        for key, rule in MISMATCH_RULES:
-            if key in m:
-                return rule, m.get("path")
-        return "content", m.get("path")
-    if facts.get("present"):
-        return "removal-undone", str(facts["present"][0])
-    if facts.get("nlink"):
-        return "nlink", facts["nlink"][0].get("path")
-    return "data-loss", None
 
 
 def role(path: str | None, roles: dict[str, str]) -> str:

@@ -141,3 +141,17 @@ def test_ace_count_prints_each_family() -> None:
     )  # fmt: skip
     assert "ace seq-2: 51,097 valid of 56,445 indices; relog 7,708;" in r.stdout
     assert "data-ns-mix 1,008" in r.stdout
+
+
+def test_the_nightly_runs_every_family_on_the_newest_6_12_within_its_budget() -> None:
+    from harness import paths
+    from harness.config import campaign
+
+    camp = campaign.load(paths.REPO / "campaigns" / "nightly.toml")
+    runs = [scenario.load(el.scenario, el.overrides) for el in camp.elements]
+    fam = [sc for sc in runs if getattr(getattr(sc, "workload", None), "budget", "")]
+    assert {(str(sc.fs.type), sc.workload.family) for sc in fam} == {
+        (fs, f) for fs in ("btrfs", "ext4", "xfs") for f in families.FAMILIES
+    }
+    assert {sc.kernel for sc in fam} == {"6.12.117+deb12-amd64"}
+    assert sum(sc.workload.budget_seconds() for sc in fam) == 200 * 60  # the comment's

@@ -155,3 +155,35 @@ def test_the_nightly_runs_every_family_on_the_newest_6_12_within_its_budget() ->
     }
     assert {sc.kernel for sc in fam} == {"6.12.117+deb12-amd64"}
     assert sum(sc.workload.budget_seconds() for sc in fam) == 200 * 60  # the comment's
+
+
+def test_the_workloads_table_by_fs_and_family_from_a_fixture_store(tmp_path: Path) -> None:
+    """Counts from the store's outcome classes (outcome.py's rule), phases' seconds from
+    the workloads, the checks and run_phases; a phase no row holds prints as '-'."""
+    import io
+    import json as json_
+
+    from rich.console import Console
+
+    from harness.report import query
+    from harness.report.search import print_workloads
+    from harness.store.db import Store
+    from tests.synth import add_every_kind
+
+    with Store.open(tmp_path / "lab.db") as st:
+        search = add_every_kind(st)["search"]
+        st.add_phase_seconds(search, "boot:seq1-000000", "boot", 20.0)
+        st.add_phase_seconds(search, "cut:seq1-000001", "cut", 0.5)
+        table = query.grouped(st, "workloads", ["fs", "family"])
+    (g,) = table.groups
+    assert g.key == ("ext4", "all")
+    counted = {k: g.counts[k] for k in ("workloads", "generated", "distinct", "checked")}
+    assert counted == {"workloads": 2, "generated": 4, "distinct": 4, "checked": 4}
+    assert g.counts["findings"] == 1 == g.counts["data_loss"]
+    total = {p: s.n * s.mean for p, s in g.stats.items()}
+    assert total == pytest.approx({"record": 5.0, "boot": 20.0, "cut": 0.5, "host check": 0.4})
+    out = io.StringIO()
+    print_workloads(Console(file=out, width=250), table)
+    row = out.getvalue().splitlines()[-2].split()
+    assert row[:7] == ["ext4", "all", "2", "4", "4", "4", "1"] and row[11] == "-", row
+    assert json_.dumps(table.to_json())  # --json as well

@@ -484,6 +484,24 @@ _MIGRATION_9 = [
     """,
 ]
 
+# 10: the seconds of a run's phases no item row holds (issue 38): a search's recording
+# guest boots (one per batch, item "boot:N" counted from the batch's first workload),
+# and the cutting of crash states (item "cut:WORKLOAD", the replay walk of that
+# workload's states). Record seconds stay in each workload's observation, check seconds
+# in ``checks``. Stores before this migration have no rows here: their boot and cut read
+# as unknown, not as zero.
+_MIGRATION_10 = [
+    """
+    CREATE TABLE run_phases (
+        run_id   TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        item     TEXT NOT NULL,
+        phase    TEXT NOT NULL,
+        seconds  REAL NOT NULL,
+        PRIMARY KEY (run_id, item, phase)
+    )
+    """,
+]
+
 MIGRATIONS: list[list[str]] = [
     _MIGRATION_1,
     _MIGRATION_2,
@@ -494,6 +512,7 @@ MIGRATIONS: list[list[str]] = [
     _MIGRATION_7,
     _MIGRATION_8,
     _MIGRATION_9,
+    _MIGRATION_10,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 ZFS_SCAN_EXTRA = frozenset(
@@ -519,5 +538,6 @@ _TABLES = frozenset(
         "run_outcomes",
         "outcome_classes",
         "expected_items",
+        "run_phases",
     }
 )

@@ -140,6 +140,11 @@ class Search(lifecycle.Experiment):
             )
             for k, v in secs.items():
                 self.seconds[k] = self.seconds.get(k, 0.0) + v
+            if "boot" in secs:  # the recording guest's boot: no workload's alone
+                store = self.run.store
+                store.add_phase_seconds(
+                    self.run.run_id, f"boot:{batch[0]['id']}", "boot", secs["boot"]
+                )
 
     def _source(self, wid: str, rec: record.Recorded) -> checking.Source:
         lg = self._stack.enter_context(logwrites.open_log(rec.log))
@@ -192,8 +197,12 @@ class Search(lifecycle.Experiment):
             for src in self.sources.values()
         ]
         twins = reuse.for_run(self.run, self.sc.check, self.sc.crash, self.sc.fs)
+
+        def cut(src: checking.Source, seconds: float) -> None:
+            self.run.store.add_phase_seconds(self.run.run_id, f"cut:{src.key}", "cut", seconds)
+
         for c in checking.check_sources(
-            self.sc, self.sc.fs, sources, self.run.dir, self.run.progress, twins
+            self.sc, self.sc.fs, sources, self.run.dir, self.run.progress, twins, cut
         ):
             yield c.state, c
             if self.deadline is not None and time.monotonic() >= self.deadline:

@@ -198,7 +198,9 @@ def test_a_store_of_the_previous_schema_is_migrated_with_its_counts(tmp_path: Pa
         (old_v_runs,) = (s for s in schema._MIGRATION_2 if "CREATE VIEW v_runs" in s)
         (old_v_states,) = (s for s in schema._MIGRATION_2 if "CREATE VIEW v_states" in s)
         for stmt in (
-            # migration 9 (the stored classification) undone first
+            # migration 10 (the phases no item row holds) undone first, then 9 (the
+            # stored classification)
+            "DROP TABLE run_phases",
             "DROP VIEW v_states",
             old_v_states,
             "DROP VIEW v_runs",

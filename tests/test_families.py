@@ -187,3 +187,49 @@ def test_the_workloads_table_by_fs_and_family_from_a_fixture_store(tmp_path: Pat
     row = out.getvalue().splitlines()[-2].split()
     assert row[:7] == ["ext4", "all", "2", "4", "4", "4", "1"] and row[11] == "-", row
     assert json_.dumps(table.to_json())  # --json as well
+
+
+def test_a_budget_spent_mid_check_leaves_the_run_to_be_taken_up_where_it_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the host, the recorded fixture of tests/data/search: a budget spent after a few
+    states ends the run interrupted; the same command again resumes that run, records
+    nothing more and checks only the states left, until the run is done."""
+    from types import SimpleNamespace
+
+    from harness.crashstate import workloads as record
+    from harness.experiments import lifecycle
+    from harness.experiments.search import experiment
+    from harness.store.db import RunStatus, Store
+    from tests.synth import without_image
+    from tests.test_triage_search import FACTS, SETTINGS, lay_fixture
+
+    without_image(tmp_path, monkeypatch)
+    recorded: list[str] = []
+
+    def lay(rdir: Path, fs: object, workloads: list[dict[str, object]], **kw: object) -> object:
+        recorded.extend(str(w["id"]) for w in workloads)
+        return lay_fixture(rdir, fs, workloads, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(record, "record_batch", lay)
+    monkeypatch.setattr(budget, "order", lambda w, seed: iter([ace.describe(1, FACTS["index"])]))
+    settings = [s for s in SETTINGS if not s.startswith("workload.indices")]
+    sc = scenario.load("ace-seq1-ci", [*settings, "workload.budget=1s"])
+    db = tmp_path / "lab.sqlite"
+    runs: list[str] = []
+    checked: list[int] = []
+    for _ in range(30):
+        clock = itertools.count()  # a tenth of a second a reading: the budget is 10 readings
+        monkeypatch.setattr(
+            experiment, "time", SimpleNamespace(monotonic=lambda c=clock: next(c) / 10)
+        )
+        r = lifecycle.execute(sc, db=db)
+        runs.append(r.run_id)
+        checked.append(r.earlier)  # states judged before this run took it up
+        with Store.open(db, create=False) as st:
+            if st.run(r.run_id).status is RunStatus.DONE:
+                break
+    assert len(set(runs)) == 1 and len(runs) >= 2, checked
+    assert recorded == [FACTS["id"]]  # recorded once, taken again after
+    assert checked[0] == 0 and checked == sorted(set(checked)) and checked[-1] <= r.items, checked
+    assert 0 < checked[1] < r.items, checked  # the first run stopped mid-way

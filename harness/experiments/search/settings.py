@@ -85,7 +85,7 @@ class AceSpec(Settings):
             if self.sample or self.indices:
                 raise problem(
                     "a budget takes the selection in a seeded order of its own",
-                    "drop workload.sample and workload.indices, or the budget",
+                    "drop workload.sample and workload.indices, or the budget (workload.budget='')",
                     key="budget",
                 )
         size = ace.space(self.seq, self.grammar)

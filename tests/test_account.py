@@ -198,8 +198,9 @@ def test_a_store_of_the_previous_schema_is_migrated_with_its_counts(tmp_path: Pa
         (old_v_runs,) = (s for s in schema._MIGRATION_2 if "CREATE VIEW v_runs" in s)
         (old_v_states,) = (s for s in schema._MIGRATION_2 if "CREATE VIEW v_states" in s)
         for stmt in (
-            # migration 10 (the promise a finding broke), then 9 (the stored
-            # classification) undone first
+            # migrations 11 (the phases no item row holds) and 10 (the promise a finding
+            # broke), then 9 (the stored classification) undone first
+            "DROP TABLE run_phases",
             *(f"ALTER TABLE verdicts DROP COLUMN {c}" for c in ("profile", "promise", "rule")),
             "DROP VIEW v_states",
             old_v_states,

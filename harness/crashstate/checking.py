@@ -16,10 +16,11 @@ harness outcome is never passed on: the twins waiting behind it are checked them
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from harness import paths
 from harness.check import distributed, parallel
@@ -34,6 +35,8 @@ from harness.replay import crashstates
 from harness.replay import replayer as replay
 from harness.replay.corrupt import zero_durable_block
 from harness.store.model import CheckRow, Promise
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -83,10 +86,12 @@ def check_sources(
     rdir: Path,
     progress: Progress,
     reuse: reuse_.Reuse | None = None,
+    on_cut: Callable[[Source, float], None] | None = None,
 ) -> Iterator[Checked]:
     """Yield each state of every source with its checks, the moment they are known;
     with ``reuse``, a state judged before (same image, same check key) with the verdict
-    it took instead of checks."""
+    it took instead of checks. ``on_cut`` hears, per source checked with guests, the
+    seconds its replay walk took (cutting its states, host checks excluded)."""
     sources = [s for s in sources if s.states]
     if not sources:
         return
@@ -98,7 +103,7 @@ def check_sources(
             for src in sources:
                 yield from _host_only(sc, fs, src, fast, ledger)
             return
-        yield from _with_guests(sc, fs, sources, rdir, fast, progress, ledger)
+        yield from _with_guests(sc, fs, sources, rdir, fast, progress, ledger, on_cut)
 
 
 class _Ledger:
@@ -253,6 +258,7 @@ def _with_guests(
     fast: Path,
     progress: Progress,
     ledger: _Ledger,
+    on_cut: Callable[[Source, float], None] | None = None,
 ) -> Iterator[Checked]:
     """Replay (and host-check) states into image copies until a batch is full, then
     mount the batch in one guest. A state judged before is yielded at once, one whose
@@ -264,8 +270,9 @@ def _with_guests(
     for src in sources:
         work_img = fast / "work.img"
         work_img.unlink(missing_ok=True)
+        cut = [0.0]
         with replay.Replayer(src.log, work_img, src.size, identity=ledger.active) as rp:
-            for state in rp.walk(replay.replay_order(src.states)):
+            for state in _timed(rp.walk(replay.replay_order(src.states)), cut):
                 progress(f"replay + host check ({fs.type})", done, total)
                 t = ledger.tag(src, state, rp.identity if ledger.active else None)
                 if (earlier := ledger.earlier(t)) is not None:
@@ -286,9 +293,24 @@ def _with_guests(
                         done += 1
                         yield c
         work_img.unlink(missing_ok=True)
+        if on_cut is not None:
+            on_cut(src, cut[0])
     progress(f"mounting {len(batch)} crash images in a guest", done, total)
     yield from _drain(sc, fs, batch, ledger, fast)
     batch.close()
+
+
+def _timed(it: Iterator[T], spent: list[float]) -> Iterator[T]:
+    """``it``, adding to ``spent[0]`` the seconds each next item took to come."""
+    while True:
+        t = time.monotonic()
+        try:
+            item = next(it)
+        except StopIteration:
+            spent[0] += time.monotonic() - t
+            return
+        spent[0] += time.monotonic() - t
+        yield item
 
 
 def _drain(

@@ -125,6 +125,10 @@ class Experiment(ABC):
     def items(self) -> Sequence[Item]:
         """Every item of the run, done earlier or not, in the order they are checked."""
 
+    # Set by a kind that stopped at its own wall-clock budget with work left: the run ends
+    # interrupted, so running the command again takes it up where it stopped.
+    more_to_do = False
+
     # Whether done() leaves out items with a harness outcome (so a resume redoes them);
     # false for a kind whose rows cannot be replaced (ZFS scans are appended).
     retries_harness_items = True
@@ -290,7 +294,8 @@ def _execute(
         # Items the lab failed to judge leave the run unfinished (failed, its summary
         # kept): running the command again resumes it and redoes only those items.
         retry = a.harness > 0 and exp.retries_harness_items
-        st.finish_run(run_id, RunStatus.FAILED if retry else RunStatus.DONE, report.summary)
+        status = RunStatus.FAILED if retry else RunStatus.DONE
+        st.finish_run(run_id, RunStatus.INTERRUPTED if exp.more_to_do else status, report.summary)
     return report
 
 

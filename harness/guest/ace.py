@@ -15,6 +15,12 @@ The space by index: a workload of ``seq`` ops is digits in mixed radix, one per 
 ``units(last)``: the (core op, persistence) pairs, with "none" only before the last op.
 Some combinations are not workloads (a write to a file unlinked before); ``valid`` says
 which, by replaying the names the ops need.
+
+Op families (``families.py``: relog, reuse-name, dir-move, held-fd, data-ns-mix) are
+the parts of seq-2 and seq-3 where the fsync bugs of the last years live; ``count``
+counts each exactly (``python3 harness/guest/ace.py count --seq 3 --grammar ace-x``) by
+dynamic programming over the walk the family and ``valid`` share, which tests check
+against decoding every index of seq-2.
 """
 
 from __future__ import annotations
@@ -23,17 +29,19 @@ import argparse
 import errno
 import functools
 import json
+import math
 import os
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import opgen  # type: ignore[import-not-found]  # beside us in the guest
+import families  # type: ignore[import-not-found]  # beside us in the guest
+import opgen  # type: ignore[import-not-found]
 import runner  # type: ignore[import-not-found]
 from oracle import FORMAT, parent  # type: ignore[import-not-found]
 
@@ -213,14 +221,16 @@ def valid(picked: Sequence[tuple[Core, tuple[str, str]]]) -> bool:
     makes do not, rmdir's directory is empty, an mmap write lies inside its file."""
     files = {f: BASE_SIZE for f in FILES}
     dirs = {"", *BASE_DIRS}
-    for c, (pkind, ppath) in picked:
-        if not _step(c, files, dirs):
-            return False
-        if pkind in ("fsync", "fdatasync") and files.get(ppath, -1) < 0:  # gone, or a link
-            return False
-        if pkind == "fsync_dir" and ppath not in dirs:
-            return False
-    return True
+    return all(_step_persist(c, pkind, ppath, files, dirs) for c, (pkind, ppath) in picked)
+
+
+def _step_persist(c: Core, pkind: str, ppath: str, files: dict[str, int], dirs: set[str]) -> bool:
+    """``_step``, then whether the persistence op finds its name."""
+    if not _step(c, files, dirs):
+        return False
+    if pkind in ("fsync", "fdatasync") and files.get(ppath, -1) < 0:  # gone, or a link
+        return False
+    return not (pkind == "fsync_dir" and ppath not in dirs)
 
 
 def _step(c: Core, files: dict[str, int], dirs: set[str]) -> bool:
@@ -293,20 +303,24 @@ def selection(
     indices: Sequence[int] = (),
     relog: bool = False,
     grammar: str = "ace",
+    family: str = "",
 ) -> list[int]:
     """The valid indices a run takes: all of them in order, or ``sample`` of them drawn
     by ``seed`` (sorted); only those whose core ops are all of ``classes`` when given
     (the sample is drawn among those); ``limit`` keeps the first few (a CI slice).
     ``indices`` replaces the whole space by these workloads (the filters still apply);
-    ``relog`` keeps only workloads that act again on a file they fsync'd (``relogs``)."""
+    ``relog`` keeps only workloads that act again on a file they fsync'd (``relogs``);
+    ``family`` only those of that op family (``families.py``)."""
     keep = set(classes)
+    if relog:
+        family = family or "relog"
 
     def wanted(i: int) -> bool:
         picked = decode(seq, i, grammar)
         return (
             valid(picked)
             and (not keep or all(c.op_class in keep for c, _ in picked))
-            and (not relog or relogs(picked))
+            and (not family or families.matches(family, picked))
         )
 
     if indices:
@@ -336,19 +350,48 @@ def selection(
 
 def relogs(picked: Sequence[tuple[Core, tuple[str, str]]]) -> bool:
     """Whether a core op acts on a file an earlier op's fsync or fdatasync persisted with
-    no sync between: its inode is already in the running transaction's log (btrfs's log
-    tree, ext4's fast commit), where the fsync bugs of the rename and link family live
-    (btrfs_log_new_name and its many fixes). A sync commits the transaction and empties
-    the log, so it ends the family."""
-    synced: set[str] = set()
-    for c, (pkind, ppath) in picked:
-        if c.path in synced:
-            return True
-        if pkind in ("fsync", "fdatasync"):
-            synced.add(ppath)
-        elif pkind == "sync":
-            synced.clear()
-    return False
+    no sync between (the ``relog`` family: its inode is in the running transaction's log,
+    btrfs's log tree or ext4's fast commit)."""
+    return bool(families.matches("relog", picked))
+
+
+def shuffled(seq: int, seed: int, grammar: str = "ace", family: str = "") -> Iterator[int]:
+    """Every valid workload of ``family`` (all when empty) once, in an order fixed by
+    ``seed``: an affine permutation of the index space (a stride coprime with its size),
+    so a budgeted run taken up again walks the same order and skips what it recorded."""
+    total = space(seq, grammar)
+    rng = random.Random(seed)
+    stride = rng.randrange(1, total) if total > 1 else 1
+    while math.gcd(stride, total) != 1:
+        stride += 1
+    offset = rng.randrange(total)
+    for k in range(total):
+        i = (offset + k * stride) % total
+        picked = decode(seq, i, grammar)
+        if valid(picked) and (not family or families.matches(family, picked)):
+            yield i
+
+
+def count(seq: int, grammar: str = "ace", family: str = "") -> int:
+    """Exactly how many valid workloads of ``seq`` ops (of ``family`` when given) there
+    are, by dynamic programming: the names left and the family's walk after a prefix are
+    all its suffixes depend on, and few prefixes differ in them."""
+
+    @functools.cache
+    def rest(state: tuple[Any, ...], walk: Any, left: int) -> int:
+        if left == 0:
+            return 1 if not family or walk.hit else 0
+        total = 0
+        for c, (pkind, ppath) in units(left == 1, grammar):
+            files, dirs = dict(state[0]), set(state[1])
+            if not _step_persist(c, pkind, ppath, files, dirs):
+                continue
+            nxt = families.advance(walk, c, pkind, ppath) if family else None
+            total += rest((tuple(sorted(files.items())), frozenset(dirs)), nxt, left - 1)
+        return total
+
+    base = (tuple(sorted({f: BASE_SIZE for f in FILES}.items())), frozenset({"", *BASE_DIRS}))
+    return rest(base, families.start(family) if family else None, seq)
 
 
 def base_ops() -> list[Any]:
@@ -570,8 +613,18 @@ class StepFailed(Exception):
 
 
 def cmd_list(a: argparse.Namespace) -> int:
-    for i in selection(a.seq, a.sample, a.seed, a.limit, a.classes, grammar=a.grammar):
+    fam = a.family
+    for i in selection(a.seq, a.sample, a.seed, a.limit, a.classes, grammar=a.grammar, family=fam):
         print(json.dumps(describe(a.seq, i, a.grammar)))
+    return 0
+
+
+def cmd_count(a: argparse.Namespace) -> int:
+    """Per sequence length: the indices, the valid workloads, and each family's."""
+    for seq in a.seq:
+        cells = [f"{count(seq, a.grammar):,} valid of {space(seq, a.grammar):,} indices"]
+        cells += [f"{f} {count(seq, a.grammar, f):,}" for f in families.FAMILIES]
+        print(f"{a.grammar} seq-{seq}: " + "; ".join(cells))
     return 0
 
 
@@ -585,7 +638,12 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--limit", type=int, default=0)
     ls.add_argument("--classes", nargs="*", default=(), help="only these core op classes")
     ls.add_argument("--grammar", choices=GRAMMARS, default="ace")
+    ls.add_argument("--family", choices=sorted(families.FAMILIES), default="")
     ls.set_defaults(func=cmd_list)
+    n = sub.add_parser("count", help="exact counts per sequence length and op family")
+    n.add_argument("--seq", type=int, nargs="+", default=[1, 2, 3])
+    n.add_argument("--grammar", choices=GRAMMARS, default="ace")
+    n.set_defaults(func=cmd_count)
     r = sub.add_parser("record", help="record one workload under its own log")
     r.add_argument("--seq", type=int, default=1)
     r.add_argument("--grammar", choices=GRAMMARS, default="ace")

@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from harness.outcome import Outcome
 from harness.report import query
 from harness.store.db import Store
 
@@ -108,29 +110,105 @@ _WORKLOADS = (
     " json_extract(metrics, '$.record_seconds') AS record_seconds"
     " FROM observations WHERE item LIKE 'workload:%'"
 )
-# ... and each state is also counted as checked or reused (an identical image judged
-# before: docs/verdicts.md), so `--by op_class,judged` shows what checking cost.
-_STATES = (
-    "SELECT v.run_id, w.op_class, w.persistence, w.seq, w.status, v.outcome,"
-    " CASE WHEN s.reused_from IS NULL THEN 'checked' ELSE 'reused' END AS judged"
-    " FROM verdicts v JOIN (" + _WORKLOADS + ") w ON w.run_id = v.run_id"
-    " AND w.item = 'workload:' || substr(v.state_id, 1, instr(v.state_id, '/') - 1)"
-    " JOIN crash_states s ON s.run_id = v.run_id AND s.id = v.state_id"
+_COLS = "w.op_class, w.persistence, w.seq, w.status"
+
+
+def _of_workload(alias: str, column: str) -> str:
+    """Join the workload a state (``WID/STATE``) or phase item (``KIND:WID``) is of."""
+    wid = (
+        f"substr({alias}.{column}, 1, instr({alias}.{column}, '/') - 1)"
+        if column == "state_id"
+        else f"substr({alias}.{column}, instr({alias}.{column}, ':') + 1)"
+    )
+    return "(" + _WORKLOADS + f") w ON w.run_id = {alias}.run_id AND w.item = 'workload:' || {wid}"
+
+
+# The phases' seconds, one row each: a workload's recording (its observation), each host
+# and guest check of its states (``checks``; a reused state's are 0 s), and what no item
+# row holds (``run_phases``: the recording guests' boots, the cutting of each workload's
+# states; none in stores before migration 11).
+_PHASES = (
+    "SELECT run_id, op_class, persistence, seq, status, NULL AS judged, 'record' AS phase,"
+    " record_seconds AS seconds FROM (" + _WORKLOADS + ")"
+    f" UNION ALL SELECT c.run_id, {_COLS}, 'checked', c.stage || ' check', c.seconds"
+    " FROM checks c JOIN " + _of_workload("c", "state_id") + ""
+    f" UNION ALL SELECT p.run_id, {_COLS}, NULL, p.phase, p.seconds"
+    " FROM run_phases p LEFT JOIN " + _of_workload("p", "item") + " AND p.phase = 'cut'"
 )
+PHASES = ("record", "boot", "cut", "host check", "guest check")
+# Counted per group: the workloads; their states generated (stored), distinct (no earlier
+# state had the same image: checked, not reused), checked (by checks of their own) and
+# findings (``counts_as`` from the store's outcome classes: harness/outcome.py's rule,
+# the kind's expected items applied); then each state outcome, and `--by judged` splits
+# them into checked and reused (an identical image judged before: docs/verdicts.md).
+_STATE_ROWS = (
+    f"SELECT v.run_id, {_COLS}, v.outcome, v.state_id,"
+    " CASE WHEN s.reused_from IS NULL THEN 'checked' ELSE 'reused' END AS judged,"
+    " s.reused_from, vs.counts_as"
+    " FROM verdicts v JOIN " + _of_workload("v", "state_id") + ""
+    " JOIN crash_states s ON s.run_id = v.run_id AND s.id = v.state_id"
+    " LEFT JOIN v_states vs ON vs.run_id = v.run_id AND vs.state_id = v.state_id"
+)
+COUNTED = ("workloads", "generated", "distinct", "checked", "findings")
+_COUNTS = (
+    "SELECT run_id, op_class, persistence, seq, status, NULL AS judged, 'workloads' AS outcome"
+    " FROM (" + _WORKLOADS + ")"
+    " UNION ALL SELECT run_id, op_class, persistence, seq, status, judged, outcome"
+    " FROM (" + _STATE_ROWS + ")"
+    " UNION ALL SELECT run_id, op_class, persistence, seq, status, judged, 'generated'"
+    " FROM (" + _STATE_ROWS + ")"
+    " UNION ALL SELECT run_id, op_class, persistence, seq, status, judged, 'distinct'"
+    " FROM (" + _STATE_ROWS + ") WHERE reused_from IS NULL"
+    " UNION ALL SELECT x.run_id, x.op_class, x.persistence, x.seq, x.status, x.judged, 'checked'"
+    " FROM (" + _STATE_ROWS + ") x WHERE x.reused_from IS NULL AND EXISTS (SELECT 1 FROM"
+    " checks k WHERE k.run_id = x.run_id AND k.state_id = x.state_id AND k.checker != 'reused')"
+    " UNION ALL SELECT run_id, op_class, persistence, seq, status, judged, 'findings'"
+    " FROM (" + _STATE_ROWS + ") WHERE counts_as = 'finding'"
+)
+# An older file's `relog = true` is the family 'relog'; a run of no family is 'all'.
+_FAMILY = (
+    "(SELECT CASE WHEN COALESCE(json_extract(r.params, '$.workload.family'), '') != ''"
+    " THEN json_extract(r.params, '$.workload.family')"
+    " WHEN json_extract(r.params, '$.workload.relog') THEN 'relog' ELSE 'all' END"
+    " FROM runs r WHERE r.id = o.run_id)"
+)
+
+
+def print_workloads(console: Console, result: query.GroupedTable) -> None:
+    """One row per group: the counts, then each phase's total seconds (``-``: not
+    stored, e.g. boot and cut in a store before migration 11), then the state outcomes."""
+    by = list(result.by) or ["all"]
+    t = Table(title="workloads: " + ", ".join(by), title_justify="left", box=box.SIMPLE_HEAD)
+    outcomes = [o for o in result.outcomes if o not in COUNTED]
+    for col in (*by, *COUNTED, *(f"{p} s" for p in PHASES), *outcomes):
+        t.add_column(col, justify="left" if col in by else "right")
+    for g in result.groups:
+        keys = [str(v) if v is not None else "-" for v in g.key] or ["all"]
+        secs = [f"{g.stats[p].n * g.stats[p].mean:,.1f}" if p in g.stats else "-" for p in PHASES]
+        counts = [f"{g.counts.get(c, 0):,}" for c in (*COUNTED, *outcomes)]
+        t.add_row(*keys, *counts[: len(COUNTED)], *secs, *counts[len(COUNTED) :])
+    console.print(t)
+
 
 TABLE = query.TableKind(
     name="workloads",
-    help="search runs: workloads per op class, their recording time, their states' verdicts",
-    source=_WORKLOADS,
+    help="search runs: workloads, states generated / distinct / checked, findings and the"
+    " phases' seconds (record, boot, cut, host check, guest check), per op class or family",
+    source=_PHASES,
     fields={
         "op_class": "o.op_class",
         "persistence": "o.persistence",
         "seq": "o.seq",
         "status": "o.status",
         "judged": "o.judged",
+        "family": _FAMILY,
     },
-    value="record_seconds",
-    counts_source=_STATES,
+    value="seconds",
+    split="phase",
+    split_order=PHASES,
+    counts_source=_COUNTS,
+    outcome_order=(*COUNTED, *(str(o) for o in sorted(Outcome, key=lambda o: o.severity))),
     default_by=("fs", "op_class"),
     empty_hint="no search runs stored yet: `scenario run ace-seq1-ci`",
+    printer=print_workloads,
 )

@@ -366,6 +366,16 @@ class Store(StoreReads, StoreQueries, StoreCampaigns):
                 tuple(cols.values()),
             )
 
+    def add_phase_seconds(self, run_id: str, item: str, phase: str, seconds: float) -> None:
+        """Seconds of a phase no item row holds (``run_phases``); again for the same item
+        replaces them, so a resumed run counts each once."""
+        with self._transaction() as c:
+            c.execute(
+                "INSERT OR REPLACE INTO run_phases (run_id, item, phase, seconds)"
+                " VALUES (?, ?, ?, ?)",
+                (run_id, item, phase, float(seconds)),
+            )
+
     def record_observation(
         self,
         run_id: str,

@@ -42,6 +42,7 @@ MERGE_ORDER = (
     "verdicts",
     "expected_items",
     "run_outcomes",
+    "run_phases",
 )
 # ``outcome_classes`` is harness/outcome.py's, written by every store when it opens.
 NOT_A_RUNS = frozenset({"campaigns", "campaign_elements", "outcome_classes"})

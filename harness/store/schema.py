@@ -495,6 +495,24 @@ _MIGRATION_10 = [
     "ALTER TABLE verdicts ADD COLUMN rule TEXT",
 ]
 
+# 11: the seconds of a run's phases no item row holds (issue 38): a search's recording
+# guest boots (one per batch, item "boot:N" counted from the batch's first workload),
+# and the cutting of crash states (item "cut:WORKLOAD", the replay walk of that
+# workload's states). Record seconds stay in each workload's observation, check seconds
+# in ``checks``. Stores before this migration have no rows here: their boot and cut read
+# as unknown, not as zero.
+_MIGRATION_11 = [
+    """
+    CREATE TABLE run_phases (
+        run_id   TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        item     TEXT NOT NULL,
+        phase    TEXT NOT NULL,
+        seconds  REAL NOT NULL,
+        PRIMARY KEY (run_id, item, phase)
+    )
+    """,
+]
+
 MIGRATIONS: list[list[str]] = [
     _MIGRATION_1,
     _MIGRATION_2,
@@ -506,6 +524,7 @@ MIGRATIONS: list[list[str]] = [
     _MIGRATION_8,
     _MIGRATION_9,
     _MIGRATION_10,
+    _MIGRATION_11,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 ZFS_SCAN_EXTRA = frozenset(
@@ -531,5 +550,6 @@ _TABLES = frozenset(
         "run_outcomes",
         "outcome_classes",
         "expected_items",
+        "run_phases",
     }
 )

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +26,7 @@ from harness.crashstate import checking, reuse
 from harness.crashstate import onelog as crash
 from harness.crashstate import workloads as record
 from harness.experiments import lifecycle
-from harness.experiments.search import symptom
+from harness.experiments.search import budget, symptom
 from harness.experiments.search.settings import SearchScenario
 from harness.guest import ace
 from harness.outcome import Outcome, expected_without_journal, is_finding, is_harness, reduce
@@ -55,6 +57,7 @@ class Search(lifecycle.Experiment):
         self.workloads: dict[str, dict[str, Any]] = {}
         self.seconds: dict[str, float] = {}
         self.recorded_now = 0  # workloads this process recorded (a resume skips the rest)
+        self.deadline: float | None = None  # workload.budget's end (time.monotonic)
         # States of workloads whose log a finished run let go: judged, never checked again.
         self.judged: list[Judged] = []
 
@@ -64,6 +67,9 @@ class Search(lifecycle.Experiment):
 
     def prepare(self) -> None:
         w = self.sc.workload
+        if w.budget:
+            self._prepare_budgeted()
+            return
         picked = ace.selection(
             w.seq,
             w.sample,
@@ -71,13 +77,16 @@ class Search(lifecycle.Experiment):
             w.limit,
             w.op_classes,
             indices=w.indices,
-            relog=w.relog,
             grammar=w.grammar,
+            family=w.chosen_family(),
         )
         wanted = [ace.describe(w.seq, i, w.grammar) for i in picked]
-        self.workloads = {d["id"]: d for d in wanted}
         self._record_missing(wanted)
+        self._load(wanted)
+
+    def _load(self, wanted: Sequence[dict[str, Any]]) -> None:
         for d in wanted:
+            self.workloads[d["id"]] = d
             rec = record.load(self.run.dir, d["id"])
             assert rec is not None  # _record_missing kept every one
             self._observe(d, rec)
@@ -86,9 +95,33 @@ class Search(lifecycle.Experiment):
             elif rec.status == "recorded":
                 self.sources[d["id"]] = self._source(d["id"], rec)
 
+    def _prepare_budgeted(self) -> None:
+        """``workload.budget``: the selection in the seed's order (``budget.order``), the
+        workloads recorded so far taken again, then -- only when every state of those is
+        checked, so a backlog is checked before more is recorded -- more recorded until
+        ``RECORD_SHARE`` of the budget is spent; ``check`` stops at the budget's end."""
+        w = self.sc.workload
+        self.deadline = time.monotonic() + w.budget_seconds()
+        recorded, order = budget.recorded_prefix(
+            budget.order(w, self.run.seed), lambda d: record.load(self.run.dir, d["id"])
+        )
+        self._load(recorded)
+        if len(self.done() & {s.id for s in self.items()}) < len(self.items()):
+            self.more_to_do = True  # the backlog first; the order stays where it was
+            return
+        stop = time.monotonic() + budget.RECORD_SHARE * w.budget_seconds()
+        per = self.sc.workloads_per_boot
+        while time.monotonic() < stop:
+            batch = list(itertools.islice(order, per))
+            if not batch:
+                return
+            self._record_missing(batch)
+            self._load(batch)
+        self.more_to_do = next(order, None) is not None
+
     def _record_missing(self, wanted: Sequence[dict[str, Any]]) -> None:
         todo = [d for d in wanted if record.load(self.run.dir, d["id"]) is None]
-        self.recorded_now = len(todo)
+        self.recorded_now += len(todo)
         per = self.sc.workloads_per_boot
         for b in range(0, len(todo), per):
             batch = todo[b : b + per]
@@ -107,6 +140,11 @@ class Search(lifecycle.Experiment):
             )
             for k, v in secs.items():
                 self.seconds[k] = self.seconds.get(k, 0.0) + v
+            if "boot" in secs:  # the recording guest's boot: no workload's alone
+                store = self.run.store
+                store.add_phase_seconds(
+                    self.run.run_id, f"boot:{batch[0]['id']}", "boot", secs["boot"]
+                )
 
     def _source(self, wid: str, rec: record.Recorded) -> checking.Source:
         lg = self._stack.enter_context(logwrites.open_log(rec.log))
@@ -159,10 +197,19 @@ class Search(lifecycle.Experiment):
             for src in self.sources.values()
         ]
         twins = reuse.for_run(self.run, self.sc.check, self.sc.crash, self.sc.fs)
+
+        def cut(src: checking.Source, seconds: float) -> None:
+            self.run.store.add_phase_seconds(self.run.run_id, f"cut:{src.key}", "cut", seconds)
+
         for c in checking.check_sources(
-            self.sc, self.sc.fs, sources, self.run.dir, self.run.progress, twins
+            self.sc, self.sc.fs, sources, self.run.dir, self.run.progress, twins, cut
         ):
             yield c.state, c
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                # The budget is spent: stop cleanly; the states left are the next run's.
+                self.more_to_do = True
+                log.info("search: the budget is spent; run the command again to go on")
+                return
 
     def commit(self, item: lifecycle.Item, result: Any) -> None:
         assert isinstance(item, crashstates.CrashState) and isinstance(result, checking.Checked)
@@ -214,6 +261,7 @@ class Search(lifecycle.Experiment):
 
     def summary(self) -> dict[str, Any]:
         generated = len(self.items())
+        family = self.sc.workload.chosen_family()
         status: dict[str, int] = {}
         dropped = {"workloads": 0, "freed_bytes": 0}
         for d in self.workloads.values():
@@ -230,5 +278,7 @@ class Search(lifecycle.Experiment):
             "reuse": reuse.counts(self.run, generated),
             "recording_seconds": {k: round(v, 2) for k, v in self.seconds.items()},
             "recorded_now": self.recorded_now,
+            **({"family": family} if family else {}),
+            **({"budget_left_work": self.more_to_do} if self.sc.workload.budget else {}),
             **({"logs_dropped": dropped} if self.sc.keep_logs != "all" else {}),
         }

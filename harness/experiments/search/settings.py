@@ -9,6 +9,7 @@ spaces are sampled by seed (``sample``) or cut to their first workloads (``limit
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -17,7 +18,7 @@ from harness.config import settings
 from harness.config.base import ScenarioBase
 from harness.config.crash import CheckSpec, CrashSpec, FsSpec
 from harness.config.settings import Settings, problem
-from harness.guest import ace
+from harness.guest import ace, families
 
 
 def _default_crash() -> CrashSpec:
@@ -44,9 +45,17 @@ class AceSpec(Settings):
         (), description="only workloads whose core ops are all of these classes"
     )
     relog: bool = Field(
-        False,
-        description="only workloads acting again on a file they fsync'd, no sync between "
-        "(seq >= 2: the inode is in the running transaction's log, as btrfs's log tree bugs need)",
+        False, description="the same as family = 'relog' (kept for older scenario files)"
+    )
+    family: str = Field(
+        "",
+        description="only the workloads of this op family (harness/guest/families.py): "
+        + "; ".join(f"{k}: {v}" for k, v in families.FAMILIES.items()),
+    )
+    budget: str = Field(
+        "",
+        description="a wall-clock budget ('8h', '90m', '45s', '1h30m'): record the selection "
+        "in an order fixed by the seed until it is spent; running again goes on from there",
     )
     indices: tuple[int, ...] = Field(
         (),
@@ -70,12 +79,15 @@ class AceSpec(Settings):
             raise problem(
                 f"unknown op class {bad[0]!r}", "valid ones: " + ", ".join(known), key="op_classes"
             )
-        if self.relog and self.seq < 2:
-            raise problem(
-                "relog needs at least two core ops: a file fsync'd, then acted on again",
-                "set workload.seq = 2 or 3",
-                key="relog",
-            )
+        self._check_family()
+        if self.budget:
+            budget_seconds(self.budget)  # raises the problem
+            if self.sample or self.indices:
+                raise problem(
+                    "a budget takes the selection in a seeded order of its own",
+                    "drop workload.sample and workload.indices, or the budget (workload.budget='')",
+                    key="budget",
+                )
         size = ace.space(self.seq, self.grammar)
         for i in self.indices:
             if not 0 <= i < size or not ace.valid(ace.decode(self.seq, i, self.grammar)):
@@ -98,6 +110,59 @@ class AceSpec(Settings):
                 key="sample",
             )
         return self
+
+    def _check_family(self) -> None:
+        if self.relog and self.family not in ("", "relog"):
+            raise problem(
+                f"relog = true is the family 'relog', not {self.family!r}",
+                "drop workload.relog and keep workload.family",
+                key="relog",
+            )
+        if self.family and self.family not in families.FAMILIES:
+            raise problem(
+                f"unknown family {self.family!r}",
+                "closest: " + ", ".join(families.closest(self.family)),
+                key="family",
+            )
+        family = self.chosen_family()
+        if family in families.NEEDS_ACE_X and self.grammar != "ace-x":
+            raise problem(
+                f"{family} needs a descriptor held across a namespace change",
+                "set workload.grammar = 'ace-x' (ace holds no descriptor)",
+                key="family",
+            )
+        if family in ("relog", "reuse-name", "data-ns-mix") and self.seq < 2:
+            raise problem(
+                f"{family} needs at least two core ops",
+                "set workload.seq = 2 or 3",
+                key="relog" if self.relog else "family",
+            )
+
+    def chosen_family(self) -> str:
+        """``family``, or 'relog' for an older file's ``relog = true``."""
+        return self.family or ("relog" if self.relog else "")
+
+    def budget_seconds(self) -> float:
+        return budget_seconds(self.budget) if self.budget else 0.0
+
+
+_DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+def budget_seconds(text: str) -> float:
+    """A duration such as '8h', '90m', '45s' or '1h30m', strictly, in seconds."""
+    m = _DURATION.fullmatch(text.strip())
+    seconds = 0
+    if m and text.strip():
+        h, mi, se = (int(g or 0) for g in m.groups())
+        seconds = h * 3600 + mi * 60 + se
+    if not 0 < seconds <= settings.MAX_SECONDS:
+        raise problem(
+            f"not a duration: {text!r}",
+            "hours, minutes and seconds, e.g. '8h', '90m', '45s' or '1h30m' (at most 30 days)",
+            key="budget",
+        )
+    return float(seconds)
 
 
 class SearchScenario(ScenarioBase):
@@ -136,6 +201,8 @@ class SearchScenario(ScenarioBase):
     def catalogue_row(self) -> tuple[str, str, str, str]:
         w = self.workload
         take = f"sample {w.sample}" if w.sample else "all"
+        take += f", {w.family}" if w.family else ""
+        take += f", budget {w.budget}" if w.budget else ""
         return (
             str(self.fs.type),
             str(self.fs.data_mode or "-"),

@@ -1,0 +1,156 @@
+"""Op families: named sets of ACE workload shapes (``workload.family``), each a part of
+the seq-2 / seq-3 space where this decade's crash-consistency bugs were found.
+
+A family is a predicate over a workload's ops, computed by one walk (``advance``) that
+keeps only what the family needs, so ``ace.count`` can count a family exactly by dynamic
+programming over the walk's states instead of decoding millions of indices. A sync ends
+every family's window: it commits the running transaction, and with it whatever the
+shape needed to be still in flight.
+
+- ``relog``: a core op acts on a file an earlier op fsync'd or fdatasync'd (no sync
+  between). The inode is already in the running transaction's log (btrfs's log tree,
+  ext4's fast commit), where the rename / link fsync bugs live (btrfs_log_new_name and its
+  fixes; 5254d4181add).
+- ``reuse-name``: a name removed earlier (unlink, rmdir, a rename's source) is made again
+  (create, mkdir, link, a rename's destination). Logged directory entries of the old inode
+  and the new one share a key; replaying the log must drop one and keep the other (btrfs's
+  "unlink then create the same name, fsync" fixes, ext4 fast commit's dentry tags).
+- ``dir-move``: a directory is renamed, then (that op's persistence or a later one's) an
+  fsync of the directory, of something inside it or of its old parent. Logging a moved
+  directory must log its new parent and drop the old entry (btrfs's log_new_dir_dentries
+  and "fsync of a file in a renamed directory" fixes; f2fs's and ext4's rename-dir bugs).
+- ``held-fd``: fsync or fdatasync through a descriptor opened before its name was
+  unlinked or its directory removed (``ace-x`` only: ``ace`` holds no descriptor). The
+  inode has no name left to log, yet the fsync must persist what it promised and must not
+  resurrect the name (btrfs's logging of unlinked inodes, ext4 orphan handling).
+- ``data-ns-mix``: a data op (write, mmap write, fallocate, truncate) and a namespace op
+  (create, link, rename, exchange, unlink) on one inode, with no persistence op between
+  them, then one fsync-family call. One fsync must commit both the inode's new extents and
+  its new names; bugs drop one when the other made the inode "already logged" (ext4's
+  rename-with-delalloc, btrfs's fsync after a link and a write, xfs's rename + truncate).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+FAMILIES: dict[str, str] = {
+    "relog": "act again on a file fsync'd earlier, no sync between",
+    "reuse-name": "make again a name removed earlier, no sync between",
+    "dir-move": "move a directory, then fsync it, something inside it or its old parent",
+    "held-fd": "fsync through a descriptor held across an unlink or rmdir (ace-x only)",
+    "data-ns-mix": "a data op and a namespace op on one inode, then one fsync",
+}
+NEEDS_ACE_X = frozenset({"held-fd"})
+
+FSYNCS = frozenset({"fsync", "fdatasync", "fsync_dir", "fsync_fd", "fdatasync_fd"})
+DATA = frozenset({"append", "overwrite", "write", "dwrite", "mwrite", "falloc", "truncate"})
+NAMESPACE = frozenset(
+    {"create", "link", "rename", "rename_noreplace", "exchange", "unlink", "unlink-held",
+     "tmpfile-link"}
+)  # fmt: skip
+MAKES = frozenset({"create", "mkdir", "symlink", "tmpfile-link"})  # c.path, new
+MOVES = frozenset({"link", "rename", "rename_noreplace"})  # c.dst, new
+REMOVES = frozenset({"unlink", "unlink-held", "rmdir", "rmdir-held", "rename", "rename_noreplace"})
+DIR_MOVES = frozenset({"rename-dir", "rename-dir-out"})
+
+
+def closest(name: str) -> list[str]:
+    """The families nearest a mistyped name (every one when none is near)."""
+    return difflib.get_close_matches(name, FAMILIES, n=3, cutoff=0.4) or sorted(FAMILIES)
+
+
+def _parent(p: str) -> str:
+    return p.rsplit("/", 1)[0] if "/" in p else ""
+
+
+@dataclass(frozen=True)
+class Walk:
+    """What one family remembers of the ops so far (hashable: ``ace.count`` memoises on it)."""
+
+    family: str
+    hit: bool = False
+    names: frozenset[str] = frozenset()  # relog: fsync'd files; reuse-name: removed names
+    moved: frozenset[tuple[str, str]] = frozenset()  # dir-move: (new name, old parent)
+    inodes: tuple[tuple[str, int], ...] = (("foo", 0), ("A/foo", 1))  # data-ns-mix
+    pending: frozenset[tuple[int, str]] = frozenset()  # (inode, "d" or "n") since a persist
+    made: int = 2  # data-ns-mix: the next new inode's number (never one reused)
+
+
+def start(family: str) -> Walk:
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; closest: {', '.join(closest(family))}")
+    return Walk(family)
+
+
+def advance(w: Walk, c: Any, pkind: str, ppath: str) -> Walk:
+    """The walk after core op ``c`` (an ``ace.Core``) and its persistence op."""
+    if w.hit:
+        return w
+    f = w.family
+    if f == "relog":
+        return _relog(w, c, pkind, ppath)
+    if f == "reuse-name":
+        made = c.path if c.kind in MAKES else c.dst if c.kind in MOVES else ""
+        if made and made in w.names:
+            return replace(w, hit=True)
+        removed = {c.path} if c.kind in REMOVES else set()
+        return replace(w, names=frozenset() if pkind == "sync" else w.names | removed)
+    if f == "dir-move":
+        moved = w.moved | ({(c.dst, _parent(c.path))} if c.op_class in DIR_MOVES else set())
+        if pkind in FSYNCS and any(
+            ppath in (new, old) or ppath.startswith(new + "/") for new, old in moved
+        ):
+            return replace(w, hit=True)
+        return replace(w, moved=frozenset() if pkind == "sync" else moved)
+    if f == "held-fd":
+        return replace(w, hit=pkind in ("fsync_fd", "fdatasync_fd"))
+    return _mix(w, c, pkind)
+
+
+def _relog(w: Walk, c: Any, pkind: str, ppath: str) -> Walk:
+    # As ace.relogs always did: the op's own path fsync'd before, no sync between.
+    if c.path in w.names:
+        return replace(w, hit=True)
+    if pkind in ("fsync", "fdatasync"):
+        return replace(w, names=w.names | {ppath})
+    return replace(w, names=frozenset()) if pkind == "sync" else w
+
+
+def _mix(w: Walk, c: Any, pkind: str) -> Walk:
+    ino = dict(w.inodes)
+    tag = "d" if c.kind in DATA else "n" if c.kind in NAMESPACE else ""
+    touched = {ino[p] for p in (c.path, c.dst) if p in ino}
+    if c.kind in MAKES:
+        ino[c.path], touched = w.made, {w.made}
+    elif c.kind == "link":
+        ino[c.dst] = ino[c.path]
+    elif c.kind in ("rename", "rename_noreplace"):
+        pre = c.path + "/"
+        for name in [n for n in ino if n == c.path or n.startswith(pre)]:
+            ino[c.dst + name[len(c.path) :]] = ino.pop(name)
+    elif c.kind == "exchange":
+        ino[c.path], ino[c.dst] = ino[c.dst], ino[c.path]
+    elif c.kind in ("unlink", "unlink-held"):
+        ino.pop(c.path, None)
+    pending = w.pending | ({(i, tag) for i in touched} if tag else set())
+    if pkind in FSYNCS and any((i, "d") in pending and (i, "n") in pending for i, _ in pending):
+        return replace(w, hit=True)
+    keep = pending if pkind == "none" else frozenset()
+    made = w.made + (c.kind in MAKES)
+    return replace(w, inodes=_canonical(ino), pending=frozenset(keep), made=made)
+
+
+def _canonical(ino: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(ino.items()))
+
+
+def matches(family: str, picked: Iterable[tuple[Any, tuple[str, str]]]) -> bool:
+    """Whether a workload's ops (``ace.decode``'s) are of ``family``."""
+    w = start(family)
+    for c, (pkind, ppath) in picked:
+        w = advance(w, c, pkind, ppath)
+    return w.hit

@@ -17,6 +17,7 @@ import pytest
 from harness.cli.main import main
 from harness.fstests import gen
 from harness.guest.opgen import Op
+from harness.triage import fstest
 
 DATA = Path(__file__).parent / "data" / "fstests"
 RUN, STATE = "2e536f255734", "3e916c9f0512e686"
@@ -208,3 +209,14 @@ def test_the_runs_mkfs_and_mount_options_and_a_held_descriptor() -> None:
     assert '$XFS_IO_PROG -r -c "fsync" /proc/self/fd/${fd_h}' in t
     drop = t.index("_load_flakey_table $FLAKEY_DROP_WRITES")
     assert t[drop + 1] == "exec {fd_h}<&-" and t[drop + 2] == "_flakey_drop_and_remount"
+
+
+def test_a_findings_test_keeps_its_name_and_another_takes_the_next_number(
+    tmp_path: Path,
+) -> None:
+    d = tmp_path / "tests" / "generic"
+    d.mkdir(parents=True)
+    for name in ("001", "001.out", "787", "788-crashlab-3e916c9f", "788-crashlab-3e916c9f.out"):
+        (d / name).write_text("")
+    assert fstest.next_name(tmp_path, "generic", "3e916c9f0512e686") == "788-crashlab-3e916c9f"
+    assert fstest.next_name(tmp_path, "generic", "ddb4e0ab319af7df") == "789-crashlab-ddb4e0ab"

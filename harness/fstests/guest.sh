@@ -11,6 +11,10 @@
 # The guest runs udevd (vm run --udev): fstests waits for dm devices with `udevadm wait`.
 # Everything else is fstests' defaults (mkfs and mount options, TIME_FACTOR = LOAD_FACTOR = 1).
 set -u
+# The lab's guest commands run with DM_DISABLE_UDEV=1 (no udevd in its other guests); here
+# udevd runs, and with both, dmsetup prints "Udev is running and DM_DISABLE_UDEV ... is
+# set" into the test's output, which fails every dm-flakey test's golden .out.
+unset DM_DISABLE_UDEV
 fstyp=${1:?usage: guest.sh FSTYP TEST...}
 shift
 dev() { readlink -f "/dev/disk/by-id/virtio-$1"; }

@@ -57,13 +57,15 @@ def build(tr: Triaged) -> gen.Test:
 
 def next_name(xfstests: Path, folder: str, state_id: str) -> str:
     """``NNN-crashlab-<state id>``: fstests' test names are three digits and an optional
-    ``-name`` (common/test_names), NNN the next number free in the checkout's folder."""
-    used = [
-        int(m.group(1))
-        for p in (xfstests / "tests" / folder).iterdir()
-        if (m := re.match(r"(\d{3})(?:-|$)", p.name))
-    ]
-    return f"{max(used, default=0) + 1:03d}-crashlab-{state_id[:8]}"
+    ``-name`` (common/test_names), NNN the next number free in the checkout's folder --
+    or the name this finding's test already has there, so generating it again rewrites
+    that test rather than adding a copy under the next number."""
+    tail = f"-crashlab-{state_id[:8]}"
+    names = [p.name for p in (xfstests / "tests" / folder).iterdir()]
+    if mine := sorted(n for n in names if re.fullmatch(rf"\d{{3}}{tail}", n)):
+        return mine[0]
+    used = [int(m.group(1)) for n in names if (m := re.match(r"(\d{3})(?:-|$)", n))]
+    return f"{max(used, default=0) + 1:03d}{tail}"
 
 
 def _group_line(d: Path, name: str) -> None:

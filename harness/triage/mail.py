@@ -133,10 +133,12 @@ def _replay_lines(tr: Triaged) -> list[str]:
 
 
 def _fstests_test(tr: Triaged) -> Path | None:
-    d = tr.folder / "fstests"
-    if not (tr.folder / "fstests.json").exists() or not d.is_dir():
+    """The test fstests.json names (the last generated; the folder may keep older ones)."""
+    facts = tr.folder / "fstests.json"
+    if not facts.exists():
         return None
-    return next((p for p in sorted(d.glob("*-crashlab-*")) if p.suffix != ".out"), None)
+    path = tr.folder / "fstests" / Path(json.loads(facts.read_text())["test"]).name
+    return path if path.exists() else None
 
 
 def message(tr: Triaged) -> EmailMessage:

@@ -90,6 +90,41 @@ def test_an_appended_file_keeps_its_durable_prefix(tmp_path: Path) -> None:
     assert not check(crashed, o, m(1))["ok"]
 
 
+def test_an_append_inside_a_grown_file_is_an_overwrite(tmp_path: Path) -> None:
+    # Before: ACE's append writes at the base size; after a truncate that grew the file
+    # it overwrote zeros that mark 2 had made durable, and rule 4 still required them in
+    # a state cut after mark 2 with that write landed (a false data_loss on btrfs
+    # 6.1.0-56, seq-2 workload 19403: truncate-grow fdatasync; append fdatasync).
+    root = tmp_path / "r"
+    base = b"b" * 16
+    o = run(
+        root,
+        [
+            Op("create", "foo"),
+            Op("write", "foo", data=base),
+            Op("sync"),
+            Op("truncate", "foo", size=64),
+            Op("fdatasync", "foo"),
+            Op("append", "foo", offset=16, data=b"later"),
+            Op("fdatasync", "foo"),
+        ],
+    )
+    second = o["marks"][1]
+    assert second["mark"] == m(2) and "foo" not in second["prefixes"]
+    crashed = tmp_path / "c"
+    crashed.mkdir()
+    landed, grown = base + b"later" + bytes(64 - 21), base + bytes(48)
+    for content in (landed, grown):
+        (crashed / "foo").write_bytes(content)
+        assert check(crashed, o, m(2))["ok"]
+    # cut exactly at mark 2 (rule 3): the grown file as it was, the later write absent
+    assert check(crashed, o, m(2), exact=True)["ok"]
+    (crashed / "foo").write_bytes(landed)
+    assert not check(crashed, o, m(2), exact=True)["ok"]
+    (crashed / "foo").write_bytes(base)  # the grown size lost: fdatasync broke
+    assert not check(crashed, o, m(2), exact=True)["ok"]
+
+
 def oracle_sha(data: bytes) -> str:
     import hashlib
 

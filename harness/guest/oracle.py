@@ -507,6 +507,13 @@ class Model:
         self.gone |= gone
         self.removed -= gone
 
+    def appends(self, op: Any) -> bool:
+        """Whether ``op`` writes only past the file's end (rule 4). ACE's ``append``
+        writes at the base file's size: after a truncate that grew the file, it
+        overwrites bytes that were there, and is no append."""
+        inode = self.files.get(op.path) if op.kind == "append" else None
+        return inode is not None and op.offset >= len(inode.data)
+
     def touches(self, op: Any) -> tuple[set[str], set[int]]:
         """Names and inodes an op changes; call before ``apply``."""
         k = op.kind
@@ -643,15 +650,16 @@ class Recorder:
         self._other: set[int] = set()  # ... and inodes changed any other way
         self._either: dict[str, tuple[list[str], set[int]]] = {}
 
-    def touch(self, op: Any, paths: set[str], inodes: set[int]) -> None:
-        """Record what ``op`` changes (before the model applies it)."""
+    def touch(self, op: Any, paths: set[str], inodes: set[int], append: bool) -> None:
+        """Record what ``op`` changes (before the model applies it); ``append``: it
+        writes only past the file's end (``Model.appends``)."""
         for path in [p for p, (_, i) in self._either.items() if p in paths or i & inodes]:
             del self._either[path]  # touched again after the rename: rule 5 no longer holds
         if self._pending is not None and op.kind == "rename":
             self._rename_over(op, self._pending["files"])
         self._paths |= paths
         self._inodes |= inodes
-        (self._appended if op.kind == "append" else self._other).update(inodes)
+        (self._appended if append else self._other).update(inodes)
 
     def _rename_over(self, op: Any, files: dict[str, dict[str, Any]]) -> None:
         """Rule 5: both names durable at the mark and untouched since."""
@@ -732,7 +740,7 @@ class Floor:
 
     def touch(self, op: Any) -> None:
         paths, inodes = self.model.touches(op)
-        self.rec.touch(op, paths, inodes)
+        self.rec.touch(op, paths, inodes, self.model.appends(op))
 
     def label(self, marks: list[dict[str, Any]]) -> None:
         """Give each of the stronger profile's ``marks`` the names this profile requires
@@ -763,7 +771,7 @@ class Tracker:
     def before(self, op: Any) -> None:
         """``op`` is about to run: what it touches leaves the open interval's requirements."""
         paths, inodes = self.model.touches(op)
-        self.rec.touch(op, paths, inodes)
+        self.rec.touch(op, paths, inodes, self.model.appends(op))
         for floor in self.lower:
             floor.touch(op)
 

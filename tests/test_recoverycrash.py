@@ -87,7 +87,7 @@ def test_recovery_states_are_judged_as_their_parent(tmp_path: Path) -> None:
         cut = recoverycrash.cut(lg, 1, 20)
         for judged in (parent, exact_parent):
             src = states.Source(lg, cut, {}, 1 << 20, "rc", judged_as=judged)
-            batch = states._Batch(tmp_path / "batch")
+            batch = states._Batch(tmp_path / "batch", None, 60.0)  # type: ignore[arg-type]
             sc = SimpleNamespace(crash=SimpleNamespace(corrupt="none"))
             image = tmp_path / "img"
             image.write_bytes(bytes(4096))

@@ -27,6 +27,7 @@ from harness.check import distributed, parallel
 from harness.check import guest as guestcheck
 from harness.check import host as check
 from harness.config.crash import CheckSpec, CrashSpec, FsSpec
+from harness.crashstate import guestpool
 from harness.crashstate import reuse as reuse_
 from harness.crashstate.run import Progress
 from harness.outcome import Outcome, is_harness, reduce
@@ -261,43 +262,60 @@ def _with_guests(
     on_cut: Callable[[Source, float], None] | None = None,
 ) -> Iterator[Checked]:
     """Replay (and host-check) states into image copies until a batch is full, then
-    mount the batch in one guest. A state judged before is yielded at once, one whose
-    twin is in the batch when the twin's verdict is known."""
+    mount the batch in a guest (``check.guests`` of them at once). A state judged before
+    is yielded at once, one whose twin is in a batch when the twin's verdict is known."""
     batch_size = max(1, sc.check.guest_batch)
     total = sum(len(s.states) for s in sources)
-    batch = _Batch(rdir / "batch")
-    done = 0
-    for src in sources:
-        work_img = fast / "work.img"
-        work_img.unlink(missing_ok=True)
-        cut = [0.0]
-        with replay.Replayer(src.log, work_img, src.size, identity=ledger.active) as rp:
-            for state in _timed(rp.walk(replay.replay_order(src.states)), cut):
-                progress(f"replay + host check ({fs.type})", done, total)
-                t = ledger.tag(src, state, rp.identity if ledger.active else None)
-                if (earlier := ledger.earlier(t)) is not None:
-                    done += 1
-                    yield earlier
-                    continue
-                if ledger.waits(t, src):
-                    continue
-                host = (
-                    parallel.checked(rp, fs.type, fast / "scratch", sc.check.timeout)
-                    if sc.check.host
-                    else None
-                )
-                batch.add(sc, fs, src, t, rp.image, host)
-                if len(batch) >= batch_size:
-                    progress(f"mounting {len(batch)} crash images in a guest", done, total)
-                    for c in _drain(sc, fs, batch, ledger, fast):
-                        done += 1
-                        yield c
-        work_img.unlink(missing_ok=True)
-        if on_cut is not None:
-            on_cut(src, cut[0])
-    progress(f"mounting {len(batch)} crash images in a guest", done, total)
-    yield from _drain(sc, fs, batch, ledger, fast)
-    batch.close()
+    done = [0]
+
+    def new_batch(n: int) -> _Batch:
+        return _Batch(rdir / f"batch-{n}", fs, sc.check.timeout)
+
+    def settle(back: Iterator[tuple[Checked, list[check.CheckResult]]]) -> Iterator[Checked]:
+        """Guests' verdicts through the ledger; the twins of a state whose check the lab
+        failed go into the open batch, their images rebuilt from the log (rare)."""
+        for t, results in back:
+            ready, orphans = ledger.done(t, results)
+            done[0] += len(ready)
+            yield from ready
+            for w, src in orphans:
+                if not ledger.waits(w, src):
+                    _add_rebuilt(sc, fs, src, w, fast, pool.open)
+
+    def mounting() -> None:
+        progress(f"mounting {len(pool.open)} crash images in a guest", done[0], total)
+
+    pool: guestpool.GuestPool[_Batch, tuple[Checked, list[check.CheckResult]]]
+    with guestpool.GuestPool(sc.check.guests, new_batch) as pool:
+        for src in sources:
+            work_img = fast / "work.img"
+            work_img.unlink(missing_ok=True)
+            cut = [0.0]
+            with replay.Replayer(src.log, work_img, src.size, identity=ledger.active) as rp:
+                for state in _timed(rp.walk(replay.replay_order(src.states)), cut):
+                    progress(f"replay + host check ({fs.type})", done[0], total)
+                    yield from settle(pool.ready())
+                    t = ledger.tag(src, state, rp.identity if ledger.active else None)
+                    if (earlier := ledger.earlier(t)) is not None:
+                        done[0] += 1
+                        yield earlier
+                        continue
+                    if ledger.waits(t, src):
+                        continue
+                    host = (
+                        parallel.checked(rp, fs.type, fast / "scratch", sc.check.timeout)
+                        if sc.check.host
+                        else None
+                    )
+                    pool.open.add(sc, fs, src, t, rp.image, host)
+                    if len(pool.open) >= batch_size:
+                        mounting()
+                        yield from settle(pool.submit())
+            work_img.unlink(missing_ok=True)
+            if on_cut is not None:
+                on_cut(src, cut[0])
+        mounting()
+        yield from settle(pool.finish())
 
 
 def _timed(it: Iterator[T], spent: list[float]) -> Iterator[T]:
@@ -311,22 +329,6 @@ def _timed(it: Iterator[T], spent: list[float]) -> Iterator[T]:
             return
         spent[0] += time.monotonic() - t
         yield item
-
-
-def _drain(
-    sc: Scenario, fs: FsSpec, batch: _Batch, ledger: _Ledger, fast: Path
-) -> Iterator[Checked]:
-    """Check the batch in a guest, and again while twins of a state whose check the lab
-    failed are left to check (rare: their images are rebuilt from the log)."""
-    while len(batch):
-        again: list[tuple[Checked, Source]] = []
-        for t, results in batch.check(fs, sc.check.timeout):
-            ready, orphans = ledger.done(t, results)
-            yield from ready
-            again += orphans
-        for t, src in again:
-            if not ledger.waits(t, src):
-                _add_rebuilt(sc, fs, src, t, fast, batch)
 
 
 def _add_rebuilt(
@@ -349,11 +351,10 @@ def _add_rebuilt(
 class _Batch:
     """Image copies waiting for a guest, with their host results and oracles."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, fs: FsSpec, timeout: float) -> None:
         self.folder = folder
-        self._reset()
-
-    def _reset(self) -> None:
+        self.fs = fs
+        self.timeout = timeout
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder.mkdir(parents=True)
         self.items: list[guestcheck.Item] = []
@@ -385,15 +386,12 @@ class _Batch:
         if src.oracle:
             self.oracles[src.key] = src.oracle
 
-    def check(
-        self, fs: FsSpec, timeout: float
-    ) -> Iterator[tuple[Checked, list[check.CheckResult]]]:
+    def check(self) -> Iterator[tuple[Checked, list[check.CheckResult]]]:
         for sid, guest_result in guestcheck.check_batch(
-            self.items, fs, self.oracles, timeout=timeout
+            self.items, self.fs, self.oracles, timeout=self.timeout
         ):
             results = [r for r in (self.host.get(sid), guest_result) if r is not None]
             yield self.states[sid], results
-        self._reset()
 
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)

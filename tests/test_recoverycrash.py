@@ -150,3 +150,22 @@ def test_a_recovery_crash_state_is_stored_with_its_parent(tmp_path: Path) -> Non
     assert rows["child"].parent == "parent" and rows["parent"].parent is None
     assert rows["child"].description.startswith("crash during the recovery of parent: ")
     assert rows["child"].to_json()["parent"] == "parent"
+
+
+def test_a_search_states_half_id_is_refused_naming_the_whole(tmp_path: Path) -> None:
+    # A search run prints WORKLOAD/STATE; given the STATE half, triage said only "no
+    # crash state" (seen this session: seq2-019403/e5b71e9ce1dedec5 given as e5b71e9c...).
+    from harness.crashstate import stored
+
+    db = tmp_path / "lab.sqlite"
+    with Store.open(db) as st:
+        run_id = st.begin_run("s", "search", {}, 1)
+        st.add_log(LogInfo("log", "log", 1, 0, 0, 0, 0, 0), run_id=run_id)
+        ok = check.CheckResult("guest", "mount+verify", Outcome.CONSISTENT, 0, 1.0, "")
+        onelog.commit_state(st, run_id, states.Checked(state("seq2-019403/e5b71e9ce1de", 5), [ok]))
+    with pytest.raises(InputError) as e:
+        stored.stored_state("e5b71e9c", db)
+    assert "did you mean seq2-019403/e5b71e9ce1de?" in str(e.value.hint)
+    with pytest.raises(InputError) as e:
+        stored.stored_state("0000dead", db)
+    assert e.value.hint == "ids are listed by: scenario results show RUN"

@@ -33,12 +33,15 @@ def stored_state(state_id: str, db: Path) -> tuple[str, CrashState]:
     try:
         found = st.crash_state(state_id)
         kind = None if found is None else st.run(found[0]).kind
+        # A search run's ids are WORKLOAD/STATE: the state's half alone names no id.
+        near = st.crash_state_ids(f"%/{state_id}%") if found is None else []
     finally:
         st.close()
     if found is None:
+        hint = "ids are listed by: scenario results show RUN"
         raise InputError(
             f"no crash state with id {state_id!r} in {db}",
-            hint="ids are listed by: scenario results show RUN",
+            hint=f"did you mean {' or '.join(near)}? ({hint})" if near else hint,
         )
     run_id, params = found
     if kind not in ONE_LOG_KINDS:

@@ -275,6 +275,14 @@ class StoreReads:
         ).fetchone()
         return None if row is None else (str(row[0]), str(row[1]))
 
+    def crash_state_ids(self, like: str, limit: int = 3) -> list[str]:
+        """Ids of crash states matching the SQL LIKE pattern ``like``, newest first."""
+        rows = self._conn.execute(
+            "SELECT DISTINCT id FROM crash_states WHERE id LIKE ? ORDER BY rowid DESC LIMIT ?",
+            (like, limit),
+        )
+        return [str(r[0]) for r in rows]
+
     def judged(self, check_key: str, identity: str) -> Judged | None:
         """The verdict of a state checked with the same check key and image, in any run
         of this store, and its checks; None if there is none. A harness outcome

@@ -141,3 +141,11 @@ def test_leaving_the_pool_stops_its_guests_after_their_current_item() -> None:
         list(pool.submit())  # two guests: this returns at once
     first = made[0]
     assert first.closed and first.stopped_at is not None and first.stopped_at < 39
+
+
+def test_a_guests_disks_are_capped_by_its_vcpus() -> None:
+    from harness.crashstate import guestpool
+
+    assert guestpool.batch_size(100, 1) == guestpool.DISKS_PER_VCPU
+    assert guestpool.batch_size(100, 2) == 100 and guestpool.batch_size(0, 2) == 1
+    assert 1 <= guestpool.vcpus(2) <= 2 and guestpool.vcpus(64) == 1

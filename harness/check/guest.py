@@ -91,15 +91,17 @@ def check_batch(
     oracles: Mapping[str, dict[str, Any]],
     *,
     timeout: float,
+    cpus: int = GuestSpec.cpus,
 ) -> Iterator[tuple[str, CheckResult]]:
     """Yield (state id, guest check) for each item, as soon as each is known; an item
     is verified against ``oracles[item.oracle]``, or only mounted and checked when its
-    key has no oracle."""
+    key has no oracle. ``cpus``: the guest's vCPUs (``guestpool.vcpus``)."""
 
     @contextlib.contextmanager
     def start(todo: Sequence[Item]) -> Iterator[Guest]:
         disks = tuple(Disk(it.image, f"s{i}") for i, it in enumerate(todo))
-        with start_guest(GuestSpec(disks=disks, command_timeout=timeout)) as guest:
+        spec = GuestSpec(disks=disks, command_timeout=timeout, cpus=cpus)
+        with start_guest(spec) as guest:
             _prepare(guest, {it.oracle: oracles[it.oracle] for it in todo if it.oracle in oracles})
             yield guest
 

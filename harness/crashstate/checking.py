@@ -264,12 +264,13 @@ def _with_guests(
     """Replay (and host-check) states into image copies until a batch is full, then
     mount the batch in a guest (``check.guests`` of them at once). A state judged before
     is yielded at once, one whose twin is in a batch when the twin's verdict is known."""
-    batch_size = max(1, sc.check.guest_batch)
+    cpus = guestpool.vcpus(sc.check.guests)
+    batch_size = guestpool.batch_size(sc.check.guest_batch, cpus)
     total = sum(len(s.states) for s in sources)
     done = [0]
 
     def new_batch(n: int) -> _Batch:
-        return _Batch(rdir / f"batch-{n}", fs, sc.check.timeout)
+        return _Batch(rdir / f"batch-{n}", fs, sc.check.timeout, cpus)
 
     def settle(back: Iterator[tuple[Checked, list[check.CheckResult]]]) -> Iterator[Checked]:
         """Guests' verdicts through the ledger; the twins of a state whose check the lab
@@ -351,10 +352,11 @@ def _add_rebuilt(
 class _Batch:
     """Image copies waiting for a guest, with their host results and oracles."""
 
-    def __init__(self, folder: Path, fs: FsSpec, timeout: float) -> None:
+    def __init__(self, folder: Path, fs: FsSpec, timeout: float, cpus: int = 2) -> None:
         self.folder = folder
         self.fs = fs
         self.timeout = timeout
+        self.cpus = cpus
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder.mkdir(parents=True)
         self.items: list[guestcheck.Item] = []
@@ -388,7 +390,7 @@ class _Batch:
 
     def check(self) -> Iterator[tuple[Checked, list[check.CheckResult]]]:
         for sid, guest_result in guestcheck.check_batch(
-            self.items, self.fs, self.oracles, timeout=self.timeout
+            self.items, self.fs, self.oracles, timeout=self.timeout, cpus=self.cpus
         ):
             results = [r for r in (self.host.get(sid), guest_result) if r is not None]
             yield self.states[sid], results

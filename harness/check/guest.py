@@ -24,7 +24,7 @@ from harness.config.crash import FsSpec
 from harness.errors import GuestError, GuestMessageError, GuestPanic, GuestTimeout, HarnessError
 from harness.guest import contract
 from harness.outcome import Outcome, reduce
-from harness.record import guestmsg
+from harness.record import guestmsg, guestserve
 from harness.record import recorder as record
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
@@ -120,23 +120,15 @@ def oracle_path(key: str) -> str:
 
 
 SERVER = f"{record.GUEST_DIR}/checker"
-# Hand one request to the guest's checker and wait for its answer: a shell costs a
-# tenth of what starting Python does under TCG.
-ASK = 'printf "%s\\n" "$1" > "$2/req" && cat "$2/resp"'
 
 
 def _prepare(guest: Guest, oracles: Mapping[str, dict[str, Any]]) -> None:
     record.install_scripts(guest)
-    guest.run(["mkdir", "-p", ORACLES, SERVER], check=True)
+    guest.run(["mkdir", "-p", ORACLES], check=True)
     for key, oracle in oracles.items():
         guest.write_file(oracle_path(key), json.dumps(oracle).encode())
-    # The checker lives as long as the guest (checkstate.py ``serve``): its own
-    # session, no terminal, its output in a file, so the agent's command returns.
-    start = (
-        f'mkfifo "$1/req" "$1/resp" && setsid python3 {record.GUEST_DIR}/checkstate.py'
-        ' --serve "$1" </dev/null >"$1/out" 2>&1 &'
-    )
-    guest.run(["sh", "-c", start, "sh", SERVER], check=True)
+    # One checker for the guest's life (checkstate.py ``serve``), asked once a state.
+    guestserve.start(guest, SERVER, "checkstate.py", ["--serve"])
 
 
 def _check_one(
@@ -156,7 +148,7 @@ def _check_one(
         mark=(it.mark or "") if verify else "",
         exact=it.exact and verify,
     )
-    r = guest.run(["sh", "-c", ASK, "sh", request.to_json(), SERVER], timeout=timeout * 4 + 30)
+    r = guestserve.ask(guest, SERVER, request.to_json(), timeout * 4 + 30)
     if not r.ok:
         return CheckResult(
             "guest",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import fifoserve  # type: ignore[import-not-found]
 import fioverify  # type: ignore[import-not-found]
 import oracle  # type: ignore[import-not-found]
 import runner  # type: ignore[import-not-found]
@@ -123,26 +124,22 @@ def _verify(a: contract.CheckRequest, facts: contract.CheckFacts) -> contract.Ch
 
 
 def serve(folder: str) -> None:
-    """Check states one after another for as long as the guest lives: read one
-    ``CheckRequest`` from the FIFO ``folder/req``, write its facts to ``folder/resp``.
+    """Check states one after another for as long as the guest lives (fifoserve.py):
+    each request a ``CheckRequest``, each reply its facts.
 
     Starting Python and importing this module costs a second and a half per state under
     TCG -- twice the check itself -- so a check guest starts it once. A request that
     raises (one the contract cannot read too) gets facts with only ``serve_error``, the
-    traceback, which the host counts as its own
-    failure, never a finding.
+    traceback, which the host counts as its own failure, never a finding.
     """
-    while True:
-        with open(os.path.join(folder, "req")) as f:
-            line = f.readline()
-        if not line:
-            continue
-        try:
-            facts = check(contract.CheckRequest.from_json(line))
-        except BaseException:  # reported to the host, and the loop goes on
-            facts = contract.CheckFacts(serve_error=contract.excerpt(traceback.format_exc()))
-        with open(os.path.join(folder, "resp"), "w") as f:
-            f.write(facts.to_json())
+
+    def handle(line: str) -> str:
+        return check(contract.CheckRequest.from_json(line)).to_json()
+
+    def failed(text: str) -> str:
+        return contract.CheckFacts(serve_error=contract.excerpt(text)).to_json()
+
+    fifoserve.serve(folder, handle, failed)
 
 
 def main() -> int:

@@ -149,3 +149,34 @@ def test_a_guests_disks_are_capped_by_its_vcpus() -> None:
     assert guestpool.batch_size(100, 1) == guestpool.DISKS_PER_VCPU
     assert guestpool.batch_size(100, 2) == 100 and guestpool.batch_size(0, 2) == 1
     assert 1 <= guestpool.vcpus(2) <= 2 and guestpool.vcpus(64) == 1
+    # evened out: the same rounds of guests, none idle in the last
+    assert guestpool.batch_size(100, 1, total=300, guests=2) == 50
+    assert guestpool.batch_size(40, 2, total=41, guests=1) == 21
+    assert guestpool.batch_size(40, 2, total=10, guests=2) == 5
+    assert guestpool.batch_size(40, 2, total=80, guests=1) == 40
+
+
+def test_parallel_calls_run_at_most_size_at_once_and_raise_in_the_caller() -> None:
+    from harness.crashstate import guestpool
+
+    live: set[int] = set()
+    most = [0]
+
+    def call(i: int, fail: bool = False) -> int:
+        live.add(i)
+        most[0] = max(most[0], len(live))
+        time.sleep(0.03)
+        live.discard(i)
+        if fail:
+            raise RuntimeError(f"call {i}: no guest")
+        return i
+
+    calls = [lambda i=i: call(i) for i in range(5)]
+    assert sorted(guestpool.parallel(calls, 2)) == [0, 1, 2, 3, 4] and most[0] == 2
+    most[0] = 0
+    assert sorted(guestpool.parallel(calls, 1)) == [0, 1, 2, 3, 4] and most[0] == 1
+    got: list[int] = []
+    bad = [lambda: call(0), lambda: call(1, fail=True), lambda: call(2), lambda: call(3)]
+    with pytest.raises(RuntimeError, match="call 1: no guest"):
+        got += guestpool.parallel(bad, 2)
+    assert 3 not in got  # nothing new is started once a call failed

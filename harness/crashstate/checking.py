@@ -265,8 +265,8 @@ def _with_guests(
     mount the batch in a guest (``check.guests`` of them at once). A state judged before
     is yielded at once, one whose twin is in a batch when the twin's verdict is known."""
     cpus = guestpool.vcpus(sc.check.guests)
-    batch_size = guestpool.batch_size(sc.check.guest_batch, cpus)
     total = sum(len(s.states) for s in sources)
+    batch_size = guestpool.batch_size(sc.check.guest_batch, cpus, total, sc.check.guests)
     done = [0]
 
     def new_batch(n: int) -> _Batch:

@@ -14,14 +14,16 @@ host otherwise idle, as before the pool existed.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 log = logging.getLogger("crashlab.guestpool")
 R = TypeVar("R")
+T = TypeVar("T")
 R_co = TypeVar("R_co", covariant=True)
 # Seconds a stopped pool waits for its threads to shut their guests down: a state may
 # be hung for its whole timeout; past this the process's end takes the guests with it
@@ -43,9 +45,16 @@ def vcpus(guests: int) -> int:
 DISKS_PER_VCPU = 64
 
 
-def batch_size(wanted: int, cpus: int) -> int:
-    """``check.guest_batch``, at most what a guest of ``cpus`` vCPUs can take."""
-    return max(1, min(wanted, DISKS_PER_VCPU * cpus))
+def batch_size(wanted: int, cpus: int, total: int = 0, guests: int = 1) -> int:
+    """``check.guest_batch``, at most what a guest of ``cpus`` vCPUs can take; with the
+    ``total`` of states to check, evened out over as many rounds of ``guests`` batches
+    as that takes: 300 states in batches of 64 over two guests left one guest idle for
+    the last 44, in batches of 50 none."""
+    cap = max(1, min(wanted, DISKS_PER_VCPU * cpus))
+    if total <= 0:
+        return cap
+    rounds = math.ceil(total / (cap * max(1, guests)))
+    return max(1, math.ceil(total / (rounds * max(1, guests))))
 
 
 class Batch(Protocol[R_co]):
@@ -143,3 +152,32 @@ class GuestPool(Generic[B, R]):
             self._q.put(("error", e))
         finally:
             batch.close()
+
+
+def parallel(calls: Sequence[Callable[[], T]], size: int) -> Iterator[T]:
+    """Each of ``calls`` (each holding a guest for its life) in a daemon thread, at most
+    ``size`` at once; their results in the caller's thread as each ends, an exception
+    raised there once the calls already running have ended."""
+    results: queue.Queue[tuple[bool, Any]] = queue.Queue()
+
+    def run(call: Callable[[], T]) -> None:
+        try:
+            results.put((True, call()))
+        except BaseException as e:  # the caller's thread raises it
+            results.put((False, e))
+
+    todo, running, failed = list(calls), 0, None
+    while todo or running:
+        while todo and running < max(1, size) and failed is None:
+            threading.Thread(target=run, args=(todo.pop(0),), daemon=True).start()
+            running += 1
+        if not running:
+            break
+        ok, value = results.get()
+        running -= 1
+        if ok:
+            yield value
+        elif failed is None:
+            failed = value
+    if failed is not None:
+        raise failed

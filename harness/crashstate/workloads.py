@@ -79,15 +79,19 @@ def record_batch(
     noop_sync: bool,
     progress: Callable[[int], None],
     flush_after_sync: bool = False,
+    tag: str = "",
+    cpus: int = GuestSpec.cpus,
 ) -> dict[str, float]:
     """Record ``workloads`` in one guest; keep each one's folder. A workload is an
     ``ace.describe`` dict (its ``seq`` and ``index``) or, for triage's candidates, one
     with a ``source`` (``ace.source_ops``) and the ops it ``keep``s, its ``index`` unique
-    in the batch. Returns the batch's phase seconds (boot, record)."""
+    in the batch. Returns the batch's phase seconds (boot, record). ``tag`` names its
+    disks' files, so batches recorded at once (``guestpool.parallel``) have their own;
+    ``cpus``: the guest's vCPUs."""
     size = fs.disk_size
     log_size = size + LOG_SLACK
     rdir.mkdir(parents=True, exist_ok=True)
-    dut, logdisk = rdir / "batch-dut.raw", rdir / "batch-log.raw"
+    dut, logdisk = rdir / f"batch{tag}-dut.raw", rdir / f"batch{tag}-log.raw"
     for path, length in ((dut, size), (logdisk, log_size)):
         path.unlink(missing_ok=True)
         with open(path, "wb") as f:
@@ -95,6 +99,7 @@ def record_batch(
     spec = GuestSpec(
         disks=(Disk(dut, "dut"), record.log_disk(logdisk, "log")),
         command_timeout=timeout,
+        cpus=cpus,
     )
     results: list[contract.AceRecord] = []
     seconds: dict[str, float] = {}

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
+import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.crashstate import checking, reuse
+from harness.crashstate import checking, guestpool, reuse
 from harness.crashstate import onelog as crash
 from harness.crashstate import workloads as record
 from harness.experiments import lifecycle
@@ -110,7 +112,7 @@ class Search(lifecycle.Experiment):
             self.more_to_do = True  # the backlog first; the order stays where it was
             return
         stop = time.monotonic() + budget.RECORD_SHARE * w.budget_seconds()
-        per = self.sc.workloads_per_boot
+        per = self.sc.workloads_per_boot * self.sc.check.guests
         while time.monotonic() < stop:
             batch = list(itertools.islice(order, per))
             if not batch:
@@ -120,30 +122,43 @@ class Search(lifecycle.Experiment):
         self.more_to_do = next(order, None) is not None
 
     def _record_missing(self, wanted: Sequence[dict[str, Any]]) -> None:
+        """Record the workloads of ``wanted`` not recorded yet, ``workloads_per_boot``
+        a guest, in ``check.guests`` guests at once (each its share of the cores:
+        under TCG on 2 cores two 1-vCPU guests did half as much again as one)."""
         todo = [d for d in wanted if record.load(self.run.dir, d["id"]) is None]
         self.recorded_now += len(todo)
-        per = self.sc.workloads_per_boot
-        for b in range(0, len(todo), per):
-            batch = todo[b : b + per]
+        guests = self.sc.check.guests
+        per = min(self.sc.workloads_per_boot, max(1, math.ceil(len(todo) / guests)))
+        batches = [todo[b : b + per] for b in range(0, len(todo), per)]
+        cpus = guestpool.vcpus(min(guests, len(batches)))
+        counts = [0] * len(batches)
 
-            def step(done: int, b: int = b) -> None:
-                self.run.progress("recording workloads in a guest", b + done, len(todo))
+        def call(i: int) -> tuple[int, dict[str, float]]:
+            def step(done: int) -> None:
+                counts[i] = done
+                self.run.progress("recording workloads in a guest", sum(counts), len(todo))
 
             secs = record.record_batch(
                 self.run.dir,
                 self.sc.fs,
-                batch,
+                batches[i],
                 timeout=self.sc.timeout,
                 noop_sync=self.sc.workload.noop_sync,
                 progress=step,
                 flush_after_sync=self.sc.workload.flush_after_sync,
+                tag=f"-{i}",
+                cpus=cpus,
             )
+            return i, secs
+
+        calls = [functools.partial(call, i) for i in range(len(batches))]
+        for i, secs in guestpool.parallel(calls, guests):
             for k, v in secs.items():
                 self.seconds[k] = self.seconds.get(k, 0.0) + v
             if "boot" in secs:  # the recording guest's boot: no workload's alone
                 store = self.run.store
                 store.add_phase_seconds(
-                    self.run.run_id, f"boot:{batch[0]['id']}", "boot", secs["boot"]
+                    self.run.run_id, f"boot:{batches[i][0]['id']}", "boot", secs["boot"]
                 )
 
     def _source(self, wid: str, rec: record.Recorded) -> checking.Source:

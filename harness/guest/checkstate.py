@@ -69,19 +69,21 @@ def request(argv: list[str]) -> contract.CheckRequest:
 def check(r: contract.CheckRequest) -> contract.CheckFacts:
     """The facts of one state, checked as ``r`` says, and whether the guest's disk
     failed under them (``disk_errors``: then they are void)."""
-    facts = _check(r)
-    said = runner.run(["dmesg"], r.timeout).stdout.splitlines()
-    return replace(facts, disk_errors=runner.disk_errors(said))
+    kmsg = runner.Kmsg()  # this state's messages only
+    try:
+        facts = _check(r, kmsg)
+        return replace(facts, disk_errors=runner.disk_errors(kmsg.read()))
+    finally:
+        kmsg.close()
 
 
-def _check(a: contract.CheckRequest) -> contract.CheckFacts:
+def _check(a: contract.CheckRequest, kmsg: runner.Kmsg) -> contract.CheckFacts:
     os.makedirs(a.mountpoint, exist_ok=True)
     dev = os.path.realpath(a.dev)
     opts = ["-o", a.mount_opts] if a.mount_opts else []
-    runner.run(["dmesg", "--clear"], a.timeout)  # this mount's messages only
     replayed = runner.before_mount(a.fs, dev, a.timeout)
     m = run(["mount", "-t", a.fs, *opts, dev, a.mountpoint], a.timeout)
-    said = runner.run(["dmesg"], a.timeout).stdout.splitlines()
+    said = kmsg.read()
     # What the journal's recovery did (replayed, refused a transaction): its own words.
     kmsg = [line for line in said if any(w in line for w in KMSG_WORDS)][-12:]
     facts = contract.CheckFacts(dev=dev, before_mount=replayed, mount=m, kmsg=kmsg)

@@ -174,3 +174,35 @@ def log_writes_errors(kmsg: Iterable[str]) -> list[str]:
     """The kernel lines of ``kmsg`` in which dm-log-writes says it lost entries: it says
     so nowhere else, and a log with a gap cannot be cut into crash states."""
     return [ln for ln in kmsg if "log-writes" in ln and any(w in ln.lower() for w in _LOG_ERRORS)]
+
+
+class Kmsg:
+    """The kernel's messages from now on, read from ``/dev/kmsg``: what ``dmesg --clear``
+    then ``dmesg`` gave, without the two processes (a check spawned three ``dmesg`` a
+    state, each tens of milliseconds under TCG) and without clearing the ring for others.
+    Lines read as dmesg prints them: ``[seconds] message``."""
+
+    def __init__(self) -> None:
+        self._fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+        os.lseek(self._fd, 0, os.SEEK_END)
+        self.lines: list[str] = []
+
+    def read(self) -> list[str]:
+        """Every message since this reader was made (those since the last call added)."""
+        while True:
+            try:
+                record = os.read(self._fd, 8192)
+            except BlockingIOError:  # nothing more yet
+                return self.lines
+            except BrokenPipeError:  # the ring overwrote records we had not read: go on
+                continue
+            if not record:
+                return self.lines
+            head, _, text = record.decode(errors="replace").partition(";")
+            fields = head.split(",")
+            micros = int(fields[2]) if len(fields) > 2 and fields[2].isdigit() else 0
+            message = text.split("\n", 1)[0]  # continuation lines are key=value pairs
+            self.lines.append(f"[{micros // 1_000_000:5d}.{micros % 1_000_000:06d}] {message}")
+
+    def close(self) -> None:
+        os.close(self._fd)

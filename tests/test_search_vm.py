@@ -1,13 +1,14 @@
 """The search kind end to end in real guests, CI-sized: twelve seq-1 workloads of ACE's
-space recorded in one guest (each on its own slices of one data and one log disk),
-every crash state at their persistence points checked with guest batches across
-workloads; and the positive control, whose workloads never really sync, found and
-clustered by symptom, one of its findings then triaged end to end (state and workload)
-from the same run."""
+space recorded in two guests at once (each workload on its own slices of one data and one
+log disk), every crash state at their persistence points checked with guest batches
+across workloads in two guests at once; and the positive control, whose workloads never
+really sync, found and clustered by symptom, one of its findings then triaged end to end
+(state and workload) from the same run."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,7 +42,11 @@ def test_ace_seq1_slice_is_recorded_in_one_guest_and_every_state_judged(
     assert isinstance(r.experiment, Search)
     s = r.summary
     assert s["workloads"] == 12 and s["workload_status"] == {"recorded": 12}, s
-    assert r.experiment.seconds["boot"] > 0, s  # one recording guest: one boot's seconds
+    assert r.experiment.seconds["boot"] > 0, s
+    # check.guests = 2: the twelve were recorded six a guest, in two guests at once
+    with sqlite3.connect(db) as c:
+        boots = c.execute("SELECT item FROM run_phases WHERE phase = 'boot'").fetchall()
+    assert len(boots) == 2, boots
     assert r.status == 0 and r.counts == {"consistent": r.items}, (r.counts, s)
     with Store.open(db, create=False) as st:
         states = st.run_detail(r.run_id).states

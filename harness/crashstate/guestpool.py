@@ -1,10 +1,11 @@
 """Check batches of crash images in up to N guests at once.
 
-Under TCG a check guest keeps about one host core busy: the oracle, mount, umount and
-fsck of one state after another. On a 2-core host a second guest checking the next batch
-meanwhile nearly halves a search's checking time (``check.guests``). Each batch runs in
-a thread of its own, holding its guest for the batch's life; whatever the guest reports
-comes back to the caller's thread, which alone touches the ledger and the store.
+Under TCG a check guest checks one state after another (the oracle, mount, umount,
+fsck), yet a 2-vCPU guest keeps more than one host core busy; on a 2-core host two guests
+of one vCPU each (``vcpus``) check 1.5 times the states one guest does (``check.guests``).
+Each batch runs in a thread of its own, holding its guest for the batch's life; whatever
+the guest reports comes back to the caller's thread, which alone touches the ledger and
+the store.
 
 With one guest the pool is the serial loop it replaces: a submitted batch is waited for
 before the caller replays the next, so a guest's recovery times are measured with the

@@ -121,6 +121,21 @@ def test_the_guest_program_stops_the_churn_and_waits_for_it() -> None:
     assert child.returncode == -9
 
 
+def test_a_churn_that_outlives_sigkill_says_where_it_waits() -> None:
+    """Unreaped, the killed child stays a zombie, which ``kill(pid, 0)`` still finds:
+    the stand-in for a task blocked in the kernel. The answer names its wait channel."""
+    program = [sys.executable, str(GUEST / "recoveryload.py"), "stop", "--timeout", "1"]
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        out = subprocess.run([*program, "--pid", str(child.pid)], capture_output=True, check=True)
+    finally:
+        child.wait()
+    said = Stopped.from_json(out.stdout.decode())
+    assert (said.stopped, said.was_running) == (False, True)
+    assert said.seconds >= 1
+    assert "wchan: " in said.stuck and "stack: " in said.stuck, said.stuck
+
+
 @pytest.fixture(scope="module")
 def real_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tests/data/logs/ext4-ops-small (README there): a real dm-log-writes log."""

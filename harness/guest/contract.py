@@ -302,6 +302,9 @@ class Stopped(Message):
     stopped: bool
     was_running: bool
     seconds: float
+    # Where a churn that would not die was waiting: its kernel stack and the kernel's
+    # list of blocked tasks (sysrq w), so a hang names its place.
+    stuck: str = ""
     version: int = VERSION
 
 

@@ -161,7 +161,30 @@ def stop(a: argparse.Namespace) -> contract.Stopped:
                 stopped=True, was_running=True, seconds=time.monotonic() - start
             )
         time.sleep(0.05)
-    return contract.Stopped(stopped=False, was_running=True, seconds=time.monotonic() - start)
+    return contract.Stopped(
+        stopped=False, was_running=True, seconds=time.monotonic() - start, stuck=stuck(a.pid)
+    )
+
+
+def stuck(pid: int) -> str:
+    """A task that outlived SIGKILL is blocked in the kernel: every blocked task the
+    kernel lists on sysrq w, then the churn's own wait channel and stack."""
+    parts = []
+    for name in ("wchan", "stack"):
+        try:
+            with open(f"/proc/{pid}/{name}") as f:
+                parts.append(f"{name}: {f.read().strip()}")
+        except OSError as e:
+            parts.append(f"{name}: {e}")
+    try:
+        with open("/proc/sysrq-trigger", "w") as f:
+            f.write("w")
+    except OSError as e:
+        parts.append(f"sysrq w: {e}")
+    k = runner.run(["dmesg"], 60).stdout
+    blocked = k[k.rfind("sysrq: Show Blocked State") :] if "Show Blocked" in k else ""
+    # the churn's own stack last: the excerpt keeps the tail
+    return contract.excerpt("\n".join([blocked, *parts]))
 
 
 def replay(a: argparse.Namespace) -> contract.Replayed:

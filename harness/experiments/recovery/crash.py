@@ -131,11 +131,19 @@ def _logged(sc: RecoveryScenario, t: Target, g: Guest, m: dict[str, Any]) -> Non
     stopped = program(g, contract.Stopped, "stop", ["--pid", str(pid), "--timeout", "120"], 180)
     if not running:
         raise HarnessError(f"the churn of {t.name} had stopped before the mark")
+    m["crash"] = {"after_seconds": sc.crash.after, "mark": CRASH_MARK, "churn_running": True}
     if not stopped.stopped:
-        raise HarnessError(f"the churn of {t.name} on dm-log-writes did not die in 120 s")
+        # Blocked in the kernel after the mark (seen with JFS in long test runs): the
+        # state is the log cut at the mark, so what the churn does after it is no part of
+        # it. Where it waits is kept as a fact, and the filesystem stays mounted until the
+        # guest goes. The mark rewrote the log's superblock when it was logged, two
+        # minutes ago, so the log up to it is in the disk file (cache.direct=on);
+        # replay_to_mark says so if it is not.
+        record.check_log_errors(g)
+        m["crash"]["churn_stuck"] = stopped.stuck or "SIGKILL did not end it in 120 s"
+        return
     step("umount", ["umount", mnt])
     marker.teardown(step, g)  # waits for the log to be written; checks its errors
-    m["crash"] = {"after_seconds": sc.crash.after, "mark": CRASH_MARK, "churn_running": True}
 
 
 def _populate(

@@ -220,3 +220,14 @@ def test_a_findings_test_keeps_its_name_and_another_takes_the_next_number(
         (d / name).write_text("")
     assert fstest.next_name(tmp_path, "generic", "3e916c9f0512e686") == "788-crashlab-3e916c9f"
     assert fstest.next_name(tmp_path, "generic", "ddb4e0ab319af7df") == "789-crashlab-ddb4e0ab"
+
+
+def test_an_exchange_sources_the_renameat2_helpers_before_requiring_them() -> None:
+    """The xfs exchange finding's test (docs/findings/xfs-exchange-fsync.md): without
+    common/renameat2, ``_require_renameat2`` is not found and both kernels fail it."""
+    ops = [Op("create", "a"), Op("create", "b"), Op("sync"), Op("exchange", "a", dst="b"),
+           Op("fsync", "a")]  # fmt: skip
+    f = gen.Finding("xfs", "s", "r", "", "", "")
+    t = gen.generate(ops, f, fsync_names=True, ordered=False, flakey=True).text.splitlines()
+    assert t.index(". ./common/renameat2") < t.index("_require_renameat2 exchange")
+    assert "$here/src/renameat2 -x $SCRATCH_MNT/a $SCRATCH_MNT/b" in t

@@ -245,3 +245,16 @@ def test_guest_rounds_are_batched_and_compared_by_oracle_finding(
     assert r.original.findings == {("rule 1: a durable name is missing", "f3")}
     assert max(calls) <= 3 and len(calls) == r.tally.guest_boots
     assert sum(calls) == r.tally.guest <= r.tally.host
+
+
+def test_every_op_of_the_file_format_has_a_shell_form_but_the_held_descriptors() -> None:
+    """A report's steps are shell lines a maintainer can paste; an op without one is
+    a comment. Only the ops through a held descriptor (and utimes's chosen times) lack
+    one: fstests' generator spells those (harness/fstests/gen.py)."""
+    from harness.guest import opfile
+
+    op = {"path": "a", "dst": "b", "target": "t", "perm": 0o700, "uid": 1, "gid": 2}
+    bare = {k for k in opfile.SPEC if workload.render({"op": k, **op}).startswith("#")}
+    assert bare == {"open", "close", "tmpfile", "linkat", "write_fd", "fsync_fd",
+                    "fdatasync_fd", "utimes"}  # fmt: skip
+    assert workload.render({"op": "exchange", **op}) == 'src/renameat2 -x "$M"/a "$M"/b'

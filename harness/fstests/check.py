@@ -28,8 +28,9 @@ from harness.errors import InputError
 LOCK = "/tmp/crashlab-guest.lock"
 GUEST_SCRIPT = Path(__file__).with_name("guest.sh")
 # generic/482 makes a 200 MiB thin volume and dm-thin puts 80 MiB before the data on
-# SCRATCH_DEV, so SCRATCH_DEV needs >= 280 MiB; the other tests need less.
-SIZES = {"fst": "256M", "test": "256M", "scratch": "320M", "logwrites": "1G"}
+# SCRATCH_DEV, so SCRATCH_DEV needs >= 280 MiB. TEST_DEV is made with FSTYP's own mkfs,
+# and mkfs.xfs refuses less than 300 MiB (a 256M TEST_DEV left xfs tests unmountable).
+SIZES = {"fst": "256M", "test": "320M", "scratch": "320M", "logwrites": "1G"}
 # The binaries the dm tests run; a tree without them is not built.
 BUILT = ("src/log-writes/replay-log", "ltp/fsstress", "ltp/fsx", "src/feature")
 CLONE = "git clone git://git.kernel.org/pub/scm/fs/xfs/xfstests-dev.git"

@@ -133,6 +133,16 @@ def render(op: Mapping[str, Any]) -> str:
         "mwrite": f'xfs_io -c "mmap -w {off} {length}" -c "mwrite {off} {length}" -c msync {p}',
         "setxattr": f"setfattr -n {shlex.quote(op.get('name', ''))} -v 0x00 {p}",
         "removexattr": f"setfattr -x {shlex.quote(op.get('name', ''))} {p}",
+        "symlink": f"ln -s {shlex.quote(op.get('target', ''))} {p}",
+        "chmod": f"chmod {int(op.get('perm', 0)):o} {p}",
+        "chown": f"chown {op.get('uid', -1)}:{op.get('gid', -1)} {p}",
+        # renameat2(2) has no coreutils form on Debian 12: fstests' own helper
+        "exchange": f"src/renameat2 -x {p} {_path(op.get('dst', ''))}",
+        "rename_noreplace": f"src/renameat2 -n {p} {_path(op.get('dst', ''))}",
+        "dwrite_dsync": f'xfs_io -d -c "pwrite -q -V 1 -D {off} {length}" {p}',
+        "defrag": f"e4defrag {p}",
+        "subvol_create": f"btrfs subvolume create {p}",
+        "snapshot": f"btrfs subvolume snapshot {p} {_path(op.get('dst', ''))}",
     }
     if k in simple:
         return simple[k]

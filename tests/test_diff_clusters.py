@@ -29,7 +29,7 @@ def search_run(
     """A finished search run on ``kernel`` with findings (state id, symptom, ops)."""
     run = st.begin_run("ace-seq1", "search", {}, 1, fs=fs, env=RunEnv(guest_kernel=kernel))
     for sid, sym, ops in found:
-        cell = {"fs": fs, **sym, "op_class": "link"}
+        cell = {"fs": fs, "op_class": "link", **sym}
         wid = sid.split("/")[0]
         st.record_observation(run, f"bug:{sid}", cell, {"workload": wid, "ops": ops}, None)
     st.finish_run(run, RunStatus.DONE)

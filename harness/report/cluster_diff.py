@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.errors import InputError
-from harness.report import search
+from harness.report import known, search
 from harness.store.db import Store
 
 Key = tuple[str, ...]
@@ -79,13 +79,14 @@ class ClusterDiff:
         )
 
     def to_json(self) -> dict[str, Any]:
-        labels = [c.label for c in self.columns]
+        lbl = [c.label for c in self.columns]
         return {
             "columns": [
                 {"label": c.label, "kernel": c.kernel, "runs": c.runs} for c in self.columns
             ],
             "clusters": [
-                {**sym, "in": dict(zip(labels, cells, strict=True))} for sym, cells in self.rows
+                {**sym, "in": dict(zip(lbl, cells, strict=True)), "known": search.known_json(sym)}
+                for sym, cells in self.rows
             ],
             "common": self.common,
             "only": {c.label: self.only(i) for i, c in enumerate(self.columns)},
@@ -171,7 +172,9 @@ def print_diff(console: Console, d: ClusterDiff) -> None:
     if not d.rows:
         console.print("no findings in any column: no cluster", markup=False)
         return
-    t = Table("#", *search.KEY, *(_tag(i) for i in range(len(d.columns))), "smallest workload")
+    t = Table(
+        "#", *search.KEY, *(_tag(i) for i in range(len(d.columns))), "smallest workload", "known"
+    )
     for n, (sym, cells) in enumerate(d.rows, 1):
         shown = [f"{c['workloads']} wl / {c['states']} st" if c else "-" for c in cells]
         smallest = min(
@@ -182,6 +185,7 @@ def print_diff(console: Console, d: ClusterDiff) -> None:
             *(sym[k] for k in search.KEY),
             *shown,
             f"{smallest['workload']}: {smallest['ops']}",
+            k.name if (k := known.label(sym)) else "new",
         )
     console.print(t)
     console.print(
@@ -196,6 +200,7 @@ def print_diff(console: Console, d: ClusterDiff) -> None:
         f"{d.only(i)} only in {_tag(i)}" for i in range(len(d.columns))
     ]
     console.print(f"{len(d.rows)} clusters: " + ", ".join(counts), markup=False)
+    search.print_known(console, [sym for sym, _ in d.rows])
 
 
 def _tag(i: int) -> str:

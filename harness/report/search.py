@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.outcome import Outcome
-from harness.report import query
+from harness.report import known, query
 from harness.store.db import Store
 
 KEY = ("fs", "outcome", "rule", "role", "op_class")
@@ -38,6 +38,11 @@ class Cluster:
         wid = self.smallest[0]
         return min(s for s in self.states if s.startswith(f"{wid}/"))
 
+    @property
+    def known(self) -> known.Known | None:
+        """The triaged finding it matches (docs/findings/known.toml); None: new."""
+        return known.label(self.symptom)
+
     def to_json(self) -> dict[str, Any]:
         wid, ops = self.smallest
         return {
@@ -45,8 +50,31 @@ class Cluster:
             "states": len(self.states),
             "workloads": len(self.workloads),
             "smallest": {"workload": wid, "ops": ops, "state": self.to_triage},
+            "known": known_json(self.symptom),
             "state_ids": self.states,
         }
+
+
+def known_json(symptom: dict[str, str]) -> dict[str, str] | None:
+    k = known.label(symptom)
+    return {"name": k.name, "verdict": k.verdict, "doc": k.doc} if k else None
+
+
+def print_known(console: Console, symptoms: list[dict[str, str]]) -> None:
+    """Under a table of clusters numbered from 1: each known finding once, with the
+    clusters it labels, and how many clusters are new (not in docs/findings/known.toml)."""
+    by_name: dict[str, tuple[known.Known, list[int]]] = {}
+    for i, s in enumerate(symptoms, 1):
+        if k := known.label(s):
+            by_name.setdefault(k.name, (k, []))[1].append(i)
+    for k, at in by_name.values():
+        nums = ", ".join(map(str, at))
+        console.print(f"known {k.name} ({nums}): {k.verdict}; {k.doc}", markup=False)
+    n_known = sum(len(at) for _, at in by_name.values())
+    console.print(
+        f"{len(symptoms) - n_known} new, {n_known} known (docs/findings/known.toml)",
+        markup=False,
+    )
 
 
 def clusters(st: Store, run_id: str) -> list[Cluster]:
@@ -86,12 +114,13 @@ def print_clusters(console: Console, found: list[Cluster], limit: int | None = N
     if not found:
         console.print("no findings: no cluster", markup=False)
         return
-    t = Table("#", *KEY, "workloads", "states", "smallest workload")
+    t = Table("#", *KEY, "workloads", "states", "smallest workload", "known")
     for i, c in enumerate(found[:limit] if limit else found, 1):
         wid, ops = c.smallest
+        k = c.known
         t.add_row(
             str(i), *(c.symptom[k] for k in KEY), str(len(c.workloads)), str(len(c.states)),
-            f"{wid}: {ops}",
+            f"{wid}: {ops}", k.name if k else "new",
         )  # fmt: skip
     console.print(t)
     if limit and len(found) > limit:
@@ -100,6 +129,7 @@ def print_clusters(console: Console, found: list[Cluster], limit: int | None = N
     console.print("a state of each smallest workload, for `scenario triage STATE-ID`:")
     for i, c in enumerate(shown, 1):
         console.print(f"  {i}: {c.to_triage}", markup=False)
+    print_known(console, [c.symptom for c in shown])
 
 
 # One row per recorded workload; its states' verdicts are counted per outcome.

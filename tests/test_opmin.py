@@ -13,6 +13,7 @@ import pytest
 from harness.guest import ace
 from harness.triage import opmin
 
+REPO = Path(__file__).resolve().parent.parent
 PARAMS: dict[str, Any] = {"workload": {"type": "ops", "noop_sync": True}}
 
 
@@ -158,3 +159,22 @@ def test_a_round_of_only_non_workloads_asks_nothing() -> None:
 
     m = opmin.minimise(p, fails, max_candidates=50, known={(): False}, is_valid=lambda s: False)
     assert m.items == (0, 1, 2, 3) and asked == []
+
+
+def test_a_workload_files_ops_are_planned_from_the_file(tmp_path: Path) -> None:
+    """A bug report's steps (here the xfs exchange finding's, docs/findings/) are
+    re-recorded op by op like the generator's: the plan's source parses the run's text
+    again, and draws the very ops its oracle recorded."""
+    from harness.guest import opfile, opgen
+
+    text = (REPO / "docs/findings/xfs-exchange-fsync/exchange-fsync.ops").read_text()
+    (tmp_path / "root").mkdir()
+    body = opgen.execute(str(tmp_path / "root"), opfile.to_ops(opfile.parse(text, "xfs")))
+    assert body["complete"], body["error"]
+    params = {"fs": {"type": "xfs"}, "workload": {"type": "file", "text": text,
+                                                  "fsync_names": True}}  # fmt: skip
+    fsync = next(o for o in body["ops"] if o["op"] == "fsync")
+    p = opmin.plan(params, body, fsync["mark"], None)
+    assert p.source["kind"] == "file" and p.point == fsync["i"] == 6
+    assert p.items == tuple(range(6))
+    assert [o.describe()["op"] for o in ace.source_ops(p.source)][5:] == ["exchange", "fsync"]

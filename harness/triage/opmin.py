@@ -81,18 +81,19 @@ def plan(
     """
     w = params.get("workload") or {}
     kind = "ace" if workload else w.get("type", "ops")
-    if kind not in ("ops", "ace") or not oracle.get("ops"):
+    if kind not in ("ops", "ace", "file") or not oracle.get("ops"):
         raise NotMinimised(
-            f"a {kind} workload: only the op generator's and ACE's workloads are re-recorded "
-            "op by op (a pattern's ops are one program; fio and fsstress keep no op list)"
+            f"a {kind} workload: only the op generator's, ACE's and workload files' ops are "
+            "re-recorded op by op (a pattern's ops are one program; fio and fsstress keep "
+            "no op list)"
         )
     ops = tuple(o for o in oracle["ops"] if not o.get("final"))
     source = _source(params, oracle, seed, workload)
     drawn = [op.describe() for op in ace.source_ops(source)]
     if drawn != [{k: v for k, v in o.items() if k not in _NOT_THE_OP} for o in ops]:
         raise NotMinimised(
-            f"the {'ACE grammar' if workload else 'op generator'} no longer draws the run's "
-            "ops (it changed since the run): a subset of them cannot be re-recorded"
+            f"the {_DRAWN_BY[source['kind']]} no longer draws the run's ops (it changed "
+            "since the run): a subset of them cannot be re-recorded"
         )
     if mark in AFTER_FINAL or (mark is not None and mark == oracle.get("final_mark")):
         return Plan(source, ops, None, mark)
@@ -103,6 +104,9 @@ def plan(
             "point: no op's promise is judged there"
         )
     return Plan(source, ops, point, str(mark))
+
+
+_DRAWN_BY = {"ace": "ACE grammar", "opgen": "op generator", "file": "workload file's parser"}
 
 
 def _source(

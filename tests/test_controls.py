@@ -39,7 +39,7 @@ def test_controls_give_their_known_answers(guest_image: image.Image, tmp_path: P
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     con = sqlite3.connect(db)
     runs = con.execute("SELECT id, scenario, summary FROM runs WHERE status = 'done'").fetchall()
-    assert len(runs) == 15
+    assert len(runs) == 16
     for run_id, scenario, summary in runs:
         s = json.loads(summary)
         counts = s["outcome_counts"]
@@ -53,7 +53,7 @@ def test_controls_give_their_known_answers(guest_image: image.Image, tmp_path: P
             assert findings == 0 and counts.get("consistent", 0) > 0, (scenario, counts)
         harness = sum(counts.get(o, 0) for o in ("harness_error", "timeout", "panic"))
         assert harness == 0, (scenario, run_id, counts)
-        if scenario in ("xfs-fsync", "btrfs-fsync"):
+        if scenario in ("xfs-fsync", "btrfs-fsync", "xfs-exchange-fsync"):
             # xfs (its dirty log is replayed only by a mount: the host check defers) and
             # btrfs (log tree): every state was mounted and judged in a guest.
             [(guest,)] = con.execute(

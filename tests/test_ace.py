@@ -130,6 +130,27 @@ def test_ace_x_adds_the_classes_real_bugs_need_and_keeps_aces_space() -> None:
     assert ace.describe(1, 5, "ace-x")["ops"] == ace.describe(1, 5)["ops"]  # ACE's first
 
 
+def test_ace_n_puts_names_in_the_new_directory_and_keeps_ace_xs_space() -> None:
+    """ace-n: ace-x, and a file created, linked or renamed into ``B`` once a workload made
+    it -- the shape of btrfs's "new name in a new directory" fixes (6.12.57 -> 6.12.69),
+    which no ace-x workload has. ace-x's own space and ids are unchanged."""
+    assert ace.space(2, "ace-x") == 98350 and ace.cores("ace-n")[: len(ace.cores("ace-x"))] == (
+        ace.cores("ace-x")
+    )
+    assert len(ace.selection(1, 0, 1, grammar="ace-n")) == 281  # B is never there at seq-1
+    added = [c.label() for c in ace.cores("ace-n")[len(ace.cores("ace-x")) :]]
+    assert added == ["creat(B/bar)", "link(foo, B/bar)", "rename(foo, B/bar)",
+                     "link(A/foo, B/bar)", "rename(A/foo, B/bar)"]  # fmt: skip
+    # btrfs-new-name-last-log-commit's steps (campaigns/known-bugs/), as one seq-3 workload
+    bug = ace.describe(3, 1546525, "ace-n")
+    assert bug["id"] == "nseq3-1546525"
+    assert bug["ops"] == "mkdir(B); append(foo) fsync(foo); link(foo, B/bar) fsync_dir()"
+    assert ace.valid(ace.decode(3, 1546525, "ace-n"))
+    # without the mkdir, B/bar has no directory: not a workload
+    link = next(c for c in ace.cores("ace-n") if c.label() == "link(foo, B/bar)")
+    assert not ace.valid([(link, ("sync", ""))])
+
+
 def test_a_held_descriptors_fsync_follows_its_unlink() -> None:
     held = next(
         i for i in ace.selection(1, 0, 1, classes=["unlink-held"], grammar="ace-x")

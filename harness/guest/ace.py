@@ -112,7 +112,13 @@ class Core:
         return f"{self.op_class}({args})"
 
 
-GRAMMARS = ("ace", "ace-x")
+GRAMMARS = ("ace", "ace-x", "ace-n")
+# A workload's id names its grammar: the same index is another workload in another one.
+ID_PREFIX = {"ace": "", "ace-x": "x", "ace-n": "n"}
+# ``ace-n``'s names inside the directory a workload makes (``mkdir(B)``): ace and ace-x
+# never put a file there, so no seq-N of theirs has btrfs's "new name in a new
+# directory" log-tree bugs (docs/search.md, "Two kernels side by side").
+IN_NEW_DIR = ("B/bar",)
 # Multi-op cores of ``ace-x``: a descriptor held across a namespace change, and O_TMPFILE
 # named by linkat (ops_of expands them; "@" is the core's descriptor).
 HELD = frozenset({"unlink-held", "rmdir-held", "tmpfile-link"})
@@ -133,9 +139,25 @@ def extended_cores() -> list[Core]:
     return out
 
 
+def new_dir_cores() -> list[Core]:
+    """``ace-n``'s cores beyond ace-x's: a file created, linked or renamed into ``B``,
+    valid only once a core op made ``B``; ace-x's own list is unchanged, so are its ids."""
+    out = [Core("creat", "create", n) for n in IN_NEW_DIR]
+    for f in FILES:
+        out += [Core("link", "link", f, n) for n in IN_NEW_DIR]
+        out += [Core("rename", "rename", f, n) for n in IN_NEW_DIR]
+    return out
+
+
 def cores(grammar: str = "ace") -> list[Core]:
-    """Every core op over the file set, in a fixed order (``ace-x``: and its classes)."""
-    return _ace_cores() + (extended_cores() if grammar == "ace-x" else [])
+    """Every core op over the file set, in a fixed order (``ace-x``: and its classes;
+    ``ace-n``: and names in the new directory)."""
+    out = _ace_cores()
+    if grammar in ("ace-x", "ace-n"):
+        out += extended_cores()
+    if grammar == "ace-n":
+        out += new_dir_cores()
+    return out
 
 
 def _ace_cores() -> list[Core]:
@@ -174,7 +196,7 @@ def persistence(c: Core) -> list[tuple[str, str]]:
     return [*out, ("sync", "")]
 
 
-_FILE_NAMES = frozenset((*FILES, *NEW))
+_FILE_NAMES = frozenset((*FILES, *NEW, *IN_NEW_DIR))
 
 
 def _names_after(c: Core) -> list[str]:
@@ -495,7 +517,7 @@ def describe(seq: int, index: int, grammar: str = "ace") -> dict[str, Any]:
     )
     return {
         # ace-x's ids apart from ace's: the same index is another workload there.
-        "id": f"{'x' if grammar == 'ace-x' else ''}seq{seq}-{index:06d}",
+        "id": f"{ID_PREFIX[grammar]}seq{seq}-{index:06d}",
         "index": index,
         "seq": seq,
         **({"grammar": grammar} if grammar != "ace" else {}),

@@ -32,11 +32,12 @@ def _default_crash() -> CrashSpec:
 class AceSpec(Settings):
     """Which workloads of ACE's space a run takes."""
 
-    grammar: Literal["ace", "ace-x"] = Field(
+    grammar: Literal["ace", "ace-x", "ace-n"] = Field(
         "ace",
         description="ACE's classes, or ace-x: and truncate to 0, symlink, chmod, "
         "RENAME_EXCHANGE / NOREPLACE, a directory moved into another, fsync through a "
-        "descriptor held across unlink / rmdir, O_TMPFILE + linkat",
+        "descriptor held across unlink / rmdir, O_TMPFILE + linkat; or ace-n: ace-x and "
+        "a file created, linked or renamed into the directory the workload made",
     )
     seq: int = Field(1, ge=1, le=3, description="core ops per workload")
     sample: int = Field(0, ge=0, description="a seeded sample of this many (0: every one)")
@@ -125,7 +126,7 @@ class AceSpec(Settings):
                 key="family",
             )
         family = self.chosen_family()
-        if family in families.NEEDS_ACE_X and self.grammar != "ace-x":
+        if family in families.NEEDS_ACE_X and self.grammar == "ace":
             raise problem(
                 f"{family} needs a descriptor held across a namespace change",
                 "set workload.grammar = 'ace-x' (ace holds no descriptor)",

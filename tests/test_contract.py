@@ -195,9 +195,10 @@ def test_the_old_argv_request_is_refused_clearly() -> None:
     ("printed", "field"),
     [
         ("Traceback (most recent call last):\n  ...\nKeyError: 'rc'", "Stopped"),
-        ('{"stopped": true, "was_running": true, "seconds": 0.1}', "Stopped.version"),
-        ('{"stopped": true, "was_running": true, "seconds": 0.1, "version": 1, "x": 2}',
-         "Stopped.x"),
+        ('{"stopped": true, "was_running": true, "seconds": 0.1}', "Stopped.stuck"),
+        ('{"stopped": true, "was_running": true, "seconds": 0.1, "stuck": ""}', "Stopped.version"),
+        ('{"stopped": true, "was_running": true, "seconds": 0.1, "stuck": "", "version": '
+         f'{contract.VERSION}, "x": 2}}', "Stopped.x"),
     ],
 )  # fmt: skip
 def test_an_unreadable_answer_is_a_harness_failure_naming_program_field_output(

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union
 
 # The contract's version: bump it when a message changes shape, and both sides change.
-VERSION = 1
+VERSION = 2  # 2: Stopped.stuck
 # How much of a command's output crosses the boundary (its tail).
 EXCERPT = 2000
 

@@ -29,6 +29,11 @@ def test_the_catalogue_loads_and_each_entry_has_its_document() -> None:
     # the same symptom on another filesystem, or another op class, is new
     assert known.label({"fs": "ext4", **EXCHANGE}) is None
     assert known.label({"fs": "xfs", **EXCHANGE, "op_class": "link"}) is None
+    # a seq-2 workload holding the class (run d12912f2691a's data-ns-mix cluster)
+    held = {"fs": "btrfs", "outcome": "data_loss", "rule": "removal-undone", "role": "target"}
+    got = known.label({**held, "op_class": "dwrite-overwrite+unlink-held"})
+    assert got is not None and got.name == "btrfs-unlinked-fsync-resurrects"
+    assert known.label({**held, "op_class": "dwrite-overwrite+unlink"}) is None
 
 
 def test_results_bugs_labels_the_known_cluster_and_counts_the_new(tmp_path: Path) -> None:

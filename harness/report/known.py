@@ -8,7 +8,8 @@ known finding is still a finding: nothing is dropped from the store, and a run's
 status is unchanged (the labels are for the reader; a stock kernel that loses data
 still does).
 
-An entry matches on the keys it gives (each value, or any of a list); a key it leaves out
+An entry matches on the keys it gives (each value, or any of a list; a single op class
+also matches a seq-2/3 workload whose '+'-joined classes hold it); a key it leaves out
 matches anything, so ``op_class = ["unlink-held", "rmdir-held"]`` with ``fs = "btrfs"``
 covers every rule and role those op classes showed.
 """
@@ -57,7 +58,13 @@ class Known(settings.Settings):
         """The symptom's keys (``search.KEY``) each among the entry's values, if it gives any."""
         keys = {"fs": self.fs, "outcome": self.outcome, "rule": self.rule, "role": self.role,
                 "op_class": self.op_class}  # fmt: skip
-        return all(not want or symptom.get(k) in want for k, want in keys.items())
+        return all(not want or _among(k, symptom.get(k, ""), want) for k, want in keys.items())
+
+
+def _among(key: str, value: str, want: list[str]) -> bool:
+    """A search's op class is its ops' classes joined by '+' (seq-2, seq-3): an entry's
+    single class matches a workload holding it, a joined one only itself."""
+    return value in want or (key == "op_class" and any(w in value.split("+") for w in want))
 
 
 class KnownFile(settings.Settings):

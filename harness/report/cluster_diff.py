@@ -79,13 +79,13 @@ class ClusterDiff:
         )
 
     def to_json(self) -> dict[str, Any]:
-        lbl = [c.label for c in self.columns]
+        labels = [c.label for c in self.columns]
         return {
             "columns": [
                 {"label": c.label, "kernel": c.kernel, "runs": c.runs} for c in self.columns
             ],
             "clusters": [
-                {**sym, "in": dict(zip(lbl, cells, strict=True)), "known": search.known_json(sym)}
+                {**sym, "in": dict(zip(labels, cells, strict=True)), "known": known.to_json(sym)}
                 for sym, cells in self.rows
             ],
             "common": self.common,
@@ -200,7 +200,7 @@ def print_diff(console: Console, d: ClusterDiff) -> None:
         f"{d.only(i)} only in {_tag(i)}" for i in range(len(d.columns))
     ]
     console.print(f"{len(d.rows)} clusters: " + ", ".join(counts), markup=False)
-    search.print_known(console, [sym for sym, _ in d.rows])
+    known.print_labels(console, [sym for sym, _ in d.rows])
 
 
 def _tag(i: int) -> str:

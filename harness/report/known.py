@@ -21,6 +21,7 @@ from functools import cache
 from pathlib import Path
 
 from pydantic import Field, field_validator
+from rich.console import Console
 
 from harness import paths
 from harness.config import settings
@@ -84,3 +85,26 @@ def load(path: Path = KNOWN) -> tuple[Known, ...]:
 def label(symptom: Mapping[str, str], known: Sequence[Known] | None = None) -> Known | None:
     """The first catalogue entry the symptom matches; None: a new finding."""
     return next((k for k in (load() if known is None else known) if k.matches(symptom)), None)
+
+
+def to_json(symptom: Mapping[str, str]) -> dict[str, str] | None:
+    """The label as ``--json`` carries it (None: new)."""
+    k = label(symptom)
+    return {"name": k.name, "verdict": k.verdict, "doc": k.doc} if k else None
+
+
+def print_labels(console: Console, symptoms: Sequence[Mapping[str, str]]) -> None:
+    """Under a table of clusters numbered from 1: each known finding once, with the
+    clusters it labels, and how many clusters are new (not in docs/findings/known.toml)."""
+    by_name: dict[str, tuple[Known, list[int]]] = {}
+    for i, s in enumerate(symptoms, 1):
+        if k := label(s):
+            by_name.setdefault(k.name, (k, []))[1].append(i)
+    for k, at in by_name.values():
+        nums = ", ".join(map(str, at))
+        console.print(f"known {k.name} ({nums}): {k.verdict}; {k.doc}", markup=False)
+    n_known = sum(len(at) for _, at in by_name.values())
+    console.print(
+        f"{len(symptoms) - n_known} new, {n_known} known (docs/findings/known.toml)",
+        markup=False,
+    )

@@ -50,31 +50,9 @@ class Cluster:
             "states": len(self.states),
             "workloads": len(self.workloads),
             "smallest": {"workload": wid, "ops": ops, "state": self.to_triage},
-            "known": known_json(self.symptom),
+            "known": known.to_json(self.symptom),
             "state_ids": self.states,
         }
-
-
-def known_json(symptom: dict[str, str]) -> dict[str, str] | None:
-    k = known.label(symptom)
-    return {"name": k.name, "verdict": k.verdict, "doc": k.doc} if k else None
-
-
-def print_known(console: Console, symptoms: list[dict[str, str]]) -> None:
-    """Under a table of clusters numbered from 1: each known finding once, with the
-    clusters it labels, and how many clusters are new (not in docs/findings/known.toml)."""
-    by_name: dict[str, tuple[known.Known, list[int]]] = {}
-    for i, s in enumerate(symptoms, 1):
-        if k := known.label(s):
-            by_name.setdefault(k.name, (k, []))[1].append(i)
-    for k, at in by_name.values():
-        nums = ", ".join(map(str, at))
-        console.print(f"known {k.name} ({nums}): {k.verdict}; {k.doc}", markup=False)
-    n_known = sum(len(at) for _, at in by_name.values())
-    console.print(
-        f"{len(symptoms) - n_known} new, {n_known} known (docs/findings/known.toml)",
-        markup=False,
-    )
 
 
 def clusters(st: Store, run_id: str) -> list[Cluster]:
@@ -129,7 +107,7 @@ def print_clusters(console: Console, found: list[Cluster], limit: int | None = N
     console.print("a state of each smallest workload, for `scenario triage STATE-ID`:")
     for i, c in enumerate(shown, 1):
         console.print(f"  {i}: {c.to_triage}", markup=False)
-    print_known(console, [c.symptom for c in shown])
+    known.print_labels(console, [c.symptom for c in shown])
 
 
 # One row per recorded workload; its states' verdicts are counted per outcome.

@@ -79,6 +79,7 @@ def record_batch(
     noop_sync: bool,
     progress: Callable[[int], None],
     flush_after_sync: bool = False,
+    ordered_metadata: bool = False,
     tag: str = "",
     cpus: int = GuestSpec.cpus,
 ) -> dict[str, float]:
@@ -120,6 +121,7 @@ def record_batch(
             "--fsync-names", "yes" if fs.journaled else "no",
             *(["--noop-sync"] if noop_sync else []),
             *(["--flush-after-sync"] if flush_after_sync else []),
+            *(["--ordered-metadata"] if ordered_metadata else []),
         ]  # fmt: skip
         for i, w in enumerate(workloads):
             argv = [*common, *_which(w), "--dut-offset", str(i * size)]

@@ -119,6 +119,11 @@ ID_PREFIX = {"ace": "", "ace-x": "x", "ace-n": "n"}
 # never put a file there, so no seq-N of theirs has btrfs's "new name in a new
 # directory" log-tree bugs (docs/search.md, "Two kernels side by side").
 IN_NEW_DIR = ("B/bar",)
+# ... and a file taking the old name of a directory the workload moved away (or removed),
+# then renamed next to it: btrfs's "conflicting inode is a moved directory" fix
+# (266273eaf4d9, generic/784) needs a name that was a directory in the synced base and
+# is a file now, which no name of ace-x's ever is.
+DIR_NAME_FILE = "A/C"
 # Multi-op cores of ``ace-x``: a descriptor held across a namespace change, and O_TMPFILE
 # named by linkat (ops_of expands them; "@" is the core's descriptor).
 HELD = frozenset({"unlink-held", "rmdir-held", "tmpfile-link"})
@@ -141,11 +146,14 @@ def extended_cores() -> list[Core]:
 
 def new_dir_cores() -> list[Core]:
     """``ace-n``'s cores beyond ace-x's: a file created, linked or renamed into ``B``,
-    valid only once a core op made ``B``; ace-x's own list is unchanged, so are its ids."""
+    valid only once a core op made ``B``; a file made at ``A/C`` once the directory left
+    it, and that name renamed to ``bar``. ace-x's own list is unchanged, so are its ids."""
     out = [Core("creat", "create", n) for n in IN_NEW_DIR]
     for f in FILES:
         out += [Core("link", "link", f, n) for n in IN_NEW_DIR]
         out += [Core("rename", "rename", f, n) for n in IN_NEW_DIR]
+    # valid once A/C is gone; while A/C is still the directory the rename moves it
+    out += [Core("creat", "create", DIR_NAME_FILE), Core("rename", "rename", DIR_NAME_FILE, "bar")]
     return out
 
 
@@ -196,7 +204,7 @@ def persistence(c: Core) -> list[tuple[str, str]]:
     return [*out, ("sync", "")]
 
 
-_FILE_NAMES = frozenset((*FILES, *NEW, *IN_NEW_DIR))
+_FILE_NAMES = frozenset((*FILES, *NEW, *IN_NEW_DIR, DIR_NAME_FILE))
 
 
 def _names_after(c: Core) -> list[str]:
@@ -239,6 +247,26 @@ def decode(seq: int, index: int, grammar: str = "ace") -> list[tuple[Core, tuple
         index, digit = divmod(index, len(other))
         picked.append(other[digit])
     return picked[::-1]
+
+
+def unit_label(c: Core, persist: tuple[str, str]) -> str:
+    """One op of a workload as ``describe`` spells it: ``append(foo) fsync(foo)``."""
+    pkind, ppath = persist
+    return c.label() + ("" if pkind == PERSIST_NONE else f" {pkind}({ppath})")
+
+
+def index_of(ops: str, grammar: str = "ace") -> int:
+    """``decode``'s inverse: the index of the workload ``describe`` spells ``ops`` (its
+    ops joined by "; "), so a bug's steps written in ACE's terms name their workload."""
+    steps = [s.strip() for s in ops.split(";") if s.strip()]
+    index = 0
+    for n, step in enumerate(steps):
+        pool = units(n == len(steps) - 1, grammar)
+        where = [k for k, (c, p) in enumerate(pool) if unit_label(c, p) == step]
+        if not where:
+            raise ValueError(f"{step!r} is no op of {grammar}'s (spelt as describe spells it)")
+        index = index * len(pool) + where[0]
+    return index
 
 
 def valid(picked: Sequence[tuple[Core, tuple[str, str]]]) -> bool:
@@ -512,9 +540,7 @@ def source_ops(source: dict[str, Any]) -> list[Any]:
 def describe(seq: int, index: int, grammar: str = "ace") -> dict[str, Any]:
     """What the host stores of a workload: its ops, op classes and persistence ops."""
     picked = decode(seq, index, grammar)
-    text = "; ".join(
-        c.label() + ("" if p == PERSIST_NONE else f" {p}({pp})") for c, (p, pp) in picked
-    )
+    text = "; ".join(unit_label(c, p) for c, p in picked)
     return {
         # ace-x's ids apart from ace's: the same index is another workload there.
         "id": f"{ID_PREFIX[grammar]}seq{seq}-{index:06d}",
@@ -582,6 +608,7 @@ def cmd_record(a: argparse.Namespace) -> contract.AceRecord:
             fsync_names=a.fsync_names == "yes",
             noop_sync=a.noop_sync,
             flush_after_sync=a.flush_after_sync,
+            ordered=a.ordered_metadata,
         )
         sh("umount", ["umount", a.root])
         mark("crashlab:umount")
@@ -684,6 +711,14 @@ def cmd_count(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_index(a: argparse.Namespace) -> int:
+    """The workload (id and ops) of each shape, as ``list`` prints them."""
+    for ops in a.ops:
+        i = index_of(ops, a.grammar)
+        print(json.dumps(describe(len(ops.split(";")), i, a.grammar)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ace", description=(__doc__ or "").splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -700,6 +735,10 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--seq", type=int, nargs="+", default=[1, 2, 3])
     n.add_argument("--grammar", choices=GRAMMARS, default="ace")
     n.set_defaults(func=cmd_count)
+    x = sub.add_parser("index", help="the workload of ops spelt as list spells them")
+    x.add_argument("--grammar", choices=GRAMMARS, default="ace")
+    x.add_argument("ops", nargs="+", help="e.g. 'mkdir(B); append(foo) fsync(foo)'")
+    x.set_defaults(func=cmd_index)
     r = sub.add_parser("record", help="record one workload under its own log")
     r.add_argument("--seq", type=int, default=1)
     r.add_argument("--grammar", choices=GRAMMARS, default="ace")
@@ -719,6 +758,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--fsync-names", choices=("yes", "no"), default="yes")
     r.add_argument("--noop-sync", action="store_true")
     r.add_argument("--flush-after-sync", action="store_true")
+    r.add_argument("--ordered-metadata", action="store_true", help="oracle rule 18 too")
     r.add_argument("--timeout", type=float, default=300)
     s = sub.add_parser("serve", help="record workloads asked through FIFOs in FOLDER")
     s.add_argument("folder")

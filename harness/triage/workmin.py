@@ -128,6 +128,7 @@ class Rerecorder:
                 timeout=RECORD_TIMEOUT,
                 noop_sync=bool(self.workload.get("noop_sync")),
                 flush_after_sync=bool(self.workload.get("flush_after_sync")),
+                ordered_metadata=bool(self.workload.get("ordered_metadata")),
                 progress=lambda _: None,
             )
         verdicts = dict(zip(keeps, self.judge(wanted), strict=True))

@@ -144,6 +144,7 @@ class Search(lifecycle.Experiment):
                 batches[i],
                 timeout=self.sc.timeout,
                 noop_sync=self.sc.workload.noop_sync,
+                ordered_metadata=self.sc.workload.ordered_metadata,
                 progress=step,
                 flush_after_sync=self.sc.workload.flush_after_sync,
                 tag=f"-{i}",

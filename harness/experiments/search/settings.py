@@ -39,7 +39,9 @@ class AceSpec(Settings):
         "descriptor held across unlink / rmdir, O_TMPFILE + linkat; or ace-n: ace-x and "
         "a file created, linked or renamed into the directory the workload made",
     )
-    seq: int = Field(1, ge=1, le=3, description="core ops per workload")
+    seq: int = Field(
+        1, ge=1, le=4, description="core ops per workload (seq-4: by indices, sample or budget)"
+    )
     sample: int = Field(0, ge=0, description="a seeded sample of this many (0: every one)")
     limit: int = Field(0, ge=0, description="only the first N of the selection (a CI slice)")
     op_classes: tuple[str, ...] = Field(
@@ -65,6 +67,13 @@ class AceSpec(Settings):
     )
     noop_sync: bool = Field(
         False, description="a positive control: never really sync; expect findings"
+    )
+    # btrfs-new-name-skips-dentries (5630f7557de6) keeps every name the fsync-names
+    # promise asks for; only this profile sees the new directory's file it loses.
+    ordered_metadata: bool = Field(
+        False,
+        description="judge by the ordered-metadata profile too: namespace ops persist in "
+        "order (oracle rule 18; ext4, xfs, and what btrfs's maintainers test against)",
     )
     # As for a crash run (config/crash.py): the write-through model -- each mark then holds
     # every write completed before it, so a loss is the filesystem's, not the cache's.

@@ -36,10 +36,12 @@ def test_the_family_counts_printed_for_the_note() -> None:
     """The exact counts docs/search.md prints, and seq-3's by the same walk."""
     assert ace.count(2) == 51097 and ace.count(2, "ace", "relog") == 7708
     want = {
-        ("ace", 2): (51097, 7708, 160, 703, 0, 1008),
-        ("ace-x", 2): (85754, 11060, 290, 2205, 2462, 1650),
-        ("ace", 3): (11534064, 4117972, 71272, 183540, 0, 432516),
-        ("ace-x", 3): (24006506, 7627896, 160018, 865981, 874470, 907847),
+        ("ace", 2): (51097, 7708, 160, 703, 0, 1008, 0),
+        ("ace-x", 2): (85754, 11060, 290, 2205, 2462, 1650, 0),
+        ("ace-n", 2): (87770, 11060, 338, 2266, 2494, 1650, 69),
+        ("ace", 3): (11534064, 4117972, 71272, 183540, 0, 432516, 0),
+        ("ace-x", 3): (24006506, 7627896, 160018, 865981, 874470, 907847, 0),
+        ("ace-n", 3): (24890909, 7741406, 206240, 903937, 897992, 920777, 58578),
     }
     for (g, seq), counts in want.items():
         assert tuple(ace.count(seq, g, f) for f in ["", *families.FAMILIES]) == counts
@@ -72,6 +74,12 @@ def test_each_family_s_shape() -> None:
     assert not families.matches("data-ns-mix", apart)
     other = core[("append", "foo", "")]
     assert not families.matches("data-ns-mix", [(other, ("none", "")), (rename, ("fsync", "bar"))])
+    n = {(c.op_class, c.path, c.dst): c for c in ace.cores("ace-n")}
+    mkdir, link = n[("mkdir", "B", "")], n[("link", "foo", "B/bar")]
+    # bfe3d755ef7c's steps: the link into B, made since the sync, then the root's fsync
+    assert families.matches("new-dir-name", [(mkdir, ("none", "")), (link, ("fsync_dir", ""))])
+    assert not families.matches("new-dir-name", [(mkdir, ("sync", "")), (link, ("fsync_dir", ""))])
+    assert not families.matches("new-dir-name", [(mkdir, ("fsync_dir", "")), (creat, ("sync", ""))])
 
 
 def test_the_seeded_order_is_a_permutation_fixed_by_the_seed() -> None:
@@ -115,8 +123,10 @@ def test_bad_family_or_budget_names_the_key(setting: str, said: str) -> None:
 
 
 def test_held_fd_needs_ace_x_and_durations_parse() -> None:
-    with pytest.raises(InputError):
-        scenario.load("ace-seq2", ["workload.family=held-fd"])
+    for family, grammar in (("held-fd", "ace"), ("new-dir-name", "ace-x")):
+        with pytest.raises(InputError, match=f"{family} needs a"):
+            scenario.load("ace-seq2", [f"workload.family={family}", f"workload.grammar={grammar}"])
+    scenario.load("ace-seq2", ["workload.family=new-dir-name", "workload.grammar=ace-n"])
     sc = scenario.load("ace-seq2", ["workload.family=held-fd", "workload.grammar=ace-x",
                                     "workload.budget=1h30m", "workload.sample=0"])  # fmt: skip
     assert sc.workload.budget_seconds() == 5400
@@ -150,11 +160,15 @@ def test_the_nightly_runs_every_family_on_the_newest_6_12_within_its_budget() ->
     camp = campaign.load(paths.REPO / "campaigns" / "nightly.toml")
     runs = [scenario.load(el.scenario, el.overrides) for el in camp.elements]
     fam = [sc for sc in runs if getattr(getattr(sc, "workload", None), "budget", "")]
+    ace_x = {f for f in families.FAMILIES if "ace-x" in families.GRAMMARS_OF.get(f, ("ace-x",))}
     assert {(str(sc.fs.type), sc.workload.family) for sc in fam} == {
-        (fs, f) for fs in ("btrfs", "ext4", "xfs") for f in families.FAMILIES
-    }
+        (fs, f) for fs in ("btrfs", "ext4", "xfs") for f in ace_x
+    } | {("btrfs", "new-dir-name")}
     assert {sc.kernel for sc in fam} == {"6.12.117+deb12-amd64"}
-    assert sum(sc.workload.budget_seconds() for sc in fam) == 200 * 60  # the comment's
+    assert sum(sc.workload.budget_seconds() for sc in fam) == 220 * 60  # the comments'
+    # the three btrfs fixes' slices, whole, beside the families (kernels-search's own)
+    slices = [sc for sc in runs if getattr(getattr(sc, "workload", None), "indices", ())]
+    assert sorted(len(sc.workload.indices) for sc in slices) == [16, 24]
 
 
 def test_the_workloads_table_by_fs_and_family_from_a_fixture_store(tmp_path: Path) -> None:

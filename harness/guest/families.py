@@ -23,6 +23,11 @@ shape needed to be still in flight.
   unlinked or its directory removed (``ace-x`` only: ``ace`` holds no descriptor). The
   inode has no name left to log, yet the fsync must persist what it promised and must not
   resurrect the name (btrfs's logging of unlinked inodes, ext4 orphan handling).
+- ``new-dir-name`` (``ace-n`` only): a name made (create, link, a rename's destination)
+  inside a directory made since the last sync, then an fsync-family call. Logging the
+  new name must log the new directory first, and mark what it logged of the parent as
+  such: btrfs's btrfs_log_new_name fixes of 2025 (bfe3d755ef7c, 5630f7557de6) lost the
+  directory or its other new entries, because the parent looked already logged.
 - ``data-ns-mix``: a data op (write, mmap write, fallocate, truncate) and a namespace op
   (create, link, rename, exchange, unlink) on one inode, with no persistence op between
   them, then one fsync-family call. One fsync must commit both the inode's new extents and
@@ -41,10 +46,20 @@ FAMILIES: dict[str, str] = {
     "relog": "act again on a file fsync'd earlier, no sync between",
     "reuse-name": "make again a name removed earlier, no sync between",
     "dir-move": "move a directory, then fsync it, something inside it or its old parent",
-    "held-fd": "fsync through a descriptor held across an unlink or rmdir (ace-x only)",
+    "held-fd": "fsync through a descriptor held across an unlink or rmdir (ace-x, ace-n)",
     "data-ns-mix": "a data op and a namespace op on one inode, then one fsync",
+    "new-dir-name": "a name made in a directory made since the last sync, then an fsync (ace-n)",
 }
-NEEDS_ACE_X = frozenset({"held-fd"})
+# The grammars a family needs: what it reaches exists only there (ace holds no
+# descriptor; only ace-n names a file inside a directory the workload made).
+GRAMMARS_OF: dict[str, tuple[str, ...]] = {
+    "held-fd": ("ace-x", "ace-n"),
+    "new-dir-name": ("ace-n",),
+}
+WHY_GRAMMAR = {
+    "held-fd": "needs a descriptor held across a namespace change (ace holds none)",
+    "new-dir-name": "needs a name made inside a new directory (only ace-n makes one)",
+}
 
 FSYNCS = frozenset({"fsync", "fdatasync", "fsync_dir", "fsync_fd", "fdatasync_fd"})
 DATA = frozenset({"append", "overwrite", "write", "dwrite", "mwrite", "falloc", "truncate"})
@@ -108,6 +123,8 @@ def advance(w: Walk, c: Any, pkind: str, ppath: str) -> Walk:
         return replace(w, moved=frozenset() if pkind == "sync" else moved)
     if f == "held-fd":
         return replace(w, hit=pkind in ("fsync_fd", "fdatasync_fd"))
+    if f == "new-dir-name":
+        return _new_dir_name(w, c, pkind)
     return _mix(w, c, pkind)
 
 
@@ -118,6 +135,19 @@ def _relog(w: Walk, c: Any, pkind: str, ppath: str) -> Walk:
     if pkind in ("fsync", "fdatasync"):
         return replace(w, names=w.names | {ppath})
     return replace(w, names=frozenset()) if pkind == "sync" else w
+
+
+def _new_dir_name(w: Walk, c: Any, pkind: str) -> Walk:
+    # names: the directories made since the last sync, "+" marking one given a name since
+    made = c.path if c.kind in MAKES else c.dst if c.kind in MOVES else ""
+    names = set(w.names)
+    if c.kind == "mkdir":
+        names.add(c.path)
+    elif made and _parent(made) in names:
+        names.add("+" + _parent(made))
+    if pkind in FSYNCS and any(n.startswith("+") for n in names):
+        return replace(w, hit=True)
+    return replace(w, names=frozenset() if pkind == "sync" else frozenset(names))
 
 
 def _mix(w: Walk, c: Any, pkind: str) -> Walk:

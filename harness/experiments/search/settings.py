@@ -135,10 +135,11 @@ class AceSpec(Settings):
                 key="family",
             )
         family = self.chosen_family()
-        if family in families.NEEDS_ACE_X and self.grammar == "ace":
+        need = families.GRAMMARS_OF.get(family, ace.GRAMMARS)
+        if self.grammar not in need:
             raise problem(
-                f"{family} needs a descriptor held across a namespace change",
-                "set workload.grammar = 'ace-x' (ace holds no descriptor)",
+                f"{family} {families.WHY_GRAMMAR[family]}",
+                f"set workload.grammar = '{need[0]}'",
                 key="family",
             )
         if family in ("relog", "reuse-name", "data-ns-mix") and self.seq < 2:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.config import scenario
 from harness.errors import InputError
 from harness.experiments.search import budget
-from harness.guest import ace, families
+from harness.guest import ace, families, opgen
+from harness.guest.opgen import Op
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -247,3 +250,51 @@ def test_a_budget_spent_mid_check_leaves_the_run_to_be_taken_up_where_it_stopped
     assert recorded == [FACTS["id"]]  # recorded once, taken again after
     assert checked[0] == 0 and checked == sorted(set(checked)) and checked[-1] <= r.items, checked
     assert 0 < checked[1] < r.items, checked  # the first run stopped mid-way
+
+
+def _drawn(seed: int, family: str, bug_ops: bool = False) -> list[Any]:
+    ops = opgen.draw(seed, 20, 8, 64 * 1024, bug_ops, True, bug_ops)
+    return ops if not family or families.matches_ops(family, ops) else []
+
+
+def test_the_op_generator_draws_a_family_by_seed(tmp_path: Path) -> None:
+    """workload.family on the op generator: seeds drawn from the run's until one's ops
+    are of the family; the oracle keeps that seed, so triage draws the same ops."""
+    for family, bug_ops in (("new-dir-name", False), ("held-fd", True)):
+        plain = sum(bool(_drawn(s, family, bug_ops)) for s in range(1, 101))
+        assert 0 < plain < 100  # the filter does something: some seeds are, some not
+        extra = ["--files", "8", "--max-size", str(64 * 1024), "--family", family]
+        extra += ["--extended", "--bug-ops"] if bug_ops else []
+        for seed in (1, 2, 3):
+            root, doc = tmp_path / f"{family}{seed}", tmp_path / f"{family}{seed}.json"
+            root.mkdir()
+            argv = ["run", "--root", str(root), "--seed", str(seed), "--ops", "20"]
+            assert opgen.main([*argv, "--mark-cmd", "none", "--oracle", str(doc), *extra]) == 0
+            kept = json.loads(doc.read_text())
+            assert kept["family"] == family
+            assert _drawn(kept["seed"], family, bug_ops)  # the seed kept draws the family
+            if _drawn(seed, family, bug_ops):
+                assert kept["seed"] == seed  # a seed of the family is its own
+
+
+def test_held_fd_of_the_op_generator_needs_the_name_gone() -> None:
+    opened = [Op("create", "f1"), Op("open", "f1", fd="h2")]
+    assert not families.matches_ops("held-fd", [*opened, Op("fsync_fd", fd="h2")])
+    assert families.matches_ops("held-fd", [*opened, Op("unlink", "f1"), Op("fsync_fd", fd="h2")])
+    # through a descriptor fsync'd by its name, a later write is a relog
+    assert families.matches_ops("relog", [*opened, Op("fsync_fd", fd="h2"), Op("append", "f1")])
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ("workload.family=reuse-name", "never makes a name again"),
+        ("workload.family=dir-move", "never renames a directory"),
+        ("workload.family=held-fd", "needs descriptors held across unlink"),
+        ("workload.family=relgo", "unknown family 'relgo'"),
+    ],
+)
+def test_a_family_the_op_generator_cannot_draw_is_refused(setting: str, said: str) -> None:
+    with pytest.raises(InputError, match=said):
+        scenario.load("btrfs-fsync", [setting])
+    assert scenario.load("btrfs-fsync", ["workload.family=relog"]).workload.family == "relog"

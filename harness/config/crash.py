@@ -16,6 +16,7 @@ from harness.config.base import ScenarioBase
 from harness.config.settings import Settings, Size, problem, size_text
 from harness.config.states import StateSpec
 from harness.errors import InputError
+from harness.guest import families
 
 if TYPE_CHECKING:
     pass
@@ -195,6 +196,28 @@ class OpsWorkload(OracleKeys):
         "chmod, RENAME_EXCHANGE / NOREPLACE, writes and fsyncs through a descriptor held "
         "across unlink",
     )
+    family: str = Field(
+        "",
+        description="only a workload of this op family (harness/guest/families.py): seeds "
+        "are drawn from the run's, in a fixed order, until one's workload is; the oracle "
+        "keeps the seed drawn",
+    )
+
+    @model_validator(mode="after")
+    def _family(self) -> OpsWorkload:
+        f = self.family
+        if f and f not in families.FAMILIES:
+            hint = "closest: " + ", ".join(families.closest(f))
+            raise problem(f"unknown family {f!r}", hint, key="family")
+        if f in families.OPGEN_NEVER:
+            hint = f"search ACE's grammar instead: scenario run ace-seq2 --set workload.family={f}"
+            raise problem(f"{f}: {families.OPGEN_NEVER[f]}", hint, key="family")
+        if f == "held-fd" and not self.bug_ops:
+            raise problem(
+                "held-fd needs descriptors held across unlink", "set workload.bug_ops = true",
+                key="family",
+            )  # fmt: skip
+        return self
 
 
 class FioWorkload(Settings):

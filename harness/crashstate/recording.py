@@ -59,6 +59,7 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
         flush_after_sync=w.flush_after_sync,
         extended=w.extended,
         bug_ops=w.bug_ops,
+        family=w.family,
     )
 
 

@@ -494,27 +494,6 @@ def _expand(c: Core, data: bytes, fd: str) -> list[Any]:
     ]  # fmt: skip
 
 
-def generated(
-    seed: int,
-    count: int,
-    files: int,
-    max_size: int,
-    extended: bool,
-    fsync_names: bool,
-    bug_ops: bool = False,
-) -> list[Any]:
-    """The op generator's workload (``opgen.py run``'s ops, final sync excepted): drawn
-    as ``opgen.execute`` draws them, each op applied to the model before the next."""
-    gen = opgen.Generator(seed, files, max_size, extended, bug_ops)
-    model = opgen.Model(fsync_names)
-    ops = []
-    for _ in range(count):
-        op = gen.next(model)
-        model.apply(op)
-        ops.append(op)
-    return ops
-
-
 def source_ops(source: dict[str, Any]) -> list[Any]:
     """The ops of a workload source: ``{"kind": "ace", "seq", "index"}`` or
     ``{"kind": "opgen", "seed", "ops", "files", "max_size", "extended", "fsync_names",
@@ -526,14 +505,16 @@ def source_ops(source: dict[str, Any]) -> list[Any]:
         import opfile  # type: ignore[import-not-found]
 
         return list(opfile.to_ops(source["ops"]))
-    return generated(
-        int(source["seed"]),
-        int(source["ops"]),
-        int(source["files"]),
-        int(source["max_size"]),
-        bool(source.get("extended")),
-        bool(source.get("fsync_names", True)),
-        bool(source.get("bug_ops")),
+    return list(
+        opgen.draw(
+            int(source["seed"]),
+            int(source["ops"]),
+            int(source["files"]),
+            int(source["max_size"]),
+            bool(source.get("extended")),
+            bool(source.get("fsync_names", True)),
+            bool(source.get("bug_ops")),
+        )
     )
 
 

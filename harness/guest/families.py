@@ -178,6 +178,54 @@ def _canonical(ino: dict[str, int]) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(ino.items()))
 
 
+# Families the op generator cannot draw: every name it makes is new (f7, d3), and it
+# renames files only.
+OPGEN_NEVER = {
+    "reuse-name": "the op generator never makes a name again (each name it draws is new)",
+    "dir-move": "the op generator never renames a directory",
+}
+
+
+@dataclass(frozen=True)
+class _Core:
+    """An op generator's op as the walk reads a core op (ace.Core's fields it uses)."""
+
+    kind: str
+    path: str = ""
+    dst: str = ""
+    op_class: str = ""
+
+
+PERSISTS = {"fsync": "fsync", "fdatasync": "fdatasync", "fsync_dir": "fsync_dir",
+            "sync": "sync", "syncfs": "sync", "fsync_fd": "fsync_fd"}  # fmt: skip
+
+
+def opgen_steps(ops: Iterable[Any]) -> list[tuple[Any, tuple[str, str]]]:
+    """An op generator's ops (opgen.Op) as the walk's (core, persistence) steps: each op
+    a core with no persistence, a persistence op a step of its own. An fsync_fd is the
+    held-descriptor kind only when its file lost the name it was opened by."""
+    steps: list[tuple[Any, tuple[str, str]]] = []
+    opened: dict[str, str] = {}  # descriptor -> the name it was opened by
+    held: set[str] = set()  # descriptors whose name is gone
+    for op in ops:
+        if op.kind == "open":
+            opened[op.fd] = op.path
+        elif op.kind in ("unlink", "rename"):
+            held |= {fd for fd, name in opened.items() if name == op.path}
+        if op.kind in PERSISTS:
+            path = opened.get(op.fd, "") if op.kind == "fsync_fd" else op.path
+            kind = "fsync" if op.kind == "fsync_fd" and op.fd not in held else PERSISTS[op.kind]
+            steps.append((_Core("none"), (kind, path)))
+        else:
+            steps.append((_Core(op.kind, op.path, op.dst, op.kind), ("none", "")))
+    return steps
+
+
+def matches_ops(family: str, ops: Iterable[Any]) -> bool:
+    """Whether an op generator's workload is of ``family``."""
+    return matches(family, opgen_steps(ops))
+
+
 def matches(family: str, picked: Iterable[tuple[Any, tuple[str, str]]]) -> bool:
     """Whether a workload's ops (``ace.decode``'s) are of ``family``."""
     w = start(family)

@@ -56,6 +56,7 @@ class WorkloadSpec:
     binary: str = ""  # "fsstress": the host's binary, copied into the guest
     ops_json: str = ""  # "file": the parsed ops (harness/guest/opfile.py), as JSON
     ordered_metadata: bool = False  # judged by oracle rule 18 too
+    family: str = ""  # "ops": the first seed drawn whose workload is of this op family
 
 
 @dataclass(frozen=True)
@@ -403,6 +404,7 @@ def _generator_argv(w: WorkloadSpec, seed: int, oracle_path: str, marks: list[st
         program += ["--flush-after-sync"] if w.flush_after_sync else []
         program += ["--extended"] if w.extended else []
         program += ["--bug-ops"] if w.bug_ops else []
+        program += ["--family", w.family] if w.family else []
     else:
         program = ["apppat.py", "--pattern", w.pattern, "--size", str(w.max_size)]
         program += ["--transactions", str(w.transactions)]

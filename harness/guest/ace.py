@@ -541,6 +541,9 @@ def describe(seq: int, index: int, grammar: str = "ace") -> dict[str, Any]:
 
 
 UNSUPPORTED = (errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL)
+# A workload's recording failed because a guest disk did (the host's file), not the
+# workload: the search records it once more (search/experiment.py).
+DISK_FAILED = "a disk failed"
 
 
 def cmd_record(a: argparse.Namespace) -> contract.AceRecord:
@@ -615,7 +618,7 @@ def cmd_record(a: argparse.Namespace) -> contract.AceRecord:
             # alone, with the kernel's own lines (the block layer's first) kept.
             result["status"] = "failed"
             lost = "dm-log-writes: " + " | ".join(said[:5])
-            result["error"] = lost if said else "a disk failed"
+            result["error"] = lost if said else DISK_FAILED
             result["kernel"] = [*disks, *said][:20]
     result["seconds"] = round(time.monotonic() - start, 3)
     return contract.AceRecord(**result)

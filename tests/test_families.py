@@ -295,6 +295,8 @@ def test_held_fd_of_the_op_generator_needs_the_name_gone() -> None:
     ],
 )
 def test_a_family_the_op_generator_cannot_draw_is_refused(setting: str, said: str) -> None:
-    with pytest.raises(InputError, match=said):
+    with pytest.raises(InputError, match=said) as e:
         scenario.load("btrfs-fsync", [setting])
+    key, value = setting.split("=")
+    assert f"--set {key}={value!r}" in str(e.value)  # not the op count under the tag "ops"
     assert scenario.load("btrfs-fsync", ["workload.family=relog"]).workload.family == "relog"

@@ -196,11 +196,14 @@ def _dotted(loc: Sequence[int | str], tags: frozenset[str]) -> str:
     return out
 
 
-def _value_at(data: Any, loc: Sequence[int | str]) -> Any:
+def _value_at(data: Any, loc: Sequence[int | str], tags: frozenset[str]) -> Any:
     if loc and isinstance(data, Mapping) and loc[0] not in data:
         return "(the default)"  # the file does not set it: the model's default is at fault
     node = data
-    for part in loc:
+    for i, part in enumerate(loc):
+        if part in tags and i + 1 < len(loc):
+            continue  # a union's tag, as _dotted skips it: the op generator's tag "ops" is
+            # also one of its keys, and read as one it named the op count as the value
         try:
             node = node[part]
         except (KeyError, IndexError, TypeError):
@@ -277,7 +280,7 @@ def to_input_error(
             key = _dotted(loc, tags)
         close = difflib.get_close_matches(str(given), options, n=1)
         hint = hint or (f"did you mean {close[0]!r}?" if close else None)
-    value = _value_at(data, loc)
+    value = _value_at(data, loc, tags)
     if key in overridden:
         return InputError(f"{path}: --set {key}={value!r}: {msg}", hint=hint)
     where = f"key {key!r} = {value!r}: " if key else ""

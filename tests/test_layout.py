@@ -27,6 +27,10 @@ UPWARD_BY_DESIGN = {
     ("harness/config/schema.py", "harness.experiments.registry"),
     # The reports find their tables, charts and dashboard panels in the kinds' records.
     ("harness/report/query.py", "harness.experiments"),
+    # The op families are named once, by the guest module that walks them (stdlib only,
+    # no import of its own): a scenario's workload.family is checked against them when
+    # the file is loaded, exit 2 before anything runs.
+    ("harness/config/crash.py", "harness.guest.families"),
 }
 
 

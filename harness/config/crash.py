@@ -16,7 +16,7 @@ from harness.config.base import ScenarioBase
 from harness.config.settings import Settings, Size, problem, size_text
 from harness.config.states import StateSpec
 from harness.errors import InputError
-from harness.guest import families
+from harness.guest.families import FAMILIES, OPGEN_NEVER, closest
 
 if TYPE_CHECKING:
     pass
@@ -206,12 +206,12 @@ class OpsWorkload(OracleKeys):
     @model_validator(mode="after")
     def _family(self) -> OpsWorkload:
         f = self.family
-        if f and f not in families.FAMILIES:
-            hint = "closest: " + ", ".join(families.closest(f))
+        if f and f not in FAMILIES:
+            hint = "closest: " + ", ".join(closest(f))
             raise problem(f"unknown family {f!r}", hint, key="family")
-        if f in families.OPGEN_NEVER:
+        if f in OPGEN_NEVER:
             hint = f"search ACE's grammar instead: scenario run ace-seq2 --set workload.family={f}"
-            raise problem(f"{f}: {families.OPGEN_NEVER[f]}", hint, key="family")
+            raise problem(f"{f}: {OPGEN_NEVER[f]}", hint, key="family")
         if f == "held-fd" and not self.bug_ops:
             raise problem(
                 "held-fd needs descriptors held across unlink", "set workload.bug_ops = true",

@@ -136,6 +136,13 @@ def test_held_fd_needs_ace_x_and_durations_parse() -> None:
     assert scenario.load("ace-seq3", []).workload.budget_seconds() == 3600
 
 
+def test_seq_4_is_taken_by_indices_sample_or_budget_never_whole() -> None:
+    with pytest.raises(InputError, match="too many to take whole"):
+        scenario.load("ace-seq3", ["workload.seq=4", "workload.budget=", "workload.sample=0"])
+    sc = scenario.load("ace-seq3", ["workload.seq=4", "workload.grammar=ace-n"])  # its budget
+    assert sc.workload.seq == 4 and sc.workload.budget_seconds() == 3600
+
+
 def test_an_unknown_family_exits_2_with_the_closest_names(tmp_path: Path) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "harness", "run", "ace-seq3", "--set", "workload.family=reuse",

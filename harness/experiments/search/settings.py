@@ -99,6 +99,12 @@ class AceSpec(Settings):
                     key="budget",
                 )
         size = ace.space(self.seq, self.grammar)
+        if self.seq >= 4 and not (self.indices or self.sample or self.budget):
+            raise problem(  # walking billions of indices in order would never end
+                f"seq-{self.seq} has {size:,} indices: too many to take whole",
+                "give workload.indices, workload.sample or workload.budget",
+                key="seq",
+            )
         for i in self.indices:
             if not 0 <= i < size or not ace.valid(ace.decode(self.seq, i, self.grammar)):
                 raise problem(

@@ -156,6 +156,23 @@ class FsSpec(Settings):
         ]
 
 
+def ordered_metadata_field() -> Any:
+    """``ordered_metadata``, as workload files and searches both take it."""
+    return Field(
+        False,
+        description="judge by the ordered-metadata profile too: namespace ops persist in "
+        "order (oracle rule 18; ext4, xfs, and what btrfs's maintainers test against)",
+    )
+
+
+def check_family(name: str) -> None:
+    """An op family's name (harness/guest/families.py), or the closest ones as a hint."""
+    if name and name not in FAMILIES:
+        raise problem(
+            f"unknown family {name!r}", "closest: " + ", ".join(closest(name)), key="family"
+        )
+
+
 class OracleKeys(Settings):
     """The keys of a workload the oracle judges (``harness/guest/oracle.py``)."""
 
@@ -206,9 +223,7 @@ class OpsWorkload(OracleKeys):
     @model_validator(mode="after")
     def _family(self) -> OpsWorkload:
         f = self.family
-        if f and f not in FAMILIES:
-            hint = "closest: " + ", ".join(closest(f))
-            raise problem(f"unknown family {f!r}", hint, key="family")
+        check_family(f)
         if f in OPGEN_NEVER:
             hint = f"search ACE's grammar instead: scenario run ace-seq2 --set workload.family={f}"
             raise problem(f"{f}: {OPGEN_NEVER[f]}", hint, key="family")
@@ -303,11 +318,7 @@ class FileWorkload(OracleKeys):
     text: str = Field(
         "", description="the ops themselves (filled from `path`; a run keeps what it ran)"
     )
-    ordered_metadata: bool = Field(
-        False,
-        description="judge by the ordered-metadata profile too: namespace ops persist in "
-        "order (oracle rule 18; ext4, xfs, and what btrfs's maintainers test against)",
-    )
+    ordered_metadata: bool = ordered_metadata_field()
 
     @model_validator(mode="after")
     def _read(self) -> FileWorkload:

@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 
 from harness.config import settings
 from harness.config.base import ScenarioBase
-from harness.config.crash import CheckSpec, CrashSpec, FsSpec
+from harness.config.crash import CheckSpec, CrashSpec, FsSpec, check_family, ordered_metadata_field
 from harness.config.settings import Settings, problem
 from harness.guest import ace, families
 
@@ -70,11 +70,7 @@ class AceSpec(Settings):
     )
     # btrfs-new-name-skips-dentries (5630f7557de6) keeps every name the fsync-names
     # promise asks for; only this profile sees the new directory's file it loses.
-    ordered_metadata: bool = Field(
-        False,
-        description="judge by the ordered-metadata profile too: namespace ops persist in "
-        "order (oracle rule 18; ext4, xfs, and what btrfs's maintainers test against)",
-    )
+    ordered_metadata: bool = ordered_metadata_field()
     # As for a crash run (config/crash.py): the write-through model -- each mark then holds
     # every write completed before it, so a loss is the filesystem's, not the cache's.
     flush_after_sync: bool = Field(
@@ -134,12 +130,7 @@ class AceSpec(Settings):
                 "drop workload.relog and keep workload.family",
                 key="relog",
             )
-        if self.family and self.family not in families.FAMILIES:
-            raise problem(
-                f"unknown family {self.family!r}",
-                "closest: " + ", ".join(families.closest(self.family)),
-                key="family",
-            )
+        check_family(self.family)
         family = self.chosen_family()
         need = families.GRAMMARS_OF.get(family, ace.GRAMMARS)
         if self.grammar not in need:

@@ -12,7 +12,7 @@ harness failure is never reported as a filesystem finding::
           ├── CommandFailed       a host command failed (argv, status, output)
           ├── CommandTimeout      a host command ran past its timeout (argv, timeout, output)
           ├── ImageError          the guest image could not be built or is missing
-          ├── GuestMessageError   a guest program's answer broke the contract (guest/contract.py)
+          ├── GuestMessageError   a guest program's answer broke the contract (model/contract.py)
           └── GuestError          the guest misbehaved
                ├── GuestBootFailed   QEMU or the kernel did not come up
                ├── GuestPanic        kernel panic or oops (console tail attached)
@@ -124,7 +124,7 @@ class ImageError(HarnessError):
 
 
 class GuestMessageError(HarnessError):
-    """A guest program printed what the contract (harness/guest/contract.py) cannot read:
+    """A guest program printed what the contract (harness/model/contract.py) cannot read:
     the lab's failure (a program and the host out of step), never a finding."""
 
     def __init__(self, program: str, field: str, reason: str, output: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.guest.contract import CheckFacts, Command
+from harness.model.contract import CheckFacts, Command
 
 
 def command(rc: int = 0, output: str = "", seconds: float = 0.1) -> Command:

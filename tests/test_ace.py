@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.guest import ace, opgen, oracle
+from harness.guest import ace, opgen
+from harness.model import oracle
 
 
 def test_seq1_is_enumerated_exactly_and_every_index_decodes_to_a_valid_workload() -> None:

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from harness.guest import apppat, oracle, sqlitepat
+from harness.guest import apppat, sqlitepat
+from harness.model import oracle
 from harness.store.db import RunKind, Store
 from tests.synth import run_results_cli
 

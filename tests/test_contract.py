@@ -1,4 +1,4 @@
-"""harness/guest/contract.py: every message between the guest programs and the host
+"""harness/model/contract.py: every message between the guest programs and the host
 round-trips, and one that breaks the contract -- a field unknown, missing, mistyped, of
 another version, or no JSON at all -- is named as such; on the host it is a harness
 failure (exit 3) naming the program, the field and what the guest printed, never a
@@ -7,9 +7,6 @@ finding and never a traceback."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +14,8 @@ import pytest
 
 from harness.check import guest as guestcheck
 from harness.errors import EXIT_HARNESS, GuestMessageError
-from harness.guest import contract
-from harness.guest.contract import ContractError, Message
+from harness.model import contract
+from harness.model.contract import ContractError, Message
 from harness.outcome import Outcome
 from harness.record import guestmsg
 from harness.vm.agent import ExecResult
@@ -271,44 +268,6 @@ def test_checkstate_facts_that_parse_are_judged() -> None:
     serve = contract.CheckFacts(serve_error="Traceback ...\nValueError: boom").to_json()
     r = _check(serve)
     assert r.outcome is Outcome.HARNESS_ERROR and "boom" in r.output
-
-
-def test_the_contract_is_installed_beside_the_programs() -> None:
-    from harness.record import recorder
-
-    written: dict[str, bytes] = {}
-
-    class Fake:
-        def run(self, argv: list[str], check: bool = False) -> None:
-            pass
-
-        def write_file(self, path: str, data: bytes) -> None:
-            written[path] = data
-
-    guest: Any = Fake()
-    recorder.install_scripts(guest)
-    assert written[f"{recorder.GUEST_DIR}/contract.py"] == (GUEST / "contract.py").read_bytes()
-
-
-def test_a_program_answers_through_the_contract_without_the_harness(tmp_path: Path) -> None:
-    """In the guest there is no harness package: the programs find the contract beside
-    them (python -I: no PYTHONPATH, no harness)."""
-    for path in GUEST.glob("*.py"):
-        shutil.copy(path, tmp_path)
-    out = subprocess.run(
-        [sys.executable, "-I", str(tmp_path / "recoveryload.py"), "stop", "--pid", "999999999"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=tmp_path,
-    )
-    said = contract.Stopped.from_json(out.stdout)
-    assert said == contract.Stopped(stopped=True, was_running=False, seconds=0.0)
-    # every program imports there, and all of them share the one contract module
-    programs = sorted(p.stem for p in GUEST.glob("*.py") if p.stem != "__init__")
-    check = f"import sys; sys.path[:0] = ['.']; import {', '.join(programs)}"
-    check += "; assert checkstate.contract is runner.contract is contract"
-    subprocess.run([sys.executable, "-I", "-c", check], check=True, cwd=tmp_path)
 
 
 def test_the_cli_exits_3_with_program_field_and_output_and_no_traceback(

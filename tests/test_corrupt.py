@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.guest.oracle import FORMAT
+from harness.model.oracle import FORMAT
 from harness.proc import run
 from harness.replay.corrupt import zero_durable_block
 

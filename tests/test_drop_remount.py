@@ -19,8 +19,8 @@ from harness.experiments.faults.dropremount import (
     judge_drop,
     sync_points,
 )
-from harness.guest.contract import EXCERPT, DropPoint
 from harness.image import build as image
+from harness.model.contract import EXCERPT, DropPoint
 from harness.store.db import Store
 from tests.guestfacts import command
 from tests.guestfacts import facts as checked

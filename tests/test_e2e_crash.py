@@ -120,7 +120,7 @@ def test_an_op_generator_family_is_what_the_guest_ran(tmp_path: Path) -> None:
     """workload.family on the op generator, in a real guest: the oracle keeps the seed
     the guest drew (not the run's, whose 20 ops hold no held-descriptor fsync), its ops
     are of the family, and they are the ops the host draws again from that seed."""
-    from harness.guest import families, opgen
+    from harness.model import families, generate
 
     if image.cached() is None:
         pytest.skip("guest image not built")
@@ -128,11 +128,12 @@ def test_an_op_generator_family_is_what_the_guest_ran(tmp_path: Path) -> None:
             "workload.extended=true", "workload.bug_ops=true", "workload.family=held-fd",
             "crash.states=[{kind='mark'}]"]  # fmt: skip
     sc = scenario.load("ext4-ordered-fsync", sets)
-    assert not families.matches_ops("held-fd", opgen.draw(sc.seed, 20, 8, 65536, True, True, True))
+    drawn_first = generate.draw(sc.seed, 20, 8, 65536, True, True, True)
+    assert not families.matches_ops("held-fd", drawn_first)
     report = lifecycle.execute(sc, db=tmp_path / "lab.sqlite")
     assert report.status in (0, 1), report.counts  # a finding is ext4's; no harness failure
     oracle = json.loads((lifecycle.run_dir(report.run_id) / "oracle.json").read_text())
     assert oracle["family"] == "held-fd" and oracle["seed"] != sc.seed
-    drawn = opgen.draw(oracle["seed"], 20, 8, 65536, True, True, True)
+    drawn = generate.draw(oracle["seed"], 20, 8, 65536, True, True, True)
     assert families.matches_ops("held-fd", drawn)
     assert [o["op"] for o in oracle["ops"] if not o.get("final")] == [op.kind for op in drawn]

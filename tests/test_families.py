@@ -1,4 +1,4 @@
-"""Op families (harness/guest/families.py): exact counts, seeded order, bad input."""
+"""Op families (harness/model/families.py): exact counts, seeded order, bad input."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import pytest
 from harness.config import scenario
 from harness.errors import InputError
 from harness.experiments.search import budget
-from harness.guest import ace, families, opgen
-from harness.guest.opgen import Op
+from harness.guest import ace, opgen
+from harness.model import families, generate
+from harness.model.ops import Op
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -156,7 +157,7 @@ def test_an_unknown_family_exits_2_with_the_closest_names(tmp_path: Path) -> Non
 
 def test_ace_count_prints_each_family() -> None:
     r = subprocess.run(
-        [sys.executable, str(REPO / "harness/guest/ace.py"), "count", "--seq", "2"],
+        [sys.executable, "-m", "harness.guest.ace", "count", "--seq", "2"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert "ace seq-2: 51,097 valid of 56,445 indices; relog 7,708;" in r.stdout
@@ -260,7 +261,7 @@ def test_a_budget_spent_mid_check_leaves_the_run_to_be_taken_up_where_it_stopped
 
 
 def _drawn(seed: int, family: str, bug_ops: bool = False) -> list[Any]:
-    ops = opgen.draw(seed, 20, 8, 64 * 1024, bug_ops, True, bug_ops)
+    ops = generate.draw(seed, 20, 8, 64 * 1024, bug_ops, True, bug_ops)
     return ops if not family or families.matches_ops(family, ops) else []
 
 

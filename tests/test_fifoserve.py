@@ -20,7 +20,8 @@ import pytest
 from harness.config.crash import FsSpec
 from harness.crashstate import workloads
 from harness.errors import GuestMessageError, HarnessError
-from harness.guest import ace, contract
+from harness.guest import ace
+from harness.model import contract
 from harness.record import guestserve
 from harness.record import recorder as record
 from harness.vm.agent import ExecResult

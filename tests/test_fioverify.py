@@ -12,7 +12,7 @@ from harness.config import fiojob as rules
 from harness.config import scenario
 from harness.errors import HarnessError, InputError
 from harness.guest import fioverify
-from harness.guest import oracle as guest_oracle
+from harness.model import oracle as guest_oracle
 from harness.record import fiojob
 
 DATA = Path(__file__).parent / "data" / "fio"

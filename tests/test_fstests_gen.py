@@ -16,7 +16,8 @@ import pytest
 
 from harness.cli.main import main
 from harness.fstests import gen
-from harness.guest.opgen import Op
+from harness.model import shell
+from harness.model.ops import Op
 from harness.triage import fstest
 
 DATA = Path(__file__).parent / "data" / "fstests"
@@ -117,7 +118,7 @@ def test_a_state_between_flushes_gets_a_log_writes_test() -> None:
 
 def test_an_op_without_a_shell_spelling_is_named() -> None:
     ops = [Op("tmpfile", "", fd="t"), Op("linkat", "a", fd="t"), Op("sync")]
-    with pytest.raises(gen.NoSpelling, match="op tmpfile"):
+    with pytest.raises(shell.NoSpelling, match="op tmpfile"):
         gen.generate(
             ops,
             gen.Finding("xfs", "s", "r", "", "", ""),
@@ -171,10 +172,10 @@ def test_the_report_mail_parses_back(lab: Path, tmp_path: Path) -> None:
     for want in (
         "Kernel: 6.1.0-54-amd64 (Debian linux-image-6.1.0-54-amd64 6.1.190-1, upstream 6.1.190)",
         "mkfs: mkfs.btrfs",
-        '  truncate -s 0 "$M"/d/foo',
-        '  xfs_io -c fsync "$M"/d',
+        '  xfs_io -c "truncate 0" "$M"/d/foo',
+        '  xfs_io -c "fsync" "$M"/d',
         "fsync-names: fsync(2) makes a file's data durable",
-        "harness/guest/oracle.py and docs/verdicts.md",
+        "harness/model/oracle/ and docs/verdicts.md",
         "d/foo is 65536 bytes where 0 were made durable",
         'replay-log --log "$LOG" --replay "$DEV" --limit 1291',
         "replay-log --log slice.log --replay $DEV",

@@ -14,8 +14,8 @@ from harness.errors import InputError
 from harness.experiments import lifecycle
 from harness.experiments.faults.experiment import FsyncEio, eio_args, judge
 from harness.experiments.faults.settings import FaultsScenario
-from harness.guest.contract import EioFacts
 from harness.image import build as image
+from harness.model.contract import EioFacts
 from harness.store.db import Store
 
 

@@ -8,7 +8,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from harness.guest import contract, runner
+from harness.guest import runner
+from harness.model import contract
 
 GUEST = Path(runner.__file__).parent
 

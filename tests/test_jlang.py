@@ -21,7 +21,8 @@ from harness.cli.main import main
 from harness.config import scenario
 from harness.errors import InputError
 from harness.experiments.crash import jlang
-from harness.guest import opfile, opgen
+from harness.guest import opgen
+from harness.model import opfile
 
 DATA = Path(__file__).resolve().parent / "data" / "jlang"
 FILES = sorted(p.name for p in DATA.iterdir() if p.name != "README.md")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.check import guest as guestcheck
-from harness.guest.contract import CheckFacts
+from harness.model.contract import CheckFacts
 from harness.outcome import Outcome
 from harness.report import journal as _journal  # noqa: F401  (registers the table)
 from harness.report import query

@@ -19,8 +19,8 @@ import pytest
 
 from harness.config import campaign as config_campaign
 from harness.errors import InputError
-from harness.guest import opfile
 from harness.kernel import bisect
+from harness.model import opfile
 from harness.outcome import Account, Outcome
 from harness.report import knownbugs
 from harness.store.model import ItemOutcome

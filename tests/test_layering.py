@@ -74,6 +74,17 @@ def _type_checking(node: ast.AST) -> bool:
     )
 
 
+def _absolute(name: str, level: int, module: str) -> str:
+    """A relative import's module as an absolute name (the model and the guest programs
+    import each other relatively: the guest has them as the same package)."""
+    if not level:
+        return module
+    package = (HARNESS.parent / name.replace(".", "/") / "__init__.py").exists()
+    parts = name.split(".")[: None if package else -1]
+    parts = parts[: len(parts) - (level - 1)]
+    return ".".join([*parts, *([module] if module else [])])
+
+
 def _import_names(name: str, tree: ast.Module, *, annotations: bool = True) -> set[str]:
     """Every dotted name module ``name`` imports, anywhere (a function's lazy import too:
     it is still a dependency, only a later one): ``from a.b import c`` gives ``a.b`` and
@@ -90,9 +101,7 @@ def _import_names(name: str, tree: ast.Module, *, annotations: bool = True) -> s
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            # harness imports absolutely only (ruff's TID252 would say so first)
-            assert not node.level, f"{name}:{node.lineno}: a relative import"
-            base = node.module or ""
+            base = _absolute(name, node.level, node.module or "")
             out |= {base, *(f"{base}.{a.name}" for a in node.names)}
         todo += ast.iter_child_nodes(node)
     return out

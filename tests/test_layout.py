@@ -7,10 +7,11 @@ import ast
 
 from harness import paths
 
-# The shared vocabulary first, then the steps in the order a run goes through them. The
-# guest programs (stdlib only: they run in the guest) sit beneath the recorder that
-# installs them and reads their words (runner.disk_errors).
-SHARED = ("outcome", "errors", "paths", "tools", "proc", "filesystems")
+# The shared vocabulary first (``model``: the ops, the oracle and the contract, which the
+# guest imports too), then the steps in the order a run goes through them. The guest
+# programs (stdlib only: they run in the guest) sit beneath the recorder that installs
+# them and reads their words (runner.disk_errors).
+SHARED = ("outcome", "errors", "paths", "tools", "proc", "filesystems", "model")
 STEPS = ("config", "image", "kernel", "vm", "guest", "record", "replay", "check", "store")
 # Reports read the store; the crash-state core (a state's log, cutting, checks, verdict,
 # a stored state found again) is what the kinds that cut crash states share, and its
@@ -27,10 +28,6 @@ UPWARD_BY_DESIGN = {
     ("harness/config/schema.py", "harness.experiments.registry"),
     # The reports find their tables, charts and dashboard panels in the kinds' records.
     ("harness/report/query.py", "harness.experiments"),
-    # The op families are named once, by the guest module that walks them (stdlib only,
-    # no import of its own): a scenario's workload.family is checked against them when
-    # the file is loaded, exit 2 before anything runs.
-    ("harness/config/crash.py", "harness.guest.families"),
 }
 
 

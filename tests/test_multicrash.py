@@ -18,7 +18,7 @@ from harness.errors import InputError
 from harness.experiments.zfs import crash
 from harness.experiments.zfs import record as zfs_record
 from harness.experiments.zfs.settings import Experiment, ZfsScenario
-from harness.guest.contract import ZfsRound
+from harness.model.contract import ZfsRound
 from harness.outcome import Outcome
 from harness.record.logwrites import FLUSH, FUA, Log, open_log
 from harness.replay.honest import intervals, label_regions

@@ -14,8 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.guest import opgen, oracle
-from harness.guest.opgen import Op
+from harness.guest import opgen
+from harness.model import oracle
+from harness.model.ops import SYNC_OPS, Op
+from tests import guestcopy
 
 OPGEN = Path(opgen.__file__)
 
@@ -77,7 +79,7 @@ def test_final_mark_matches_the_real_files(tmp_path: Path) -> None:
 def test_marks_are_numbered_after_each_sync_op(tmp_path: Path) -> None:
     run(tmp_path / "r", tmp_path / "o.json", seed=5, ops=150)
     o = json.loads((tmp_path / "o.json").read_text())
-    synced = [op for op in o["ops"] if op["op"] in opgen.SYNC_OPS]
+    synced = [op for op in o["ops"] if op["op"] in SYNC_OPS]
     assert [op["mark"] for op in synced] == [
         f"crashlab:sync:{n}" for n in range(1, len(synced) + 1)
     ]
@@ -179,7 +181,7 @@ def test_runs_as_a_standalone_script(tmp_path: Path) -> None:
         [
             sys.executable,
             "-I",
-            str(OPGEN),
+            str(guestcopy.unpack(tmp_path / "g") / "opgen.py"),
             "run",
             "--root",
             str(tmp_path / "r"),

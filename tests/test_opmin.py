@@ -165,7 +165,8 @@ def test_a_workload_files_ops_are_planned_from_the_file(tmp_path: Path) -> None:
     """A bug report's steps (here the xfs exchange finding's, docs/findings/) are
     re-recorded op by op like the generator's: the plan's source parses the run's text
     again, and draws the very ops its oracle recorded."""
-    from harness.guest import opfile, opgen
+    from harness.guest import opgen
+    from harness.model import opfile
 
     text = (REPO / "docs/findings/xfs-exchange-fsync/exchange-fsync.ops").read_text()
     (tmp_path / "root").mkdir()

@@ -1,4 +1,4 @@
-"""The oracle's teeth (issue 9): each rule of harness/guest/oracle.py on hand-made op
+"""The oracle's teeth (issue 9): each rule of harness/model/oracle/ on hand-made op
 sequences run against real files, then checked against trees that a crash could and
 could not leave. Tests marked "before" failed on the old oracle (it required nothing
 there, or did not look)."""
@@ -10,8 +10,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from harness.guest import opgen, oracle
-from harness.guest.opgen import Op
+from harness.guest import opgen
+from harness.model import oracle
+from harness.model.ops import Op
 
 
 def m(n: int) -> str:

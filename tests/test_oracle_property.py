@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.guest import opgen, oracle
+from harness.guest import opgen
+from harness.model import generate, oracle
 
 
 @settings(
@@ -49,7 +50,7 @@ def test_every_mark_holds_in_the_tree_as_it_was_at_the_mark(
 
     with monkeypatch.context() as mp:
         mp.setattr(opgen, "emit_mark", snapshot)
-        gen = opgen.Generator(seed, files, 9000, extended, bug_ops)
+        gen = generate.Generator(seed, files, 9000, extended, bug_ops)
         body = opgen.execute(str(root), generator=gen, count=ops, ordered=ordered)
     assert body["complete"], body["error"]
     o = {"format": oracle.FORMAT, **body}

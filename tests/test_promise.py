@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.check import guest as guestcheck
 from harness.check import promises
-from harness.guest import oracle
+from harness.model import oracle
 from harness.outcome import Outcome
 from harness.store import schema
 from harness.store.db import (

@@ -26,14 +26,15 @@ from harness.experiments import lifecycle
 from harness.experiments.recovery.crash import replay_to_mark
 from harness.experiments.recovery.experiment import Item, Recovery
 from harness.experiments.recovery.settings import RecoveryScenario, preflight
-from harness.guest.contract import Stopped
 from harness.image import build as image
+from harness.model.contract import Stopped
 from harness.outcome import Outcome
 from harness.replay.replayer import image_digest
 from harness.report import query
 from harness.report.recovery import recovery_points
 from harness.report.recovery_fit import claims, fits
 from harness.store.db import RunKind, Store
+from tests import guestcopy
 from tests.synth import run_results_cli
 
 DATA = Path(__file__).parent / "data" / "recovery"
@@ -108,9 +109,16 @@ def test_each_crash_method_is_an_item_and_one_crash_measures_them_together() -> 
     assert got == [(i, i) for i in ids[1:]]
 
 
-def test_the_guest_program_stops_the_churn_and_waits_for_it() -> None:
+def test_the_guest_program_stops_the_churn_and_waits_for_it(tmp_path: Path) -> None:
     """``recoveryload.py stop`` is stdlib only: it runs here as in the guest."""
-    program = [sys.executable, str(GUEST / "recoveryload.py"), "stop", "--timeout", "20"]
+    program = [
+        sys.executable,
+        "-I",
+        str(guestcopy.unpack(tmp_path / "g") / "recoveryload.py"),
+        "stop",
+        "--timeout",
+        "20",
+    ]
     child = subprocess.Popen(["sleep", "60"])
     reaper = threading.Thread(target=child.wait)  # in the guest, init reaps the churn
     reaper.start()
@@ -121,10 +129,17 @@ def test_the_guest_program_stops_the_churn_and_waits_for_it() -> None:
     assert child.returncode == -9
 
 
-def test_a_churn_that_outlives_sigkill_says_where_it_waits() -> None:
+def test_a_churn_that_outlives_sigkill_says_where_it_waits(tmp_path: Path) -> None:
     """Unreaped, the killed child stays a zombie, which ``kill(pid, 0)`` still finds:
     the stand-in for a task blocked in the kernel. The answer names its wait channel."""
-    program = [sys.executable, str(GUEST / "recoveryload.py"), "stop", "--timeout", "1"]
+    program = [
+        sys.executable,
+        "-I",
+        str(guestcopy.unpack(tmp_path / "g") / "recoveryload.py"),
+        "stop",
+        "--timeout",
+        "1",
+    ]
     child = subprocess.Popen(["sleep", "60"])
     try:
         out = subprocess.run([*program, "--pid", str(child.pid)], capture_output=True, check=True)

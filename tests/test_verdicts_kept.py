@@ -17,7 +17,7 @@ from harness.check import host
 from harness.errors import GuestAgentError, HarnessError
 from harness.experiments import lifecycle
 from harness.experiments.crash.experiment import CrashReplay
-from harness.guest.contract import CheckFacts
+from harness.model.contract import CheckFacts
 from harness.outcome import Outcome, Tallied, tally
 from harness.proc import run
 from harness.store.db import (

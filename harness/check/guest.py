@@ -22,7 +22,7 @@ from harness.check import promises
 from harness.check.host import CheckResult
 from harness.config.crash import FsSpec
 from harness.errors import GuestError, GuestMessageError, GuestPanic, GuestTimeout, HarnessError
-from harness.guest import contract
+from harness.model import contract
 from harness.outcome import Outcome, reduce
 from harness.record import guestmsg, guestserve
 from harness.record import recorder as record

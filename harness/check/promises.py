@@ -1,5 +1,5 @@
 """Which promise a finding broke, in words a maintainer reads at a glance: the guarantee
-profile the state was judged by (``harness/guest/oracle.py`` PROFILES), the weakest
+profile the state was judged by (``harness/model/oracle/`` PROFILES), the weakest
 profile whose rule it broke (the oracle's ``promise``: ``posix`` is the floor, a
 ``fsync-names`` or ``ordered-metadata`` break is one of a stronger promise than POSIX
 makes), and the oracle rule, each with its source (docs/verdicts.md).

@@ -26,7 +26,7 @@ def register(sub: Any, add_set_option: Any) -> None:
         "--workload-file",
         type=lambda s: Path(s).expanduser().resolve(),
         metavar="FILE",
-        help="run these ops (one a line: harness/guest/opfile.py) instead of the scenario's"
+        help="run these ops (one a line: harness/model/opfile.py) instead of the scenario's"
         " workload; the same as --set workload.type=file --set workload.path=FILE",
     )
     p.add_argument(

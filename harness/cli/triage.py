@@ -138,7 +138,8 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
 def _deliver(args: argparse.Namespace) -> int:
     """--fstests and --report: from a triaged finding's report folder."""
-    from harness.fstests import check, gen
+    from harness.fstests import check
+    from harness.model import shell
     from harness.triage import finding, fstest, mail
 
     if args.fstests is not None:
@@ -147,7 +148,7 @@ def _deliver(args: argparse.Namespace) -> int:
     if args.fstests is not None:
         try:
             w = fstest.write(tr, args.fstests.resolve())
-        except gen.NoSpelling as e:
+        except shell.NoSpelling as e:
             raise InputError(f"crash state {tr.target.state.id}: {e}") from None
         console.print(
             f"fstests test: {w.path} ({w.test.shape}), copy in {tr.folder}/fstests", markup=False

@@ -16,7 +16,7 @@ from harness.config.base import ScenarioBase
 from harness.config.settings import Settings, Size, problem, size_text
 from harness.config.states import StateSpec
 from harness.errors import InputError
-from harness.guest.families import FAMILIES, OPGEN_NEVER, closest
+from harness.model.families import FAMILIES, OPGEN_NEVER, closest
 
 if TYPE_CHECKING:
     pass
@@ -166,7 +166,7 @@ def ordered_metadata_field() -> Any:
 
 
 def check_family(name: str) -> None:
-    """An op family's name (harness/guest/families.py), or the closest ones as a hint."""
+    """An op family's name (harness/model/families.py), or the closest ones as a hint."""
     if name and name not in FAMILIES:
         raise problem(
             f"unknown family {name!r}", "closest: " + ", ".join(closest(name)), key="family"
@@ -174,7 +174,7 @@ def check_family(name: str) -> None:
 
 
 class OracleKeys(Settings):
-    """The keys of a workload the oracle judges (``harness/guest/oracle.py``)."""
+    """The keys of a workload the oracle judges (``harness/model/oracle/``)."""
 
     # Does fsync(file) make the file's *name* durable? Journaled ext3/ext4, xfs, btrfs:
     # yes. POSIX does not promise it, and ext2 (or ext4 without a journal) does not do
@@ -215,7 +215,7 @@ class OpsWorkload(OracleKeys):
     )
     family: str = Field(
         "",
-        description="only a workload of this op family (harness/guest/families.py): seeds "
+        description="only a workload of this op family (harness/model/families.py): seeds "
         "are drawn from the run's, in a fixed order, until one's workload is; the oracle "
         "keeps the seed drawn",
     )
@@ -310,7 +310,7 @@ class FsstressWorkload(Settings):
 
 
 class FileWorkload(OracleKeys):
-    """A workload file (``harness/guest/opfile.py``): a bug report's steps, one op a line,
+    """A workload file (``harness/model/opfile.py``): a bug report's steps, one op a line,
     judged at every persistence point by the same oracle as the op generator's."""
 
     type: Literal["file"]

@@ -19,7 +19,7 @@ from harness.config.crash import (
 )
 from harness.crashstate.run import Progress
 from harness.errors import InputError
-from harness.guest import opfile
+from harness.model import opfile
 from harness.record import recorder as record
 
 

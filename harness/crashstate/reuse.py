@@ -25,20 +25,21 @@ from harness.config.crash import CheckSpec, CrashSpec, FsSpec
 from harness.config.settings import canonical_json
 from harness.crashstate.run import Run
 from harness.guest import fioverify
-from harness.guest import oracle as guest_oracle
+from harness.model import oracle as guest_oracle
 from harness.replay import crashstates
 from harness.replay import replayer as replay
 from harness.store.model import Judged
 
 # The lab's own judging code: how facts become an outcome (host.py, guest.py) and what
-# the guest runs to gather them (checkstate.py and the oracle it imports).
+# the guest runs to gather them (checkstate.py and the oracle package it imports).
+_HARNESS = Path(__file__).resolve().parents[1]
 _JUDGES = (
     "check/host.py",
     "check/guest.py",
-    *(f"guest/{m}.py" for m in ("checkstate", "contract", "oracle", "fioverify", "apppat")),
-    "guest/sqlitepat.py",
+    *(f"guest/{m}.py" for m in ("checkstate", "fioverify", "apppat", "sqlitepat")),
+    *(f"model/{m}.py" for m in ("contract", "ops")),
+    *sorted(str(f.relative_to(_HARNESS)) for f in (_HARNESS / "model" / "oracle").glob("*.py")),
 )
-_HARNESS = Path(__file__).resolve().parents[1]
 
 
 @functools.cache

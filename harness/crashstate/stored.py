@@ -11,7 +11,7 @@ from typing import Any
 
 from harness.crashstate import statelog
 from harness.errors import InputError
-from harness.guest import oracle as guest_oracle
+from harness.model import oracle as guest_oracle
 from harness.record import logwrites
 from harness.replay import replayer as replay
 from harness.replay.crashstates import CrashState
@@ -70,7 +70,7 @@ def reproduce(state_id: str, *, db: Path, out: Path) -> tuple[Path, dict[str, An
 
 
 def load_oracle(path: Path | None) -> dict[str, Any]:
-    """The oracle file (the lab's format, ``harness/guest/oracle.py``), or none.
+    """The oracle file (the lab's format, ``harness/model/oracle/``), or none.
 
     :raise InputError: it cannot be read or is not a JSON object.
     """

@@ -20,7 +20,7 @@ from typing import Any
 
 from harness.config.crash import FsSpec
 from harness.errors import HarnessError, InputError
-from harness.guest import contract
+from harness.model import contract
 from harness.record import guestmsg, guestserve, logwrites
 from harness.record import recorder as record
 from harness.replay.replayer import data_extents

@@ -1,5 +1,5 @@
 """A finding's minimal workload as an fstests test in fstests' own style, and its golden
-``.out``: what the lab's oracle (``harness/guest/oracle.py``) requires at the crash point.
+``.out``: what the lab's oracle (``harness/model/oracle/``) requires at the crash point.
 
 The ops are spelt with ``xfs_io``, coreutils and fstests' own helpers (``src/renameat2``,
 ``$BTRFS_UTIL_PROG``), each op as the lab's workload did it; an op with no such
@@ -30,31 +30,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.guest.oracle import PERSIST_OPS, Tracker, requirements
-from harness.guest.syscalls import UTIMES_BASE
+from harness.model import shell
+from harness.model.ops import FALLOC_XFS_IO, PERSIST_OPS, SPECS, Op
+from harness.model.oracle import Tracker, requirements
+from harness.model.shell import PATTERN, NoSpelling
 
-PATTERN = 0xCD  # xfs_io pwrite's default fill byte
 GROUPS = "auto quick log metadata"  # the _begin_fstest groups of every generated test
 FS_DIRS = ("btrfs", "ext4", "xfs")
-_FLAGS = {"dwrite": "-d ", "osync_write": "-s ", "odsync_write": "-D "}
-_FALLOC = {
-    "default": "falloc",
-    "keep_size": "falloc -k",
-    "punch_hole": "fpunch",
-    "zero_range": "fzero",
-    "zero_range_keep_size": "fzero -k",
-}
-# Ops whose steps exist on one filesystem only: the test goes under tests/<fs>/.
-FS_SPECIFIC = {"subvol_create": "btrfs", "snapshot": "btrfs", "defrag": "ext4"}
-NO_SPELLING = {
-    "tmpfile": "O_TMPFILE's descriptor cannot be held across shell commands (xfs_io -T "
-    "holds it for one invocation only)",
-    "linkat": "it names an O_TMPFILE descriptor, which no shell command holds",
-}
-
-
-class NoSpelling(ValueError):
-    """An op of the workload that xfs_io, coreutils and fstests' helpers cannot do."""
 
 
 @dataclass(frozen=True)
@@ -114,96 +96,28 @@ def expectation(
     return req, md5
 
 
-def where(ops: Sequence[Any], fs: str) -> str:
-    """tests/generic unless an op is one filesystem's."""
-    own = {FS_SPECIFIC[o.kind] for o in ops if o.kind in FS_SPECIFIC}
+def where(ops: Sequence[Op], fs: str) -> str:
+    """tests/generic unless an op is one filesystem's (the table's ``fs`` names one)."""
+    own = {SPECS[o.kind].fs[0] for o in ops if len(SPECS[o.kind].fs) == 1}
     return own.pop() if len(own) == 1 and fs in FS_DIRS else "generic"
 
 
 def _p(rel: str) -> str:
-    return "$SCRATCH_MNT" + (shlex.quote("/" + rel) if rel else "")
+    return shell.at(shell.FSTESTS, rel)
 
 
-def _fd(op: Any) -> str:
-    return "fd_" + "".join(c if c.isalnum() else "_" for c in op.fd)
-
-
-def spell(op: Any) -> str:
+def spell(op: Op) -> str:
     """One op as a shell line of the test."""
-    k, p = op.kind, _p(op.path)
-    off, n = op.offset, len(op.data)
-    if k in NO_SPELLING:
-        raise NoSpelling(
-            f"op {k} ({op.path or op.fd}): no xfs_io or coreutils spelling: {NO_SPELLING[k]}"
-        )
-    held = f"/proc/self/fd/${{{_fd(op)}}}" if op.fd else ""
-    simple = {
-        "create": f"touch {p}",
-        "mkdir": f"mkdir {p}",
-        "rmdir": f"rmdir {p}",
-        "unlink": f"rm -f {p}",
-        "rename": f"mv -T {p} {_p(op.dst)}",
-        "link": f"ln {p} {_p(op.dst)}",
-        "symlink": f"ln -s {shlex.quote(op.target)} {p}",
-        "truncate": f'$XFS_IO_PROG -c "truncate {op.size}" {p}',
-        "rewrite": f'$XFS_IO_PROG -t -c "pwrite -q 0 {n}" {p}',
-        "mwrite": f'$XFS_IO_PROG -c "mmap -w {off} {n}" -c "mwrite -S 0x{PATTERN:x} {off} {n}"'
-        f' -c "msync {off} {n}" {p}',
-        "dwrite_dsync": f'$XFS_IO_PROG -d -c "pwrite -q -V 1 -D {off} {n}" {p}',
-        "setxattr": f"$SETFATTR_PROG -n {shlex.quote(op.name)} -v 0x{op.data.hex() or '00'} {p}",
-        "removexattr": f"$SETFATTR_PROG -x {shlex.quote(op.name)} {p}",
-        "fsync": f'$XFS_IO_PROG -c "fsync" {p}',
-        "fdatasync": f'$XFS_IO_PROG -c "fdatasync" {p}',
-        "fsync_dir": f'$XFS_IO_PROG -c "fsync" {p}',
-        "sync": "sync",
-        "syncfs": f'$XFS_IO_PROG -c "syncfs" {p}',
-        "sync_file_range": f'$XFS_IO_PROG -c "sync_range -w {off} {op.size or n}" {p}',
-        "falloc": f'$XFS_IO_PROG -c "{_FALLOC.get(op.mode, "falloc")} {off} {op.size}" {p}',
-        "defrag": f"$E4DEFRAG_PROG {p} >> $seqres.full 2>&1",
-        "chmod": f"chmod {op.perm:o} {p}",
-        "chown": f"chown {op.uid}:{op.gid} {p}",
-        "utimes": f"touch -m -a -d @{UTIMES_BASE + op.offset} {p}",
-        "rename_noreplace": f"$here/src/renameat2 -n {p} {_p(op.dst)}",
-        "exchange": f"$here/src/renameat2 -x {p} {_p(op.dst)}",
-        "subvol_create": f"$BTRFS_UTIL_PROG subvolume create {p} >> $seqres.full",
-        "snapshot": f"$BTRFS_UTIL_PROG subvolume snapshot {p} {_p(op.dst)} >> $seqres.full",
-        # A held descriptor is a shell descriptor; xfs_io reaches its inode through
-        # /proc/self/fd (the same inode, also once its last name is gone).
-        "open": f"exec {{{_fd(op)}}}<{p}",
-        "close": f"exec {{{_fd(op)}}}<&-",
-        "write_fd": f'$XFS_IO_PROG -c "pwrite -q {off} {n}" {held}',
-        "fsync_fd": f'$XFS_IO_PROG -r -c "fsync" {held}',
-        "fdatasync_fd": f'$XFS_IO_PROG -r -c "fdatasync" {held}',
-    }
-    if k in simple:
-        return simple[k]
-    if k in ("write", "append", "overwrite", *_FLAGS):
-        return f'$XFS_IO_PROG -f {_FLAGS.get(k, "")}-c "pwrite -q {off} {n}" {p}'
-    raise NoSpelling(f"op {k}: no xfs_io or coreutils spelling known to the lab")
+    return shell.spell(op, shell.FSTESTS)
 
 
-def _requires(ops: Sequence[Any], shape: str) -> list[str]:
-    kinds = {o.kind for o in ops}
+def _requires(ops: Sequence[Op], shape: str) -> list[str]:
     out = ["_require_scratch"]
     out.append("_require_dm_target flakey" if shape == "flakey" else "_require_log_writes")
-    if kinds & {"setxattr", "removexattr"}:
-        out.append("_require_attrs")
-    if "rename_noreplace" in kinds:
-        out.append("_require_renameat2 noreplace")
-    if "exchange" in kinds:
-        out.append("_require_renameat2 exchange")
-    if kinds & {"falloc"}:
-        out += [
-            f"_require_xfs_io_command {c.split()[0]}"
-            for c in sorted({_FALLOC.get(o.mode, "falloc") for o in ops if o.kind == "falloc"})
-        ]
-    if "defrag" in kinds:
-        out.append("_require_defrag")
-    if "mwrite" in kinds:
-        out.append('_require_xfs_io_command "mmap"')
-    if kinds & {"dwrite", "dwrite_dsync"}:
-        out.append("_require_odirect")
-    return out
+    falloc = {FALLOC_XFS_IO.get(o.mode, "falloc").split()[0] for o in ops if o.kind == "falloc"}
+    lines = [line for o in ops for line in SPECS[o.kind].requires]
+    lines += [f"_require_xfs_io_command {c}" for c in sorted(falloc)]
+    return out + list(dict.fromkeys(lines))
 
 
 def _checks(req: dict[str, Any], md5: dict[str, str]) -> tuple[list[str], list[str]]:
@@ -350,7 +264,7 @@ def generate(
     shape = "flakey" if flakey else "log-writes"
     req, md5 = expectation(ops, fsync_names, ordered, exact=flakey)
     check_prog, out = _checks(req, md5)
-    held = sorted({_fd(o) for o in ops if o.fd})
+    held = sorted({shell.fd_var(o.fd) for o in ops if o.fd})
     body = [*_header(finding, ops, shape), f"_begin_fstest {GROUPS}", ""]
     cleanup = "_cleanup_flakey" if flakey else "_log_writes_cleanup &> /dev/null"
     body += ["_cleanup()", "{", f"\t{cleanup}", "\tcd /", "\trm -r -f $tmp.*", "}", ""]

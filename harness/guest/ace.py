@@ -18,7 +18,7 @@ which, by replaying the names the ops need.
 
 Op families (``families.py``: relog, reuse-name, dir-move, held-fd, data-ns-mix) are
 the parts of seq-2 and seq-3 where the fsync bugs of the last years live; ``count``
-counts each exactly (``python3 harness/guest/ace.py count --seq 3 --grammar ace-x``) by
+counts each exactly (``python3 -m harness.guest.ace count --seq 3 --grammar ace-x``) by
 dynamic programming over the walk the family and ``valid`` share, which tests check
 against decoding every index of seq-2.
 """
@@ -32,28 +32,17 @@ import functools
 import io
 import json
 import math
-import os
 import random
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import families  # type: ignore[import-not-found]  # beside us in the guest
-import fifoserve  # type: ignore[import-not-found]
-import opgen  # type: ignore[import-not-found]
-import runner  # type: ignore[import-not-found]
-from oracle import FORMAT, parent  # type: ignore[import-not-found]
-
-if TYPE_CHECKING:
-    from harness.guest import contract
-else:
-    contract = runner.contract
-
-Op: Any = opgen.Op
+from ..model import contract, families, generate
+from ..model.ops import Op, parent
+from ..model.oracle import FORMAT, MARK_PREFIX
+from . import fifoserve, opgen, runner
 
 KiB = 1024
 BASE_SIZE = 16 * KiB
@@ -132,7 +121,7 @@ HANDLE = "@"
 
 def extended_cores() -> list[Core]:
     """``ace-x``'s classes beyond ACE's: the operations this year's real bugs needed
-    (harness/guest/opfile.py's, oracle rules 13-16), after ACE's own in the same space."""
+    (harness/model/opfile.py's, oracle rules 13-16), after ACE's own in the same space."""
     out = [Core("symlink", "symlink", n, target="foo") for n in NEW]
     out += [Core("rename-dir-out", "rename", "A/C", "C"), Core("rmdir-held", "rmdir-held", "A/C")]
     out += [Core("exchange", "exchange", "foo", "A/foo")]
@@ -502,11 +491,11 @@ def source_ops(source: dict[str, Any]) -> list[Any]:
     if source["kind"] == "ace":
         return ops_of(int(source["seq"]), int(source["index"]), source.get("grammar", "ace"))
     if source["kind"] == "file":  # a workload file's ops (opfile.py), parsed on the host
-        import opfile  # type: ignore[import-not-found]
+        from ..model import opfile
 
         return list(opfile.to_ops(source["ops"]))
     return list(
-        opgen.draw(
+        generate.draw(
             int(source["seed"]),
             int(source["ops"]),
             int(source["files"]),
@@ -596,7 +585,7 @@ def cmd_record(a: argparse.Namespace) -> contract.AceRecord:
         )
         sh("umount", ["umount", a.root])
         mark("crashlab:umount")
-        result["oracle"] = {"format": FORMAT, "mark_prefix": opgen.MARK_PREFIX, **body}
+        result["oracle"] = {"format": FORMAT, "mark_prefix": MARK_PREFIX, **body}
         result["status"] = "recorded" if body["complete"] else _failed(body, a.source)
     except StepFailed as e:
         result["status"] = "failed"

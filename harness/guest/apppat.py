@@ -40,17 +40,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import runner  # type: ignore[import-not-found]
-from opgen import MARK_PREFIX, Op, execute, write_json  # type: ignore[import-not-found]
-from oracle import (  # type: ignore[import-not-found]
-    AFTER_FINAL,
-    FORMAT,
-    PERSIST_OPS,
-    UsageError,
-    requirements,
-)
+from ..model.ops import PERSIST_OPS, Op
+from ..model.oracle import AFTER_FINAL, FORMAT, MARK_PREFIX, UsageError, requirements
+from . import runner
+from .opgen import execute, write_json
 
 BLOCK = 4096
 RECORDS = 4  # append-log: records appended per target
@@ -202,7 +195,7 @@ def classify(
     """What the mounted state at ``root`` holds of each target its update may have
     reached; ``promised``: the oracle requires the new content here."""
     if oracle.get("pattern") == "sqlite-commit":
-        from sqlitepat import classify_dbs  # type: ignore[import-not-found]
+        from .sqlitepat import classify_dbs
 
         dbs: list[dict[str, Any]] = classify_dbs(root, oracle, mark, exact)
         return dbs
@@ -270,7 +263,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     head |= {"pattern": args.pattern, "files": args.files, "size": args.size}
     head |= {"transactions": args.transactions}
     if args.pattern == "sqlite-commit":
-        from sqlitepat import run_dbs
+        from .sqlitepat import run_dbs
 
         body = run_dbs(
             args.root, args.seed, args.transactions, args.size, args.mark_cmd, args.dm_name

@@ -14,19 +14,9 @@ import os
 import sys
 import traceback
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import fifoserve  # type: ignore[import-not-found]
-import fioverify  # type: ignore[import-not-found]
-import oracle  # type: ignore[import-not-found]
-import runner  # type: ignore[import-not-found]
-
-if TYPE_CHECKING:
-    from harness.guest import contract
-else:
-    contract = runner.contract
+from ..model import contract, oracle
+from . import fifoserve, fioverify, runner
 
 
 def run(argv: list[str], timeout: float) -> contract.Command:
@@ -85,8 +75,8 @@ def _check(a: contract.CheckRequest, kmsg: runner.Kmsg) -> contract.CheckFacts:
     m = run(["mount", "-t", a.fs, *opts, dev, a.mountpoint], a.timeout)
     said = kmsg.read()
     # What the journal's recovery did (replayed, refused a transaction): its own words.
-    kmsg = [line for line in said if any(w in line for w in KMSG_WORDS)][-12:]
-    facts = contract.CheckFacts(dev=dev, before_mount=replayed, mount=m, kmsg=kmsg)
+    words = [line for line in said if any(w in line for w in KMSG_WORDS)][-12:]
+    facts = contract.CheckFacts(dev=dev, before_mount=replayed, mount=m, kmsg=words)
     if m.rc == 0:
         if a.oracle:
             facts = _verify(a, facts)
@@ -114,7 +104,7 @@ def _verify(a: contract.CheckRequest, facts: contract.CheckFacts) -> contract.Ch
         if data.get("pattern"):
             # An application pattern: what the state left of each target file.
             # Imported only here: its imports cost a second per state under TCG.
-            import apppat  # type: ignore[import-not-found]
+            from . import apppat
 
             classes = apppat.classify(a.mountpoint, data, a.mark or None, a.exact)
             facts = replace(facts, classes=classes)

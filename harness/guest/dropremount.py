@@ -21,17 +21,11 @@ import argparse
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import opgen  # type: ignore[import-not-found]  # beside us in the guest
-import runner  # type: ignore[import-not-found]
-
-if TYPE_CHECKING:
-    from harness.guest import contract
-else:
-    contract = runner.contract
+from ..model import contract, generate
+from ..model.oracle import MARK_PREFIX
+from . import opgen, runner
 
 DM = "crashlab-drop"
 MNT = "/mnt/drop"
@@ -58,7 +52,7 @@ def one(a: argparse.Namespace, at: int) -> contract.DropPoint:
         step(f"{name}-load", ["dmsetup", "load", DM, "--table", table])
         step(f"{name}-resume", ["dmsetup", "resume", DM])
 
-    target = f"{opgen.MARK_PREFIX}{at}"
+    target = f"{MARK_PREFIX}{at}"
     switched: dict[str, Any] = {}
 
     def on_mark(text: str) -> None:
@@ -87,7 +81,7 @@ def one(a: argparse.Namespace, at: int) -> contract.DropPoint:
             step("mount", ["mount", "-t", a.fs, *opts, dev, MNT])
             body = opgen.execute(
                 MNT,
-                generator=opgen.Generator(args.seed, args.files, args.max_size),
+                generator=generate.Generator(args.seed, args.files, args.max_size),
                 count=args.ops,
                 fsync_names=w["fsync_names"],
                 noop_sync=w["noop_sync"],

@@ -17,17 +17,10 @@ import argparse
 import os
 import sys
 import time
-from typing import TYPE_CHECKING
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import runner  # type: ignore[import-not-found]
-from eioprobe import in_child, sh  # type: ignore[import-not-found]
-
-if TYPE_CHECKING:
-    from harness.guest import contract
-else:
-    contract = runner.contract
+from ..model import contract
+from . import runner
+from .eioprobe import in_child, sh
 
 DM = "crashlab-dust"
 LIN = "crashlab-lin"

@@ -31,10 +31,10 @@ import json
 import os
 import struct
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
-if TYPE_CHECKING:
-    from harness.guest import contract
+from ..model import contract
 
 MAGIC = 0xACCA
 VERIFY_MD5 = 2  # fio's verify.h: VERIFY_NONE, VERIFY_HDR_ONLY, VERIFY_MD5, ...
@@ -150,19 +150,16 @@ def verify(
     }
 
 
-def main(argv: list[str]) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """``fioverify.py ROOT ORACLE MARK``: the report, a ``contract.FioPremise`` (the
     recorder's check of the oracle's premise on the live filesystem)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import runner  # type: ignore[import-not-found]  # beside us; checkstate imports us
-
-    root, path, mark = argv
+    root, path, mark = sys.argv[1:] if argv is None else argv
     with open(path) as f:
         oracle = json.load(f)
-    premise: contract.FioPremise = runner.contract.FioPremise(verdict=verify(root, oracle, mark))
+    premise: contract.FioPremise = contract.FioPremise(verdict=verify(root, oracle, mark))
     sys.stdout.write(premise.to_json())
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

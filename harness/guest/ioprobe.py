@@ -22,16 +22,10 @@ import signal
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import runner  # type: ignore[import-not-found]  # beside us in the guest
-
-if TYPE_CHECKING:
-    from harness.guest import contract
-else:
-    contract = runner.contract
+from ..model import contract
+from . import runner
 
 MNT = "/mnt/test"
 POOL = "tank"

@@ -23,16 +23,9 @@ import os
 import random
 import sys
 import time
-from typing import TYPE_CHECKING
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import runner  # type: ignore[import-not-found]  # beside us in the guest
-
-if TYPE_CHECKING:
-    from harness.guest import contract
-else:
-    contract = runner.contract
+from ..model import contract
+from . import runner
 
 
 def run(argv: list[str], timeout: float) -> contract.Command:

@@ -1,9 +1,7 @@
 """How every guest program runs a command (runs inside the guest; stdlib only).
 
-The host copies all of harness/guest/ into one guest directory (``install_scripts``), so
-a program imports this as ``runner``, beside it. ``run()`` is the one place a guest
-program starts a command: argv only, bounded by a timeout, and never stuck behind one
-that cannot die (a process blocked in the kernel on a suspended pool or a device that
+``run()`` is the one place a guest program starts a command: argv only, bounded by a
+timeout, and never stuck behind one that cannot die (a process blocked in the kernel on a suspended pool or a device that
 never answers ignores SIGKILL: after a short grace it is abandoned, not waited for).
 ``Ran.record()`` is what crosses back to the host: a ``contract.Command``.
 """
@@ -19,27 +17,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from harness.guest import contract
-else:
-
-    def _contract():  # type: ignore[no-untyped-def]
-        """The contract beside this file: on the host, the harness package's (the one its
-        readers use) when this file is that package's; else the sibling module (in the
-        guest; or a copy of these programs on a host whose venv has the harness)."""
-        try:
-            from harness.guest import contract as packaged
-        except ImportError:
-            packaged = None
-        if packaged is not None and Path(packaged.__file__).parent == Path(__file__).parent:
-            return packaged
-        import contract as beside
-
-        return beside
-
-    contract = _contract()
+from ..model import contract
 
 # udev would otherwise be asked to settle after every dmsetup call and stall the guest.
 ENV = {**os.environ, "DM_DISABLE_UDEV": "1"}

@@ -25,13 +25,10 @@ from __future__ import annotations
 import os
 import random
 import sqlite3
-import sys
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from opgen import MARK_PREFIX, emit_mark  # type: ignore[import-not-found]
-from oracle import AFTER_FINAL  # type: ignore[import-not-found]
+from ..model.oracle import AFTER_FINAL, MARK_PREFIX
+from .opgen import emit_mark
 
 JOURNAL_MODES = ("DELETE", "TRUNCATE", "WAL")
 SYNCS = ("OFF", "NORMAL", "FULL", "EXTRA")

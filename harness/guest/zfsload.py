@@ -20,16 +20,8 @@ import json
 import os
 import random
 import sys
-from typing import TYPE_CHECKING
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import runner  # type: ignore[import-not-found]  # beside us in the guest
-
-if TYPE_CHECKING:
-    from harness.guest import contract
-else:
-    contract = runner.contract
+from ..model import contract
 
 
 def _digest(path: str) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 from harness.config.fiojob import SectionedJob
 from harness.errors import HarnessError
 
-FORMAT = "crashlab-oracle/2"  # harness/guest/oracle.py's FORMAT, which checkstate.py loads
+FORMAT = "crashlab-oracle/2"  # harness/model/oracle/'s FORMAT, which checkstate.py loads
 
 
 def mark_text(k: int) -> str:

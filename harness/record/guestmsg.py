@@ -1,4 +1,4 @@
-"""The host's side of the guest contract (``harness/guest/contract.py``): a guest
+"""The host's side of the guest contract (``harness/model/contract.py``): a guest
 program's answer read into its message, or the lab's failure that names the program,
 the field and what it printed -- never a finding, never a traceback."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from harness.errors import GuestMessageError
-from harness.guest.contract import ContractError, Message
+from harness.model.contract import ContractError, Message
 
 M = TypeVar("M", bound=Message)
 

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import filesystems, proc
+from harness import proc
 from harness.config import fiojob as fiojobrules
 from harness.config.crash import FsSpec
 from harness.errors import HarnessError, InputError
-from harness.guest import contract, runner
-from harness.record import fiojob, fsstress, guestmsg, logwrites
+from harness.guest import runner
+from harness.model import contract
+from harness.record import fiojob, fsstress, guestfiles, guestmsg, logwrites
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 DM_NAME = "crashlab-lw"
@@ -32,7 +33,6 @@ GUEST_DIR = "/tmp/crashlab"
 MKFS_MARK = "crashlab:mkfs"
 UMOUNT_MARK = "crashlab:umount"
 FSTESTS_MKFS_MARK = "mkfs"
-GUEST_SCRIPTS = Path(__file__).parent.parent / "guest"
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class WorkloadSpec:
     transactions: int = 4  # "app", sqlite-commit: transactions per database
     procs: int | None = None  # "fsstress": processes (None: the guest's CPUs, at most 8)
     binary: str = ""  # "fsstress": the host's binary, copied into the guest
-    ops_json: str = ""  # "file": the parsed ops (harness/guest/opfile.py), as JSON
+    ops_json: str = ""  # "file": the parsed ops (harness/model/opfile.py), as JSON
     ordered_metadata: bool = False  # judged by oracle rule 18 too
     family: str = ""  # "ops": the first seed drawn whose workload is of this op family
 
@@ -263,21 +263,10 @@ class HostMarker(Marker):
 
 
 def install_scripts(guest: Guest) -> None:
+    """The model package, the guest programs and their launchers (``guestfiles``)."""
     guest.run(["mkdir", "-p", GUEST_DIR, MOUNTPOINT], check=True)
-    for script in sorted(GUEST_SCRIPTS.glob("*.py")):
-        if script.name != "__init__.py":
-            guest.write_file(f"{GUEST_DIR}/{script.name}", script.read_bytes())
-    # The guest's checkers read their commands from the host's one table of filesystems
-    # (the guest's programs import nothing of the harness).
-    checkers = {
-        name: {
-            "check": list(fs.check),
-            "repair": list(fs.repair),
-            "before_mount": list(fs.before_mount),
-        }
-        for name, fs in filesystems.FILESYSTEMS.items()
-    }
-    guest.write_file(f"{GUEST_DIR}/filesystems.json", json.dumps(checkers).encode())
+    guest.write_file(f"{GUEST_DIR}/programs.tar", guestfiles.archive())
+    guest.run(["tar", "-xf", f"{GUEST_DIR}/programs.tar", "-C", GUEST_DIR], check=True)
 
 
 def _record_in(

@@ -16,7 +16,7 @@ from typing import Any
 
 from harness import proc
 from harness.errors import HarnessError
-from harness.guest.oracle import requirements
+from harness.model.oracle import requirements
 
 EXT = ("ext2", "ext3", "ext4")
 

@@ -4,7 +4,7 @@ block's writes became durable: the evidence of a no-flush fsync (triage tooling)
 dm-log-writes holds a completed write that carries no FLUSH/FUA until the next flush is
 submitted, then logs it just before that flush. So a workload mark with no FLUSH or FUA
 entry between it and the previous mark belongs to a sync call that made nothing durable
-(the volatile-cache model, harness/guest/oracle.py), and a block's writes logged after a
+(the volatile-cache model, harness/model/oracle/), and a block's writes logged after a
 mark were not durable at it, whenever they completed.
 
     python -m harness.report.flushgaps LOG ORACLE [--block N --block-size 1024]

@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError
-from harness.fstests.gen import PATTERN
-from harness.guest.opgen import Op
-from harness.guest.oracle import AFTER_FINAL
 from harness.kernel import store as kernels
+from harness.model.ops import Op
+from harness.model.oracle import AFTER_FINAL
+from harness.model.shell import PATTERN
 from harness.triage import report, target
 from harness.triage.target import Target
 
-# What each guarantee profile promises (harness/guest/oracle.py's rules; docs/verdicts.md).
+# What each guarantee profile promises (harness/model/oracle/'s rules; docs/verdicts.md).
 PROMISES = {
     "posix": "fsync(2)/fdatasync(2) make a file's data durable; a directory's fsync or "
     "sync(2) makes its names durable (POSIX; oracle rules 1, 6, 9)",
@@ -29,7 +29,7 @@ PROMISES = {
     "directory changed after it is fsync'd: one journal commits in order (oracle rule 18, "
     "fstests generic/785)",
 }
-SOURCE = "harness/guest/oracle.py and docs/verdicts.md"
+SOURCE = "harness/model/oracle/ and docs/verdicts.md"
 
 
 @dataclass(frozen=True)
@@ -81,23 +81,8 @@ def minimal_ops(tr: Triaged) -> list[Any]:
 
 
 def op_of(d: dict[str, Any]) -> Op:
-    """An op of the oracle's list (``Op.describe``'s dict) as an ``Op``, its bytes the
-    fill pattern."""
-    return Op(
-        kind=d["op"],
-        path=d.get("path", ""),
-        dst=d.get("dst", ""),
-        offset=int(d.get("offset", 0)),
-        size=int(d.get("size", 0)),
-        data=bytes([PATTERN]) * int(d.get("length", 0)),
-        mode=d.get("mode", ""),
-        name=d.get("name", ""),
-        fd=d.get("fd", ""),
-        target=d.get("target", ""),
-        perm=int(str(d.get("perm", "0")), 8),
-        uid=int(d.get("uid", -1)),
-        gid=int(d.get("gid", -1)),
-    )
+    """An op of the oracle's list as an ``Op``, its bytes the fill pattern."""
+    return Op.from_entry(d, PATTERN)
 
 
 def flakey(tr: Triaged) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.fstests import check, gen
 from harness.fstests.gen import GROUPS
-from harness.guest.oracle import PROFILES
+from harness.model.oracle import PROFILES
 from harness.triage import finding
 from harness.triage.finding import Triaged
 
@@ -31,7 +31,7 @@ class Written:
 
 
 def build(tr: Triaged) -> gen.Test:
-    """The finding's test (:raise gen.NoSpelling: an op with no shell spelling)."""
+    """The finding's test (:raise shell.NoSpelling: an op with no shell spelling)."""
     t = tr.target
     k = finding.kernel(tr)
     about = gen.Finding(

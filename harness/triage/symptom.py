@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from harness.check.host import CheckResult
 from harness.outcome import Outcome, reduce
 
-# The oracle's rule for each kind of finding (harness/guest/oracle.py's numbering).
+# The oracle's rule for each kind of finding (harness/model/oracle/'s numbering).
 RULES = {
     "missing": "rule 1: a durable name is missing",
     "missing_dir": "rule 9: a durable directory is missing",

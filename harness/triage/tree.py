@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.guest import fioverify
-from harness.guest.oracle import requirements
+from harness.model.oracle import requirements
 
 CUT = "The check's note was cut at 1500 characters: names past the cut show as expected."
 

@@ -13,22 +13,14 @@ Other workloads are named, not rendered.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.config import fiojob as fiojobrules
-from harness.guest.oracle import PERSIST_OPS
+from harness.model import shell
+from harness.model.ops import PERSIST_OPS, Op
 from harness.record import fiojob
 from harness.record.recorder import DM_NAME
-
-_XFS_IO_FLAGS = {"dwrite": "-d ", "osync_write": "-s ", "odsync_write": "-D "}
-_FALLOC = {
-    "keep_size": "falloc -k",
-    "punch_hole": "fpunch",
-    "zero_range": "fzero",
-    "zero_range_keep_size": "fzero -k",
-}
 
 
 def script(
@@ -91,7 +83,7 @@ def _exact(w: Mapping[str, Any], oracle: Mapping[str, Any], seed: int | None, no
     seed = oracle.get("seed", seed)
     count, files = oracle.get("ops_requested", w.get("ops")), oracle.get("files", w.get("files"))
     return (
-        f'python3 harness/guest/opgen.py run --root "$M" --seed {seed} --ops {count} '
+        f'python3 -m harness.guest.opgen run --root "$M" --seed {seed} --ops {count} '
         f"--files {files} --max-size {oracle.get('max_size', w.get('max_size'))} --fsync-names "
         f"{'yes' if w.get('fsync_names', True) else 'no'}"
         + (" --noop-sync" if noop else "")
@@ -105,56 +97,17 @@ def _exact_ace(ace: Mapping[str, Any], noop: bool) -> str:
     devices it records on), and the workload in ACE's words."""
     flag = " --noop-sync" if noop else ""
     return (
-        f"python3 harness/guest/ace.py record --seq {ace['seq']} --index {ace['index']}{flag}"
+        f"python3 -m harness.guest.ace record --seq {ace['seq']} --index {ace['index']}{flag}"
         f" ... (ACE seq-{ace['seq']} workload {ace['index']}: {ace.get('ops', '?')})"
     )
 
 
 def render(op: Mapping[str, Any]) -> str:
     """One op of the oracle's list as a shell command (paths under ``$M``)."""
-    k = op["op"]
-    p = _path(op.get("path", ""))
-    off, length, size = op.get("offset", 0), op.get("length", 0), op.get("size", 0)
-    simple = {
-        "create": f"touch {p}",
-        "truncate": f"truncate -s {size} {p}",
-        "rename": f"mv -T {p} {_path(op.get('dst', ''))}",
-        "link": f"ln {p} {_path(op.get('dst', ''))}",
-        "unlink": f"rm {p}",
-        "mkdir": f"mkdir {p}",
-        "rmdir": f"rmdir {p}",
-        "sync": "sync",
-        "fsync": f"xfs_io -c fsync {p}",
-        "fdatasync": f"xfs_io -c fdatasync {p}",
-        "fsync_dir": f"xfs_io -c fsync {p}",
-        "syncfs": f"xfs_io -c syncfs {p}",
-        "sync_file_range": f'xfs_io -c "sync_range -w {off} {size or length}" {p}',
-        "rewrite": f'xfs_io -t -c "pwrite -q 0 {length}" {p}',
-        "mwrite": f'xfs_io -c "mmap -w {off} {length}" -c "mwrite {off} {length}" -c msync {p}',
-        "setxattr": f"setfattr -n {shlex.quote(op.get('name', ''))} -v 0x00 {p}",
-        "removexattr": f"setfattr -x {shlex.quote(op.get('name', ''))} {p}",
-        "symlink": f"ln -s {shlex.quote(op.get('target', ''))} {p}",
-        "chmod": f"chmod {int(op.get('perm', 0)):o} {p}",
-        "chown": f"chown {op.get('uid', -1)}:{op.get('gid', -1)} {p}",
-        # renameat2(2) has no coreutils form on Debian 12: fstests' own helper
-        "exchange": f"src/renameat2 -x {p} {_path(op.get('dst', ''))}",
-        "rename_noreplace": f"src/renameat2 -n {p} {_path(op.get('dst', ''))}",
-        "dwrite_dsync": f'xfs_io -d -c "pwrite -q -V 1 -D {off} {length}" {p}',
-        "defrag": f"e4defrag {p}",
-        "subvol_create": f"btrfs subvolume create {p}",
-        "snapshot": f"btrfs subvolume snapshot {p} {_path(op.get('dst', ''))}",
-    }
-    if k in simple:
-        return simple[k]
-    if k in ("write", "append", "overwrite", *_XFS_IO_FLAGS):
-        return f'xfs_io {_XFS_IO_FLAGS.get(k, "")}-c "pwrite -q {off} {length}" {p}'
-    if k == "falloc":
-        return f'xfs_io -c "{_FALLOC.get(op.get("mode", ""), "falloc")} {off} {size}" {p}'
-    return f"# {k} {op}: no shell form"
-
-
-def _path(rel: str) -> str:
-    return '"$M"' + (shlex.quote("/" + rel) if rel else "")
+    try:
+        return shell.spell(Op.from_entry(dict(op), shell.PATTERN), shell.SCRIPT)
+    except shell.NoSpelling as e:
+        return f"# {e}"
 
 
 def _fio(w: Mapping[str, Any], seed: int | None) -> str:

@@ -1,6 +1,6 @@
 """``scenario import jlang FILE``: a CrashMonkey j-lang workload (the format ACE emits and
 CrashMonkey's ``ace/cmAdapter.py`` compiles to C++) as a crash scenario whose workload is
-a workload file (``harness/guest/opfile.py``), judged at its persistence points.
+a workload file (``harness/model/opfile.py``), judged at its persistence points.
 
 The semantics are cmAdapter's, the code CrashMonkey ran:
 
@@ -52,8 +52,8 @@ from typing import Any
 from harness.config.crash import DEFAULT_DISK, MIN_DISK, FsType
 from harness.config.settings import size_text
 from harness.errors import InputError
-from harness.guest import opfile
-from harness.guest.oracle import PERSIST_OPS
+from harness.model import opfile
+from harness.model.ops import PERSIST_OPS
 
 UMASK = 0o022  # CrashMonkey's harness: the default
 CREATE_MODE, MKDIR_MODE = 0o644, 0o755  # what the lab's create and mkdir make (opgen)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import random
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,8 @@ from harness.errors import HarnessError, InputError
 from harness.experiments import lifecycle
 from harness.experiments.faults.experiment import Cell, FsyncEio
 from harness.experiments.faults.settings import FaultsScenario, FsCell
-from harness.guest import contract, opgen
+from harness.model import contract, generate
+from harness.model.ops import PERSIST_OPS
 from harness.outcome import Outcome, is_harness, reduce
 from harness.record import guestmsg, logwrites
 from harness.replay import crashstates
@@ -57,19 +57,11 @@ class DropPoint:
 
 
 def sync_points(workload: crashcfg.OpsWorkload, seed: int) -> int:
-    """How many sync calls (marks) the seeded workload makes: run the same generator on
-    the host in a scratch directory, as the guest will."""
-    with tempfile.TemporaryDirectory(prefix="crashlab-syncs-", dir=_scratch()) as root:
-        body = opgen.execute(
-            root,
-            generator=opgen.Generator(seed, workload.files, workload.max_size),
-            count=workload.ops,
-            fsync_names=bool(workload.fsync_names),
-            noop_sync=True,  # the same ops and marks, without fsyncing the host's disk
-        )
-    if not body["complete"]:
-        raise HarnessError("the workload failed on the host", detail=str(body["error"]))
-    return sum(1 for op in body["ops"] if "mark" in op)
+    """How many sync calls (marks) the seeded workload makes: its ops drawn on the host
+    as the guest draws them, and the final sync."""
+    ops = generate.draw(seed, workload.ops, workload.files, workload.max_size,
+                        extended=False, fsync_names=bool(workload.fsync_names))  # fmt: skip
+    return sum(op.kind in PERSIST_OPS for op in ops) + 1
 
 
 def _scratch() -> str | None:

@@ -26,7 +26,7 @@ from harness.check.zpool import parse_status
 from harness.errors import GuestPanic, GuestTimeout, HarnessError
 from harness.experiments import lifecycle
 from harness.experiments.faults.settings import FaultsScenario, FsCell
-from harness.guest import contract
+from harness.model import contract
 from harness.outcome import Outcome
 from harness.record import guestmsg
 from harness.record import recorder as record

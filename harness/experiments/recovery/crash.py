@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from harness.errors import HarnessError
 from harness.experiments.recovery.settings import Cell, RecoveryScenario
-from harness.guest import contract
+from harness.model import contract
 from harness.record import guestmsg, logwrites
 from harness.record import recorder as record
 from harness.replay.replayer import Replayer

@@ -45,7 +45,7 @@ from harness.errors import GuestPanic, GuestTimeout, HarnessError
 from harness.experiments import lifecycle
 from harness.experiments.recovery.crash import SERIALS, Target, guest_spec, make_states, program
 from harness.experiments.recovery.settings import Cell, RecoveryScenario, preflight
-from harness.guest import contract
+from harness.model import contract
 from harness.outcome import Outcome, expected_without_journal
 from harness.record import recorder as record
 from harness.report.recovery_fit import claims, fits

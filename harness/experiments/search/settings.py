@@ -18,7 +18,8 @@ from harness.config import settings
 from harness.config.base import ScenarioBase
 from harness.config.crash import CheckSpec, CrashSpec, FsSpec, check_family, ordered_metadata_field
 from harness.config.settings import Settings, problem
-from harness.guest import ace, families
+from harness.guest import ace
+from harness.model import families
 
 
 def _default_crash() -> CrashSpec:
@@ -52,7 +53,7 @@ class AceSpec(Settings):
     )
     family: str = Field(
         "",
-        description="only the workloads of this op family (harness/guest/families.py): "
+        description="only the workloads of this op family (harness/model/families.py): "
         + "; ".join(f"{k}: {v}" for k, v in families.FAMILIES.items()),
     )
     budget: str = Field(

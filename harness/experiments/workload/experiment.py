@@ -32,7 +32,7 @@ from harness.errors import GuestPanic, GuestTimeout, HarnessError, InputError
 from harness.experiments import lifecycle
 from harness.experiments.workload import iometrics
 from harness.experiments.workload.settings import IoCell, WorkloadScenario
-from harness.guest import contract
+from harness.model import contract
 from harness.outcome import Outcome
 from harness.record import blktrace, guestmsg
 from harness.record import recorder as record

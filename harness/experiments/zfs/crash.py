@@ -61,7 +61,7 @@ from harness.experiments import lifecycle
 from harness.experiments.zfs import pool, zdb
 from harness.experiments.zfs.record import Recording, record_pool
 from harness.experiments.zfs.settings import CrashSpec, ZfsScenario
-from harness.guest import contract
+from harness.model import contract
 from harness.outcome import Outcome, reduce
 from harness.record import guestmsg, logwrites
 from harness.record import recorder as record

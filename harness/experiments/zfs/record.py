@@ -21,7 +21,7 @@ from typing import Any
 
 from harness.experiments.zfs import pool
 from harness.experiments.zfs.settings import ZfsScenario
-from harness.guest import contract
+from harness.model import contract
 from harness.record import guestmsg
 from harness.record import recorder as record
 from harness.replay.crashstates import MKFS_MARK

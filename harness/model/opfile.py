@@ -11,17 +11,13 @@ root), sizes in bytes with an optional K, M or G suffix::
     link d/foo d/bar
     fsync d                # a directory: its fsync
 
-The ops' names are opgen's and ACE's (``create write append overwrite truncate rename
-link unlink mkdir rmdir fsync fdatasync fsync_dir sync syncfs dwrite mwrite falloc
-setxattr removexattr osync_write odsync_write sync_file_range defrag``) and the ones real
-bugs need (``syscalls.py``): ``open FD PATH`` and ``tmpfile FD DIR`` hold a descriptor
-named FD for ``write_fd FD OFF LEN``, ``fsync_fd FD``, ``fdatasync_fd FD``, ``linkat FD
-PATH`` and ``close FD``; ``symlink TARGET PATH``; ``chmod PATH 0700``; ``chown PATH UID
-GID``; ``utimes PATH``; ``rename_noreplace``/``exchange SRC DST``; ``dwrite_dsync PATH
-OFF LEN`` (O_DIRECT, RWF_DSYNC); ``subvol_create PATH`` and ``snapshot SRC DST`` (btrfs).
-fsync, fdatasync, directory fsync, sync, syncfs, the *_fd syncs and the O_SYNC / DSYNC
-writes are persistence points: each gets a mark, and the oracle judges the states by
-the rules of ``oracle.py``.
+The ops, their arguments and what each does are the op table's (``ops.TABLE``): the
+generator's and ACE's (create, write, fsync, rename, ...) and the ones real bugs need --
+descriptors held by name (``open FD PATH``, ``tmpfile FD DIR``, then ``write_fd``,
+``fsync_fd``, ``linkat``, ``close``), symbolic links, ``chmod``/``chown``/``utimes``,
+renameat2's ``rename_noreplace``/``exchange``, ``dwrite_dsync``, btrfs subvolumes, and
+``clone SRC DST`` (FICLONE into a new file, btrfs and xfs). Persistence points (the
+table's ``persists``) each get a mark, and the oracle (``oracle/``) judges the states.
 
 ``parse`` checks the whole file against the namespace as the ops change it (a path that
 does not exist, a name already taken, a descriptor never opened, an op the filesystem
@@ -36,75 +32,17 @@ import os
 import random
 import re
 import shlex
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from .ops import FALLOC_MODES, PERSIST_OPS, SPECS, TABLE, Op, parent
+from .oracle import Model
 
-import opgen  # type: ignore[import-not-found]  # beside us in the guest
-from oracle import PERSIST_OPS, Model, parent  # type: ignore[import-not-found]
-
-# Each op's arguments, in order.
-SPEC: dict[str, tuple[str, ...]] = {
-    "create": ("path",),
-    "mkdir": ("path",),
-    "rmdir": ("path",),
-    "unlink": ("path",),
-    "write": ("path", "offset", "length"),
-    "overwrite": ("path", "offset", "length"),
-    "append": ("path", "length"),
-    "dwrite": ("path", "offset", "length"),
-    "dwrite_dsync": ("path", "offset", "length"),
-    "mwrite": ("path", "offset", "length"),
-    "osync_write": ("path", "offset", "length"),
-    "odsync_write": ("path", "offset", "length"),
-    "truncate": ("path", "size"),
-    "falloc": ("path", "mode", "offset", "size"),
-    "rename": ("path", "dst"),
-    "rename_noreplace": ("path", "dst"),
-    "exchange": ("path", "dst"),
-    "link": ("path", "dst"),
-    "symlink": ("target", "path"),
-    "chmod": ("path", "perm"),
-    "chown": ("path", "uid", "gid"),
-    "utimes": ("path",),
-    "setxattr": ("path", "name", "length"),
-    "removexattr": ("path", "name"),
-    "fsync": ("path",),
-    "fdatasync": ("path",),
-    "fsync_dir": ("path",),
-    "sync": (),
-    "syncfs": (),
-    "sync_file_range": ("path",),
-    "defrag": ("path",),
-    "open": ("fd", "path"),
-    "tmpfile": ("fd", "path"),
-    "linkat": ("fd", "path"),
-    "write_fd": ("fd", "offset", "length"),
-    "fsync_fd": ("fd",),
-    "fdatasync_fd": ("fd",),
-    "close": ("fd",),
-    "subvol_create": ("path",),
-    "snapshot": ("path", "dst"),
-}
-BTRFS_ONLY = frozenset({"subvol_create", "snapshot"})
-DIRECT = frozenset({"dwrite", "dwrite_dsync"})
+# Each op's arguments, in order: the table's, for the ops a workload file may name.
+SPEC: dict[str, tuple[str, ...]] = {s.name: s.args for s in TABLE if s.in_files}
 BLOCK = 4096
-# Ops on an existing regular file (by name).
-ON_FILE = frozenset(
-    {
-        "write", "overwrite", "append", "dwrite", "dwrite_dsync", "mwrite", "osync_write",
-        "odsync_write", "truncate", "falloc", "setxattr", "removexattr", "fdatasync",
-        "sync_file_range", "defrag",
-    }
-)  # fmt: skip
-# Ops that make the name in ``path`` (``dst`` for link and snapshot).
-NEW_NAME = frozenset({"create", "mkdir", "symlink", "linkat", "subvol_create", "tmpfile"})
-# Writes that create a file that does not exist yet (the line gets a create first).
-CREATING = frozenset({"write", "append", "dwrite", "dwrite_dsync", "osync_write", "odsync_write"})
-FALLOC = ("default", "keep_size", "punch_hole", "zero_range", "zero_range_keep_size")
+FALLOC = tuple(FALLOC_MODES)
 _SIZE = re.compile(r"(0x[0-9a-fA-F]+|\d+)([KMG]?)", re.IGNORECASE)
 
 
@@ -128,7 +66,7 @@ def parse(text: str, fs: str = "") -> list[dict[str, Any]]:
         if not words:
             continue
         op = _op(n, words)
-        if op["op"] in CREATING and not checker.exists(op["path"]):
+        if SPECS[op["op"]].creates and not checker.exists(op["path"]):
             # As xfs_io -f and the shell's >: a write to a new name creates the file.
             made = {"op": "create", "line": n, "path": op["path"]}
             checker.check(made)
@@ -218,26 +156,29 @@ class _Checker:
             raise OpFileError(n, k, message, hint)
 
         path, dst, fd = op.get("path", ""), op.get("dst", ""), op.get("fd")
-        if k in BTRFS_ONLY and self.fs and self.fs != "btrfs":
-            fail(f"{self.fs} has no subvolumes", "a btrfs scenario: --set fs.type=btrfs")
-        if k in DIRECT and (op["offset"] % BLOCK or op["length"] % BLOCK or not op["length"]):
+        spec = SPECS[k]
+        if spec.fs and self.fs and self.fs not in spec.fs:
+            can = " or ".join(spec.fs)
+            fail(
+                f"{self.fs} cannot do {k} ({spec.syscall})",
+                f"a {can} scenario: --set fs.type={spec.fs[0]}",
+            )
+        if spec.direct and (op["offset"] % BLOCK or op["length"] % BLOCK or not op["length"]):
             fail("O_DIRECT needs a block-aligned offset and length", f"multiples of {BLOCK}")
-        if k == "defrag" and self.fs and self.fs != "ext4":
-            fail(f"e4defrag needs ext4, not {self.fs}")
         if fd is not None and k not in ("open", "tmpfile") and fd not in m.handles:
             fail(f"descriptor {fd!r} is not open", f"open {fd} PATH first")
         if k in ("open", "tmpfile") and fd in m.handles:
             fail(f"descriptor {fd!r} is open already", f"close {fd} first")
-        if k in ("write_fd", "linkat") and m.handle_inode(fd) is None:
+        if k in ("write_fd", "linkat") and m.handle_inode(str(fd)) is None:
             fail(f"descriptor {fd!r} holds a directory, not a file")
-        if k in NEW_NAME or k in ("link", "snapshot", "rename_noreplace"):
-            name = dst if k in ("link", "snapshot", "rename_noreplace") else path
+        if spec.makes or k == "tmpfile":
+            name = dst if spec.makes == "dst" else path
             d = path if k == "tmpfile" else parent(name)
             if k != "tmpfile" and self.exists(name):
                 fail(f"{name!r} exists already", "a new name")
             if d not in m.dirs:
                 fail(f"directory {d or '.'!r} does not exist", "mkdir it first")
-        if k in ON_FILE or k in ("link", "unlink"):
+        if spec.on_file or k in ("link", "unlink", "clone"):
             if path in m.dirs:
                 fail(f"{path!r} is a directory")
             if path not in m.files:
@@ -269,14 +210,14 @@ class _Checker:
         return f"did you mean {close[0]!r}?" if close else ""
 
 
-def to_op(op: dict[str, Any]) -> Any:
-    """One parsed op as ``opgen.Op``; data drawn from its line number (and so the same
+def to_op(op: dict[str, Any]) -> Op:
+    """One parsed op as ``ops.Op``; data drawn from its line number (and so the same
     bytes on every run and in every subset triage records)."""
     k = op["op"]
     length = int(op.get("length", 0))
     data = random.Random(f"line{op['line']}").randbytes(length) if length else b""
     offset = int(op.get("offset", 0))
-    return opgen.Op(
+    return Op(
         k,
         op.get("path", ""),
         dst=op.get("dst", ""),
@@ -293,8 +234,8 @@ def to_op(op: dict[str, Any]) -> Any:
     )
 
 
-def to_ops(ops: Sequence[dict[str, Any]]) -> list[Any]:
-    """``parse``'s ops as ``opgen.Op``."""
+def to_ops(ops: Sequence[dict[str, Any]]) -> list[Op]:
+    """``parse``'s ops as ``ops.Op``."""
     return [to_op(op) for op in ops]
 
 

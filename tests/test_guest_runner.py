@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness.guest import runner
-from harness.model import contract
+from harness.model import contract, kernlog
 
 GUEST = Path(runner.__file__).parent
 
@@ -81,9 +81,9 @@ FS_ERROR = (
 
 def test_a_virtio_disk_the_host_failed_is_told_apart_from_injected_faults_and_fs_errors() -> None:
     kmsg = [FAULT, HOST_FAILED, FS_ERROR, BUFFER, LOST_LOG]
-    assert runner.disk_errors(kmsg) == [HOST_FAILED, BUFFER]
-    assert runner.log_writes_errors(kmsg) == [LOST_LOG]
-    assert runner.disk_errors([FAULT, FS_ERROR]) == []
+    assert kernlog.disk_errors(kmsg) == [HOST_FAILED, BUFFER]
+    assert kernlog.log_writes_errors(kmsg) == [LOST_LOG]
+    assert kernlog.disk_errors([FAULT, FS_ERROR]) == []
 
 
 def test_a_check_under_a_failed_disk_is_the_lab_s_failure_even_if_the_mount_failed() -> None:

@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from harness.guest import runner
+from harness.model import kernlog
 
 pytestmark = pytest.mark.skipif(
     not os.access("/dev/kmsg", os.R_OK | os.W_OK), reason="needs root's /dev/kmsg"
@@ -36,7 +37,7 @@ def test_kmsg_reads_what_was_logged_since_it_was_made() -> None:
         assert not any(before in ln for ln in k.read())
         # the disk-error scan reads these lines as it read dmesg's
         log("crashlab-test: I/O error, dev vdc, sector 2048 op 0x1:(WRITE)")
-        assert runner.disk_errors(k.read())[-1].endswith(
+        assert kernlog.disk_errors(k.read())[-1].endswith(
             "I/O error, dev vdc, sector 2048 op 0x1:(WRITE)"
         )
     finally:

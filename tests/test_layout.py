@@ -10,7 +10,7 @@ from harness import paths
 # The shared vocabulary first (``model``: the ops, the oracle and the contract, which the
 # guest imports too), then the steps in the order a run goes through them. The guest
 # programs (stdlib only: they run in the guest) sit beneath the recorder that installs
-# them and reads their words (runner.disk_errors).
+# them and reads their words (model/kernlog.py).
 SHARED = ("outcome", "errors", "paths", "tools", "proc", "filesystems", "model")
 STEPS = ("config", "image", "kernel", "vm", "guest", "record", "replay", "check", "store")
 # Reports read the store; the crash-state core (a state's log, cutting, checks, verdict,

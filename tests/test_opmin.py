@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from harness.guest import ace
+from harness.guest import opgen
+from harness.model import ace
+from harness.model.ops import Op
 from harness.triage import opmin
 
 REPO = Path(__file__).resolve().parent.parent
@@ -22,7 +24,7 @@ def oracle_of(tmp: Path, seed: int = 7, ops: int = 25) -> dict[str, Any]:
     root.mkdir()
     argv = ["run", "--root", str(root), "--seed", str(seed), "--ops", str(ops)]
     argv += ["--files", "8", "--max-size", "65536", "--mark-cmd", "none", "--noop-sync"]
-    assert ace.opgen.main([*argv, "--oracle", str(out)]) == 0
+    assert opgen.main([*argv, "--oracle", str(out)]) == 0
     data: dict[str, Any] = json.loads(out.read_text())
     return data
 
@@ -118,7 +120,7 @@ def test_a_subset_is_closed_under_the_ops_that_make_its_names(oracle: dict[str, 
 
 
 def test_a_name_nothing_makes_is_no_workload() -> None:
-    ops = [ace.Op("append", "nowhere", data=b"x"), ace.Op("fsync", "nowhere")]
+    ops = [Op("append", "nowhere", data=b"x"), Op("fsync", "nowhere")]
     assert opmin.closed(ops, (0, 1), True) is None
     assert opmin.missing(ops, (1,), True) == (1, "nowhere")
 
@@ -165,7 +167,6 @@ def test_a_workload_files_ops_are_planned_from_the_file(tmp_path: Path) -> None:
     """A bug report's steps (here the xfs exchange finding's, docs/findings/) are
     re-recorded op by op like the generator's: the plan's source parses the run's text
     again, and draws the very ops its oracle recorded."""
-    from harness.guest import opgen
     from harness.model import opfile
 
     text = (REPO / "docs/findings/xfs-exchange-fsync/exchange-fsync.ops").read_text()

@@ -89,7 +89,7 @@ def test_a_workload_whose_disk_failed_is_recorded_once_more(
     import json
     import shutil
 
-    from harness.guest import ace
+    from harness.model import kernlog
     from tests.test_triage_search import FACTS
 
     calls: list[str] = []
@@ -102,7 +102,7 @@ def test_a_workload_whose_disk_failed_is_recorded_once_more(
             failed = {
                 **FACTS,
                 "status": "failed",
-                "error": ace.DISK_FAILED,
+                "error": kernlog.DISK_FAILED,
                 "kernel": ["I/O error"],
             }
             (d / "recording.json").write_text(json.dumps(failed))
@@ -119,4 +119,4 @@ def test_a_workload_whose_disk_failed_is_recorded_once_more(
     assert r.summary["workload_status"] == {"recorded": 1}, r.summary
     assert r.counts == {"consistent": r.items} and r.items > 0, r.counts  # no harness_error
     kept = record.folder(lifecycle.run_dir(r.run_id), WID) / "recording.disk-failed.json"
-    assert json.loads(kept.read_text())["error"] == ace.DISK_FAILED
+    assert json.loads(kept.read_text())["error"] == kernlog.DISK_FAILED

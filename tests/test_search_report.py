@@ -14,7 +14,7 @@ from pathlib import Path
 from harness.check.host import CheckResult
 from harness.cli.main import main
 from harness.experiments.search import symptom
-from harness.guest import ace
+from harness.model import ace, acespace
 from harness.outcome import Outcome
 from harness.report import search
 from harness.store.db import Store
@@ -30,7 +30,7 @@ def _loss(note: dict[str, object]) -> list[CheckResult]:
 def _workload(op_class: str, path: str) -> dict[str, object]:
     index = next(
         i
-        for i in ace.selection(1, 0, 1)
+        for i in acespace.selection(1, 0, 1)
         if ace.describe(1, i)["op_class"] == op_class and ace.describe(1, i)["ops"].find(path) > 0
     )
     return ace.describe(1, index)

@@ -19,8 +19,8 @@ from harness.crashstate import workloads as record
 from harness.experiments import lifecycle
 from harness.experiments.search.experiment import Search
 from harness.experiments.search.settings import SearchScenario
-from harness.guest import ace
 from harness.image import build as image
+from harness.model import ace, acespace
 from harness.outcome import Outcome
 from harness.record.logwrites import open_log
 from harness.report import query
@@ -62,7 +62,7 @@ def test_ace_seq1_slice_is_recorded_in_one_guest_and_every_state_judged(
     for wid in by_workload:
         kept = record.load(lifecycle.run_dir(r.run_id), wid)
         assert kept is not None and kept.log.stat().st_size > 0
-    picked = ace.selection(1, 12, sc.seed)
+    picked = acespace.selection(1, 12, sc.seed)
     classes = {ace.describe(1, i)["op_class"] for i in picked}
     # a group per op class, and one of no class: the recording guests' boots, which are
     # no workload's (run_phases), with no workload and no state of its own
@@ -115,7 +115,7 @@ def test_ace_positive_control_is_found_and_clustered(
     # may stand for the op's own loss; what must hold is that every losing state is in a
     # cluster, and each cluster's workloads are the ones this run recorded.
     assert sum(len(c.states) for c in found) == r.counts[str(Outcome.DATA_LOSS)]
-    recorded = {f"seq1-{i:06d}" for i in ace.selection(1, 0, sc.seed, 4, ["creat", "append"])}
+    recorded = {f"seq1-{i:06d}" for i in acespace.selection(1, 0, sc.seed, 4, ["creat", "append"])}
     assert all(set(c.workloads) <= recorded for c in found), [c.workloads for c in found]
 
 

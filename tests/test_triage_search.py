@@ -25,7 +25,7 @@ from harness.crashstate import workloads as record
 from harness.crashstate.onelog import commit_state
 from harness.crashstate.stored import stored_state
 from harness.experiments import lifecycle
-from harness.guest import ace
+from harness.model import ace
 from harness.outcome import Outcome
 from harness.store.db import CrashState as StoredState
 from harness.store.db import LogInfo, RunKind, Store

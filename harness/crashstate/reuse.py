@@ -37,7 +37,7 @@ _JUDGES = (
     "check/host.py",
     "check/guest.py",
     *(f"guest/{m}.py" for m in ("checkstate", "fioverify", "apppat", "sqlitepat")),
-    *(f"model/{m}.py" for m in ("contract", "ops")),
+    *(f"model/{m}.py" for m in ("contract", "ops", "kernlog")),
     *sorted(str(f.relative_to(_HARNESS)) for f in (_HARNESS / "model" / "oracle").glob("*.py")),
 )
 

@@ -15,7 +15,7 @@ import sys
 import traceback
 from dataclasses import replace
 
-from ..model import contract, oracle
+from ..model import contract, kernlog, oracle
 from . import fifoserve, fioverify, runner
 
 
@@ -62,7 +62,7 @@ def check(r: contract.CheckRequest) -> contract.CheckFacts:
     kmsg = runner.Kmsg()  # this state's messages only
     try:
         facts = _check(r, kmsg)
-        return replace(facts, disk_errors=runner.disk_errors(kmsg.read()))
+        return replace(facts, disk_errors=kernlog.disk_errors(kmsg.read()))
     finally:
         kmsg.close()
 

@@ -24,7 +24,7 @@ import random
 import sys
 import time
 
-from ..model import contract
+from ..model import contract, kernlog
 from . import runner
 
 
@@ -196,7 +196,7 @@ def replay(a: argparse.Namespace) -> contract.Replayed:
         before_mount=replayed,
         usage=found,
         umount=umount,
-        disk_errors=[ln for ln in runner.disk_errors(k) if name in ln],
+        disk_errors=[ln for ln in kernlog.disk_errors(k) if name in ln],
         kernel_log=[ln for ln in k if name in ln and any(w in ln for w in ("EXT", "XFS", "BTRFS"))][
             -20:
         ],

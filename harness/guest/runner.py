@@ -1,8 +1,9 @@
 """How every guest program runs a command (runs inside the guest; stdlib only).
 
 ``run()`` is the one place a guest program starts a command: argv only, bounded by a
-timeout, and never stuck behind one that cannot die (a process blocked in the kernel on a suspended pool or a device that
-never answers ignores SIGKILL: after a short grace it is abandoned, not waited for).
+timeout, and never stuck behind one that cannot die (a process blocked in the kernel on
+a suspended pool or a device that never answers ignores SIGKILL: after a short grace it
+is abandoned, not waited for).
 ``Ran.record()`` is what crosses back to the host: a ``contract.Command``.
 """
 
@@ -10,11 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,29 +129,6 @@ def before_mount(fs: str, dev: str, timeout: float) -> contract.Command | None:
     whose mount is its recovery."""
     argv = filesystem(fs).get("before_mount") or []
     return run([*argv, dev], timeout, merge=True).record() if argv else None
-
-
-# The block layer's words for a request a disk failed ("I/O error, dev vdc, sector 3 ...",
-# "Buffer I/O error on dev vdb, ..."), on a virtio disk: in the lab's guests each is a
-# host file no fault is injected under (faults go through dm-flakey / dm-dust, dm-N), so
-# an error there is the host's -- never the filesystem's verdict to give.
-_DISK_ERROR = re.compile(r"error,? (?:on )?dev (vd[a-z]+)")
-
-
-def disk_errors(kmsg: Iterable[str]) -> list[str]:
-    """The kernel lines of ``kmsg`` that say a guest's virtio disk failed a request."""
-    return [line for line in kmsg if _DISK_ERROR.search(line)][:20]
-
-
-# What dm-log-writes says when it stops logging (its DMERRs, drivers/md/dm-log-writes.c):
-# a write error, no memory, or "Ran out of space on the logdev".
-_LOG_ERRORS = ("error", "couldn't", "ran out of space")
-
-
-def log_writes_errors(kmsg: Iterable[str]) -> list[str]:
-    """The kernel lines of ``kmsg`` in which dm-log-writes says it lost entries: it says
-    so nowhere else, and a log with a gap cannot be cut into crash states."""
-    return [ln for ln in kmsg if "log-writes" in ln and any(w in ln.lower() for w in _LOG_ERRORS)]
 
 
 class Kmsg:

@@ -2,10 +2,10 @@
 the seq-2 / seq-3 space where this decade's crash-consistency bugs were found.
 
 A family is a predicate over a workload's ops, computed by one walk (``advance``) that
-keeps only what the family needs, so ``ace.count`` can count a family exactly by dynamic
-programming over the walk's states instead of decoding millions of indices. A sync ends
-every family's window: it commits the running transaction, and with it whatever the
-shape needed to be still in flight.
+keeps only what the family needs, so ``acespace.count`` can count a family exactly by
+dynamic programming over the walk's states instead of decoding millions of indices. A
+sync ends every family's window: it commits the running transaction, and with it
+whatever the shape needed to be still in flight.
 
 - ``relog``: a core op acts on a file an earlier op fsync'd or fdatasync'd (no sync
   between). The inode is already in the running transaction's log (btrfs's log tree,
@@ -84,7 +84,8 @@ def _parent(p: str) -> str:
 
 @dataclass(frozen=True)
 class Walk:
-    """What one family remembers of the ops so far (hashable: ``ace.count`` memoises on it)."""
+    """What one family remembers of the ops so far (hashable: ``acespace.count`` memoises
+    on it)."""
 
     family: str
     hit: bool = False
@@ -129,7 +130,7 @@ def advance(w: Walk, c: Any, pkind: str, ppath: str) -> Walk:
 
 
 def _relog(w: Walk, c: Any, pkind: str, ppath: str) -> Walk:
-    # As ace.relogs always did: the op's own path fsync'd before, no sync between.
+    # As acespace.relogs always did: the op's own path fsync'd before, no sync between.
     if c.path in w.names:
         return replace(w, hit=True)
     if pkind in ("fsync", "fdatasync"):

@@ -33,7 +33,7 @@ WEIGHTS: dict[str, int] = {
 }
 
 
-# ``--extended``: ACE's other ops (harness/guest/ace.py) and the other ways to make data
+# ``--extended``: ACE's other ops (harness/model/ace.py) and the other ways to make data
 # durable. Off by default: the classic mix keeps every seed's workload as it was.
 EXTENDED: dict[str, int] = {
     "dwrite": 4,

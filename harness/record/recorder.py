@@ -22,8 +22,7 @@ from harness import proc
 from harness.config import fiojob as fiojobrules
 from harness.config.crash import FsSpec
 from harness.errors import HarnessError, InputError
-from harness.guest import runner
-from harness.model import contract
+from harness.model import contract, kernlog
 from harness.record import fiojob, fsstress, guestfiles, guestmsg, logwrites
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
@@ -237,8 +236,8 @@ def check_log_errors(guest: Guest) -> None:
         crash state of it can be trusted.
     """
     kmsg = guest.run(["dmesg"]).out.splitlines()
-    said = runner.log_writes_errors(kmsg)
-    disks = runner.disk_errors(kmsg)
+    said = kernlog.log_writes_errors(kmsg)
+    disks = kernlog.disk_errors(kmsg)
     if said or disks:
         what = "dm-log-writes reported an error while logging" if said else "a disk failed"
         raise HarnessError(

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.config.crash import FsSpec
-from harness.guest import ace
-from harness.model import opfile
+from harness.model import ace, opfile
 from harness.model.ops import PERSIST_OPS, parent
 from harness.model.oracle import AFTER_FINAL, Model
 from harness.triage import ddmin

@@ -42,7 +42,7 @@ from harness.crashstate import checking
 from harness.crashstate import workloads as record
 from harness.crashstate.statelog import file_name
 from harness.crashstate.stored import ONE_LOG_KINDS
-from harness.guest import ace
+from harness.model import ace
 from harness.outcome import is_harness
 from harness.record import logwrites
 from harness.replay import crashstates

@@ -1,8 +1,8 @@
 """``workload.budget``: a search that runs its selection in an order fixed by the seed
 until a wall-clock budget is spent, and goes on from there when run again.
 
-The order is ``ace.shuffled``'s (an affine permutation of the index space, filtered to
-the family and op classes), so it never depends on what was recorded: a resumed run walks
+The order is ``acespace.shuffled``'s (an affine permutation of the index space, filtered
+to the family and op classes), so it never depends on what was recorded: a resumed run walks
 the same order, takes again the workloads already recorded (a prefix of it), and records
 the next ones. Recording takes at most ``RECORD_SHARE`` of a budget: on this 2-core host
 under TCG a workload records in ~1.3 s plus a boot per batch, and its 4-12 states take
@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from harness.guest import ace
+from harness.model import ace, acespace
 
 RECORD_SHARE = 0.2
 
@@ -25,7 +25,7 @@ def order(w: Any, seed: int) -> Iterator[dict[str, Any]]:
     seed's order, ``w.limit`` of them at most."""
     keep = set(w.op_classes)
     taken = 0
-    for i in ace.shuffled(w.seq, seed, w.grammar, w.chosen_family()):
+    for i in acespace.shuffled(w.seq, seed, w.grammar, w.chosen_family()):
         if keep and not all(c.op_class in keep for c, _ in ace.decode(w.seq, i, w.grammar)):
             continue
         if w.limit and taken >= w.limit:

@@ -1,7 +1,7 @@
 """Search (kind ``search``): every workload of a generated space recorded, its crash
 states checked, its findings grouped by symptom.
 
-prepare: the selection of workloads (``harness/guest/ace.py``); those not yet recorded
+prepare: the selection of workloads (``harness/model/acespace.py``); those not yet recorded
 are recorded ``workloads_per_boot`` per guest (``harness/crashstate/workloads.py``);
 each recorded log is cut into crash states after the workload's base (the file set it
 starts from), its ids prefixed with the workload's. Checks run through the crash-state
@@ -30,7 +30,7 @@ from harness.crashstate import workloads as record
 from harness.experiments import lifecycle
 from harness.experiments.search import budget, symptom
 from harness.experiments.search.settings import SearchScenario
-from harness.guest import ace
+from harness.model import ace, acespace, kernlog
 from harness.outcome import Outcome, expected_without_journal, is_finding, is_harness, reduce
 from harness.record import logwrites
 from harness.replay import crashstates
@@ -73,7 +73,7 @@ class Search(lifecycle.Experiment):
         if w.budget:
             self._prepare_budgeted()
             return
-        picked = ace.selection(
+        picked = acespace.selection(
             w.seq,
             w.sample,
             self.run.seed,
@@ -145,7 +145,7 @@ class Search(lifecycle.Experiment):
             if (
                 rec is not None
                 and rec.status == "failed"
-                and rec.facts.get("error") == ace.DISK_FAILED
+                and rec.facts.get("error") == kernlog.DISK_FAILED
             ):
                 (rec.folder / "recording.json").rename(rec.folder / "recording.disk-failed.json")
                 out.append(d)

@@ -2,7 +2,7 @@
 fresh filesystem under its own dm-log-writes log, their crash states checked together
 (``harness/experiments/search/experiment.py``).
 
-The generator is ACE's bounded grammar (``harness/guest/ace.py``): ``seq`` core ops, each
+The generator is ACE's bounded grammar (``harness/model/ace.py``): ``seq`` core ops, each
 followed by a persistence op, over a small file set; seq-1 is enumerated whole, larger
 spaces are sampled by seed (``sample``) or cut to their first workloads (``limit``).
 """
@@ -18,8 +18,7 @@ from harness.config import settings
 from harness.config.base import ScenarioBase
 from harness.config.crash import CheckSpec, CrashSpec, FsSpec, check_family, ordered_metadata_field
 from harness.config.settings import Settings, problem
-from harness.guest import ace
-from harness.model import families
+from harness.model import ace, acespace, families
 
 
 def _default_crash() -> CrashSpec:
@@ -103,7 +102,7 @@ class AceSpec(Settings):
                 key="seq",
             )
         for i in self.indices:
-            if not 0 <= i < size or not ace.valid(ace.decode(self.seq, i, self.grammar)):
+            if not 0 <= i < size or not acespace.valid(ace.decode(self.seq, i, self.grammar)):
                 raise problem(
                     f"workload {i} is not a valid seq-{self.seq} workload",
                     f"indices lie in 0..{size - 1} and name workloads whose ops can run "

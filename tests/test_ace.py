@@ -71,7 +71,7 @@ def test_every_seq1_workload_holds_its_oracle_at_every_mark(
         for entry in body["marks"]:
             for exact in (False, True):
                 v = oracle.verify(str(snaps[entry["mark"]]), o, entry["mark"], exact)
-                assert v["ok"], (label, entry["mark"], exact, v)
+                assert v.ok, (label, entry["mark"], exact, v)
         final = oracle.requirements(o, body["final_mark"], True)
         assert final is not None and final["files"], label  # the final sync requires files
 

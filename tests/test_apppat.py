@@ -47,7 +47,7 @@ def test_after_the_final_sync_every_target_is_new_and_promised(
     got = apppat.classify(str(tmp_path / "root"), o, "crashlab:umount", False)
     assert {c["class"] for c in got} == {"new"} and all(c["promised"] for c in got)
     # The op generator's oracle holds too: the final mark requires every new content.
-    assert oracle.verify(str(tmp_path / "root"), o, o["final_mark"], True)["ok"]
+    assert oracle.verify(str(tmp_path / "root"), o, o["final_mark"], True).ok
     assert not list((tmp_path / "root").glob("*.tmp"))
 
 

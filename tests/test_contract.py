@@ -6,6 +6,7 @@ finding and never a traceback."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from harness.model.contract import ContractError, Message
 from harness.outcome import Outcome
 from harness.record import guestmsg
 from harness.vm.agent import ExecResult
-from tests.guestfacts import command
+from tests.guestfacts import command, verdict
 
 GUEST = Path(contract.__file__).parent
 RAN = command(rc=0, output="ok")
@@ -31,12 +32,25 @@ FACTS = contract.CheckFacts(
     before_mount=None,
     mount=RAN,
     kmsg=["EXT4-fs (vdb): recovery complete"],
-    verify={"ok": False, "missing": ["d0/f1"]},
+    verify=verdict(ok=False, missing=["d0/f1"]),
     classes=[{"target": "db", "violated": False}],
     umount=RAN,
     fsck=command(rc=4, output="damage"),
     repair=RAN,
     fsck_after_repair=RAN,
+)
+LOST = contract.Verdict(
+    mark="crashlab:sync:2",
+    exact=True,
+    known=True,
+    checked=4,
+    missing=["a"],
+    mismatched=[contract.Mismatch(path="b", expected="e0", got="9f", size=1, expected_size=2)],
+    present=["c"],
+    nlink=[contract.NlinkMiss(path="d", nlink=2, expected=1)],
+    ok=False,
+    profile="fsync-names",
+    promise="posix",
 )
 # One of each message, every field set to something other than its default.
 SAMPLES: dict[type[Message], Message] = {
@@ -56,7 +70,13 @@ SAMPLES: dict[type[Message], Message] = {
     contract.AceRecord: contract.AceRecord(
         index=7, status="recorded", seconds=1.5, oracle={"format": "x"}, error="", kernel=["k"]
     ),
-    contract.FioPremise: contract.FioPremise(verdict={"ok": True, "blocks": {"new": 8}}),
+    contract.FioPremise: contract.FioPremise(
+        verdict=verdict(ok=True, blocks={"required": {"valid": 8}}, lost_blocks=0)
+    ),
+    contract.Verdict: LOST,
+    contract.Mismatch: LOST.mismatched[0],
+    contract.Meta: contract.Meta(mode=0o644, owner=[0, 0]),
+    contract.NlinkMiss: LOST.nlink[0],
     contract.ZfsRound: contract.ZfsRound(round=2, files={"f000": "ab"}, touched=["f000"]),
     contract.ZfsVerify: contract.ZfsVerify(ok=False, checked=3, missing=["f1"], mismatched=[]),
     contract.Usage: USAGE,
@@ -141,11 +161,33 @@ def test_an_unknown_field_is_refused_by_name(kind: type[Message]) -> None:
 
 @pytest.mark.parametrize("kind", SAMPLES, ids=lambda k: k.__name__)
 def test_every_missing_field_is_refused_by_name(kind: type[Message]) -> None:
+    """A sparse message (the oracle's verdict) may leave out what has a default."""
     data = SAMPLES[kind].to_dict()
-    for name in data:
+    sparse = getattr(kind, "SPARSE", False)
+    needed = [f.name for f in dataclasses.fields(kind) if not sparse or not _has_default(f)]
+    assert needed
+    for name in needed:
         with pytest.raises(ContractError, match="missing field") as e:
             kind.from_dict({k: v for k, v in data.items() if k != name})
         assert e.value.field == f"{kind.__name__}.{name}"
+
+
+def _has_default(f: dataclasses.Field[Any]) -> bool:
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+
+
+def test_a_verdict_keeps_the_shape_the_lab_always_stored() -> None:
+    """Sparse: a mismatch says only what differed; a verdict stored before the contract
+    typed it (an old store's JSON) reads back."""
+    assert LOST.to_dict()["mismatched"] == [
+        {"path": "b", "expected": "e0", "got": "9f", "size": 1, "expected_size": 2}
+    ]
+    old = {"mark": "crashlab:sync:1", "exact": False, "known": True, "checked": 2,
+           "missing": [], "mismatched": [{"path": "f", "prefix": 4096, "size": 12}],
+           "present": [], "nlink": [], "ok": False}  # fmt: skip
+    v = contract.Verdict.from_dict(old)
+    assert v.mismatched[0].prefix == 4096 and v.profile is None
+    assert v.to_dict() == old
 
 
 def test_a_nested_field_is_named_by_its_path() -> None:

@@ -12,6 +12,7 @@ from harness.config import fiojob as rules
 from harness.config import scenario
 from harness.errors import HarnessError, InputError
 from harness.guest import fioverify
+from harness.model import contract
 from harness.model import oracle as guest_oracle
 from harness.record import fiojob
 
@@ -83,40 +84,45 @@ def test_marks_require_the_sections_before_them() -> None:
 def test_the_whole_file_passes_at_every_mark(root: Path) -> None:
     for mark in ("crashlab:mkfs", "crashlab:sync:2", "crashlab:sync:5", "crashlab:umount"):
         r = fioverify.verify(str(root), oracle(), mark)
-        assert r["ok"], (mark, r)
-    assert fioverify.verify(str(root), oracle(), "crashlab:sync:5")["checked"] == 16
+        assert r.ok, (mark, r)
+    assert fioverify.verify(str(root), oracle(), "crashlab:sync:5").checked == 16
 
 
 def test_a_required_block_lost_is_data_loss_a_free_one_a_count(root: Path) -> None:
     damage(root, 5, bytes(BS))  # section 2's second block: back to the layout's zeros
     damage(root, 13, b"\xff" * 512)  # section 4: torn, neither old nor fio's
     at1 = fioverify.verify(str(root), oracle(), "crashlab:sync:1")
-    assert at1["ok"]
-    assert at1["blocks"]["free"] == {"valid": 10, "zero": 1, "eof": 0, "other": 1}
+    assert at1.ok
+    assert at1.blocks["free"] == {"valid": 10, "zero": 1, "eof": 0, "other": 1}
     at2 = fioverify.verify(str(root), oracle(), "crashlab:sync:2", exact=True)
-    assert not at2["ok"]
-    assert at2["mismatched"] == [{"path": "fio.data", "offset": 5 * BS, "holds": "zero"}]
-    assert at2["blocks"]["required"] == {"valid": 7, "zero": 1, "eof": 0, "other": 0}
+    assert not at2.ok
+    assert at2.mismatched == [contract.Mismatch(path="fio.data", offset=5 * BS, holds="zero")]
+    assert at2.blocks is not None and at2.blocks["required"] == {
+        "valid": 7,
+        "zero": 1,
+        "eof": 0,
+        "other": 0,
+    }
     final = fioverify.verify(str(root), oracle(), "crashlab:umount")
-    assert [m["holds"] for m in final["mismatched"]] == ["zero", "other"]
-    assert final["lost_blocks"] == 2
+    assert [m.holds for m in final.mismatched] == ["zero", "other"]
+    assert final.lost_blocks == 2
 
 
 def test_a_short_file_loses_the_blocks_past_its_end(root: Path) -> None:
     with open(root / "fio.data", "r+b") as f:
         f.truncate(6 * BS)
     r = fioverify.verify(str(root), oracle(), "crashlab:sync:2")
-    assert [m["offset"] for m in r["mismatched"]] == [6 * BS, 7 * BS]
-    assert {m["holds"] for m in r["mismatched"]} == {"eof"}
+    assert [m.offset for m in r.mismatched] == [6 * BS, 7 * BS]
+    assert {m.holds for m in r.mismatched} == {"eof"}
 
 
 def test_a_missing_file_is_lost_only_where_fsync_keeps_names(tmp_path: Path) -> None:
     journaled = fioverify.verify(str(tmp_path), oracle(True), "crashlab:sync:1")
-    assert not journaled["ok"] and journaled["missing"] == ["fio.data"]
+    assert not journaled.ok and journaled.missing == ["fio.data"]
     ext2 = fioverify.verify(str(tmp_path), oracle(False), "crashlab:sync:1")
-    assert ext2["ok"] and ext2["lost_blocks"] == 0
+    assert ext2.ok and ext2.lost_blocks == 0
     # Before the first mark nothing is required, names or blocks.
-    assert fioverify.verify(str(tmp_path), oracle(True), "crashlab:mkfs")["ok"]
+    assert fioverify.verify(str(tmp_path), oracle(True), "crashlab:mkfs").ok
 
 
 @pytest.mark.parametrize(
@@ -202,7 +208,7 @@ def test_triage_workload_script_runs_the_sectioned_job_the_oracle_judges(tmp_pat
     (tmp_path / "workload.sh").write_text(script)
     run(["sh", "workload.sh", f"--directory={tmp_path}"], cwd=tmp_path)
     said = fioverify.verify(str(tmp_path), oracle(), "crashlab:sync:5")
-    assert said["ok"] and said["checked"] == 16
-    assert said["blocks"]["required"]["valid"] == 16
+    assert said.ok and said.checked == 16
+    assert said.blocks["required"]["valid"] == 16
     plain = workload.script({"workload": {"type": "fio", "job": SOURCE}}, {}, 7)
     assert plain is not None and "exec_postrun" not in plain and "[randwrite-fsync]" in plain

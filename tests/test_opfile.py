@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from harness.guest import opgen
-from harness.model import generate, opfile, oracle
+from harness.model import contract, generate, opfile, oracle
 from harness.model.ops import Op
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,8 +57,8 @@ def test_the_zero_size_bug_is_a_requirement_at_the_directory_fsync(tmp_path: Pat
     with open(crashed / "d" / "foo", "wb") as f:
         f.write(os.urandom(64 << 10))
     got = oracle.verify(str(crashed), o, "crashlab:sync:3", exact=True)
-    assert not got["ok"]
-    assert {m["path"] for m in got["mismatched"]} >= {"d/foo"}
+    assert not got.ok
+    assert {m.path for m in got.mismatched} >= {"d/foo"}
 
 
 @pytest.mark.parametrize(
@@ -148,7 +148,7 @@ def test_every_new_op_runs_and_its_final_state_is_judged(tmp_path: Path) -> None
     root = tmp_path / "r"
     o = run(root, EVERY_OP)
     final = oracle.verify(str(root), o, o["final_mark"], exact=True)
-    assert final["ok"], final
+    assert final.ok, final
     want = oracle.requirements(o, o["final_mark"], exact=True)
     assert want is not None
     assert want["files"]["d3/sym"]["symlink"] == "../a"
@@ -162,14 +162,14 @@ def test_every_new_op_runs_and_its_final_state_is_judged(tmp_path: Path) -> None
 def test_a_symlink_is_judged_by_its_target_not_what_it_points_at(tmp_path: Path) -> None:
     root = tmp_path / "r"
     o = run(root, "write a 0 4K\nsymlink a l\nfsync .\n")
-    assert oracle.verify(str(root), o, "crashlab:sync:1", exact=True)["ok"]
+    assert oracle.verify(str(root), o, "crashlab:sync:1", exact=True).ok
     os.unlink(root / "l")
     os.symlink("b", root / "l")
     got = oracle.verify(str(root), o, "crashlab:sync:1", exact=True)
-    assert got["mismatched"] == [{"path": "l", "symlink": "b", "expected": "a"}]
+    assert got.mismatched == [contract.Mismatch(path="l", symlink="b", expected="a")]
     os.unlink(root / "l")
     shutil.copy(root / "a", root / "l")  # a file where the link was: not the link
-    assert oracle.verify(str(root), o, "crashlab:sync:1", exact=True)["missing"] == ["l"]
+    assert oracle.verify(str(root), o, "crashlab:sync:1", exact=True).missing == ["l"]
 
 
 def test_chmod_is_required_after_fsync_not_after_fdatasync(tmp_path: Path) -> None:
@@ -179,7 +179,8 @@ def test_chmod_is_required_after_fsync_not_after_fdatasync(tmp_path: Path) -> No
     root = tmp_path / "r"
     os.chmod(root / "a", 0o644)
     got = oracle.verify(str(root), o, "crashlab:sync:3", exact=True)
-    assert got["mismatched"][0]["metadata"]["mode"] == 0o644
+    meta = got.mismatched[0].metadata
+    assert meta is not None and meta.mode == 0o644
 
 
 def test_an_fsynced_unlinked_file_stays_gone_where_fsync_commits_the_inode(
@@ -232,12 +233,12 @@ def test_a_failure_says_which_promise_it_broke(tmp_path: Path) -> None:
     shutil.copytree(tmp_path / "r", state)
     os.unlink(state / "d" / "a")  # durable only through fsync(d/a): the stronger promise
     got = oracle.verify(str(state), o, "crashlab:sync:2", exact=True)
-    assert (got["missing"], got["promise"]) == (["d/a"], "fsync-names")
+    assert (got.missing, got.promise) == (["d/a"], "fsync-names")
     with open(state / "d" / "b", "r+b") as f:  # named by fsync(d), data by fsync(d/b)
         f.write(b"torn")
     got = oracle.verify(str(state), o, "crashlab:sync:4", exact=True)
-    assert got["promise"] == "posix"
-    assert oracle.verify(str(tmp_path / "r"), o, "crashlab:sync:4", exact=True)["promise"] is None
+    assert got.promise == "posix"
+    assert oracle.verify(str(tmp_path / "r"), o, "crashlab:sync:4", exact=True).promise is None
     assert run(tmp_path / "p", "write a 0 1\nfsync a\n", fsync_names=False)["profile"] == "posix"
 
 
@@ -255,7 +256,7 @@ def test_ordered_metadata_keeps_what_came_before_the_fsyncd_change(tmp_path: Pat
     shutil.copytree(tmp_path / "b", state)
     os.unlink(state / "dir" / "foo")  # what 5630f7557de6's kernels left
     got = oracle.verify(str(state), o, "crashlab:sync:3", exact=True)
-    assert (got["missing"], got["promise"]) == (["dir/foo"], "ordered-metadata")
+    assert (got.missing, got.promise) == (["dir/foo"], "ordered-metadata")
     # A file untouched since a sync: its fsync commits nothing, so nothing after it.
     late = run(tmp_path / "c", "create a\nsync\ncreate b\nfsync a\n", ordered=True)
     assert "b" not in at(late, 2)["files"]
@@ -272,5 +273,5 @@ def test_the_op_generator_draws_the_bug_ops_behind_their_switch(tmp_path: Path) 
     assert {"symlink", "chmod", "exchange", "open", "fsync_fd", "write_fd"} <= kinds
     assert any(op["op"] == "truncate" and op["size"] == 0 for op in body["ops"])
     o = {"format": oracle.FORMAT, **body}
-    assert oracle.verify(str(tmp_path), o, o["final_mark"], exact=True)["ok"]
+    assert oracle.verify(str(tmp_path), o, o["final_mark"], exact=True).ok
     assert generate.Generator(7, 8, 20000, extended=True).next(oracle.Model()) == drawn[0]

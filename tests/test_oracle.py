@@ -43,9 +43,9 @@ def test_after_umount_everything_must_be_there(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     for mark in oracle.AFTER_FINAL:
-        assert check(root, o, mark)["ok"]
+        assert check(root, o, mark).ok
         v = check(empty, o, mark)
-        assert not v["ok"] and sorted(v["missing"]) == ["a", "b"]
+        assert not v.ok and sorted(v.missing) == ["a", "b"]
 
 
 def test_a_state_cut_exactly_at_a_mark_keeps_what_the_interval_changed(tmp_path: Path) -> None:
@@ -61,11 +61,11 @@ def test_a_state_cut_exactly_at_a_mark_keeps_what_the_interval_changed(tmp_path:
     o = run(root, [*ops, Op("overwrite", "a", data=b"TWO"), Op("unlink", "a")])
     assert body["marks"][0]["mark"] == m(1)
     assert "a" not in o["marks"][0]["files"]  # anywhere before mark 2: not required
-    assert check(at_mark, o, m(1), exact=True)["ok"]
+    assert check(at_mark, o, m(1), exact=True).ok
     gone = tmp_path / "gone"
     gone.mkdir()
     v = check(gone, o, m(1), exact=True)
-    assert not v["ok"] and v["missing"] == ["a"]
+    assert not v.ok and v.missing == ["a"]
 
 
 def test_an_appended_file_keeps_its_durable_prefix(tmp_path: Path) -> None:
@@ -84,11 +84,11 @@ def test_an_appended_file_keeps_its_durable_prefix(tmp_path: Path) -> None:
     crashed = tmp_path / "c"
     crashed.mkdir()
     (crashed / "log").write_bytes(b"first-sec")  # a torn append: fine
-    assert check(crashed, o, m(1))["ok"]
+    assert check(crashed, o, m(1)).ok
     (crashed / "log").write_bytes(b"fir")  # the durable prefix cut short
-    assert not check(crashed, o, m(1))["ok"]
+    assert not check(crashed, o, m(1)).ok
     (crashed / "log").write_bytes(b"FIRST-second")
-    assert not check(crashed, o, m(1))["ok"]
+    assert not check(crashed, o, m(1)).ok
 
 
 def test_an_append_inside_a_grown_file_is_an_overwrite(tmp_path: Path) -> None:
@@ -117,13 +117,13 @@ def test_an_append_inside_a_grown_file_is_an_overwrite(tmp_path: Path) -> None:
     landed, grown = base + b"later" + bytes(64 - 21), base + bytes(48)
     for content in (landed, grown):
         (crashed / "foo").write_bytes(content)
-        assert check(crashed, o, m(2))["ok"]
+        assert check(crashed, o, m(2)).ok
     # cut exactly at mark 2 (rule 3): the grown file as it was, the later write absent
-    assert check(crashed, o, m(2), exact=True)["ok"]
+    assert check(crashed, o, m(2), exact=True).ok
     (crashed / "foo").write_bytes(landed)
-    assert not check(crashed, o, m(2), exact=True)["ok"]
+    assert not check(crashed, o, m(2), exact=True).ok
     (crashed / "foo").write_bytes(base)  # the grown size lost: fdatasync broke
-    assert not check(crashed, o, m(2), exact=True)["ok"]
+    assert not check(crashed, o, m(2), exact=True).ok
 
 
 def oracle_sha(data: bytes) -> str:
@@ -151,9 +151,9 @@ def test_rename_over_gives_old_or_new_never_neither(tmp_path: Path) -> None:
     c.mkdir()
     for content, ok in ((b"old", True), (b"new", True), (b"", False), (b"nld", False)):
         (c / "f").write_bytes(content)
-        assert check(c, o, m(1))["ok"] is ok, content
+        assert check(c, o, m(1)).ok is ok, content
     (c / "f").unlink()
-    assert check(c, o, m(1))["missing"] == ["f"]
+    assert check(c, o, m(1)).missing == ["f"]
 
 
 def test_a_durably_removed_name_stays_gone(tmp_path: Path) -> None:
@@ -174,7 +174,7 @@ def test_a_durably_removed_name_stays_gone(tmp_path: Path) -> None:
     c = snapshot(root, tmp_path / "c")
     (c / "a").write_bytes(b"")
     v = check(c, o, m(2))
-    assert not v["ok"] and v["present"] == ["a"]
+    assert not v.ok and v.present == ["a"]
 
 
 def test_sizes_and_link_counts_are_checked(tmp_path: Path) -> None:
@@ -194,7 +194,7 @@ def test_sizes_and_link_counts_are_checked(tmp_path: Path) -> None:
     os.unlink(c / "b")
     (c / "b").write_bytes(b"12345")  # same content, but no longer the same inode
     v = check(c, o, m(1))
-    assert not v["ok"] and {n["path"] for n in v["nlink"]} == {"a", "b"}
+    assert not v.ok and {n.path for n in v.nlink} == {"a", "b"}
 
 
 def test_before_a_sync_the_link_count_is_not_required(tmp_path: Path) -> None:

@@ -57,4 +57,4 @@ def test_every_mark_holds_in_the_tree_as_it_was_at_the_mark(
     for entry in body["marks"]:
         for exact in (False, True):
             v = oracle.verify(str(snaps[entry["mark"]]), o, entry["mark"], exact)
-            assert v["ok"], (seed, ops, files, extended, bug_ops, ordered, entry["mark"], exact, v)
+            assert v.ok, (seed, ops, files, extended, bug_ops, ordered, entry["mark"], exact, v)

@@ -34,7 +34,7 @@ L, C = Outcome.DATA_LOSS, Outcome.CONSISTENT
 
 def test_the_oracle_says_its_profile_and_the_judge_keeps_it(tmp_path: Path) -> None:
     got = oracle.verify(str(tmp_path), {"marks": [], "profile": "ordered-metadata"}, None)
-    assert (got["profile"], got["promise"]) == ("ordered-metadata", None)
+    assert (got.profile, got.promise) == ("ordered-metadata", None)
     verify = {"ok": False, "mark": "m2", "missing": ["A/bar"]}
     r = guestcheck.judge(facts(verify={**verify, "profile": "ordered-metadata",
                                        "promise": "fsync-names"}))  # fmt: skip

@@ -23,6 +23,7 @@ from harness.check.host import CheckResult
 from harness.config.crash import FsSpec
 from harness.errors import GuestError, GuestMessageError, GuestPanic, GuestTimeout, HarnessError
 from harness.model import contract
+from harness.model.oracle import rules
 from harness.outcome import Outcome, reduce
 from harness.record import guestmsg, guestserve
 from harness.record import recorder as record
@@ -211,10 +212,11 @@ def judge(facts: contract.CheckFacts) -> CheckResult:
     outcomes: list[Outcome] = []
     note = ""
     verify = facts.verify
-    if verify is not None and not verify.get("ok", False):
+    if verify is not None and not verify.ok:
         outcomes.append(Outcome.DATA_LOSS)
-        keys = ("mark", "missing", "mismatched", "present", "sizes", "nlink", "error")
-        note = json.dumps({k: verify[k] for k in keys if verify.get(k)})[:1500]
+        said = verify.to_dict()
+        keys = ("mark", "missing", "mismatched", "present", "nlink", "error")
+        note = json.dumps({k: said[k] for k in keys if said.get(k)})[:1500]
         out.insert(0, "oracle: " + note)
     classes = facts.classes
     broken = [c["target"] for c in classes if c.get("violated")]
@@ -242,10 +244,10 @@ def judge(facts: contract.CheckFacts) -> CheckResult:
             phases["repair"] = facts.repair.seconds if facts.repair else 0.0
             repaired = again is not None and again.rc == 0
             outcomes.append(Outcome.REPAIRED if repaired else Outcome.UNREPAIRABLE)
-    if verify is not None and "blocks" in verify:
+    if verify is not None and verify.blocks is not None:
         # The fio oracle's block classes (rule 12), found or not: kept last, so the tail
         # the store keeps always says what the state held.
-        out.append("fio blocks: " + json.dumps(verify["blocks"], separators=(",", ":")))
+        out.append("fio blocks: " + json.dumps(verify.blocks, separators=(",", ":")))
     judged = CheckResult(
         "guest", "mount+verify", reduce(outcomes), fsck.rc if fsck is not None else None,
         sum(phases.values()), _output(out, facts), phases, note=note, classes=classes,
@@ -253,18 +255,18 @@ def judge(facts: contract.CheckFacts) -> CheckResult:
     return _promised(judged, verify)
 
 
-def _promised(judged: CheckResult, verify: dict[str, Any] | None) -> CheckResult:
-    """``judged`` with the oracle's profile and the promise its finding broke, and the
-    rule now, while the note is whole (a twin that takes this verdict has none)."""
-    if not verify:
+def _promised(judged: CheckResult, verify: contract.Verdict | None) -> CheckResult:
+    """``judged`` with the oracle's profile, the promise its finding broke and the rule,
+    read off the typed verdict (a twin that takes this verdict has no note)."""
+    if verify is None:
         return judged
-    rule = promises.rule_of(judged.outcome, [judged])[0]
-    return replace(
-        judged,
-        profile=str(verify.get("profile") or ""),
-        promise=str(verify.get("promise") or ""),
-        rule=rule if judged.outcome is Outcome.DATA_LOSS else "",
-    )
+    if judged.outcome is not Outcome.DATA_LOSS:
+        rule = ""
+    elif verify.ok:  # an application pattern's broken promise: no oracle rule failed
+        rule = promises.rule_of(judged.outcome, [judged])[0]
+    else:
+        rule = rules.broken(verify)[0].name
+    return replace(judged, profile=verify.profile or "", promise=verify.promise or "", rule=rule)
 
 
 def _mount_failure(mount: contract.Command) -> Outcome:

@@ -4,8 +4,10 @@ profile whose rule it broke (the oracle's ``promise``: ``posix`` is the floor, a
 ``fsync-names`` or ``ordered-metadata`` break is one of a stronger promise than POSIX
 makes), and the oracle rule, each with its source (docs/verdicts.md).
 
-The rule is read from the guest check's verdict (its ``note``): the first requirement
-that failed. ``experiments/search/symptom.py`` clusters findings by the same rule.
+The rule is named where the typed verdict is judged (``check.guest``, from
+``oracle/rules.py``); ``rule_of`` reads it back from a stored check's note only for a
+state judged before the rule was kept beside it. ``experiments/search/symptom.py``
+clusters findings by the same rule.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.check.host import CheckResult
+from harness.model.oracle import rules
+from harness.model.oracle.rules import MISMATCH_RULES
 from harness.outcome import Outcome
 
 # The profiles, weakest first, and what each promises on top of the one before.
@@ -28,28 +32,8 @@ PROFILES = {
     " maintainers test it, fstests generic/785)",
 }
 
-# The oracle's verdict keys (guest/oracle.py verify) -> the rule a state broke.
-MISMATCH_RULES = (
-    ("xattrs", "xattrs"),
-    ("prefix", "append-prefix"),
-    ("either", "rename-atomic"),
-    ("error", "unreadable"),
-)
-
-# Each rule name -> its number and words in docs/verdicts.md.
-RULES = {
-    "file-missing": "rule 1: a durable name must exist (rule 10: a new file, empty)",
-    "dir-missing": "rule 9: a durable directory must exist",
-    "content": "rule 1: fsync'd content must be there, size and sha256",
-    "xattrs": "rule 8: user. attributes as fsync or sync left them",
-    "append-prefix": "rule 4: an appended file keeps its durable prefix",
-    "rename-atomic": "rule 5: rename-over leaves the old or the new content",
-    "unreadable": "rule 1: a required file must be readable",
-    "removal-undone": "rule 6: a durably removed name stays gone (rule 15: an fsync'd"
-    " unlinked-but-open file)",
-    "nlink": "rule 7: link counts exact after a sync",
-    "data-loss": "the oracle's requirements (docs/verdicts.md)",
-}
+# Each rule name -> its number and words in docs/verdicts.md (the oracle's own table).
+RULES = {r.name: r.text() for r in rules.TABLE}
 # A failed log replay, a refused mount, a checker that finds damage: under every rule.
 ANY_RULE = "no promise allows it: a refused mount or damage is a finding under every rule"
 

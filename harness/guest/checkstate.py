@@ -109,7 +109,15 @@ def _verify(a: contract.CheckRequest, facts: contract.CheckFacts) -> contract.Ch
             classes = apppat.classify(a.mountpoint, data, a.mark or None, a.exact)
             facts = replace(facts, classes=classes)
     except OSError as e:  # the filesystem would not let us read the tree: a finding
-        facts = replace(facts, verify={"ok": False, "error": f"{type(e).__name__}: {e}"})
+        unreadable = contract.Verdict(
+            mark=None,
+            exact=a.exact,
+            known=False,
+            checked=0,
+            ok=False,
+            error=f"{type(e).__name__}: {e}",
+        )
+        facts = replace(facts, verify=unreadable)
     except Exception:  # a bug of ours or a bad oracle: never a finding
         facts = replace(facts, verify_error=contract.excerpt(traceback.format_exc()))
     return facts

@@ -110,10 +110,10 @@ def blocks(path: str, count: int, bs: int) -> list[str]:
 
 def verify(
     root: str, oracle: dict[str, Any], mark: str | None, exact: bool = False
-) -> dict[str, Any]:
-    """Check what ``mark`` requires of the fio file under ``root``; the same keys as
-    ``oracle.verify`` (the host's judge reads them), plus ``blocks``: per class, how many
-    required and how many free blocks are in it."""
+) -> contract.Verdict:
+    """Check what ``mark`` requires of the fio file under ``root``: a verdict as
+    ``oracle.verify``'s, with ``blocks``: per class, how many required and how many
+    free blocks are in it."""
     fio = oracle["fio"]
     bs, per = int(fio["bs"]), int(fio["section_size"]) // int(fio["bs"])
     need = requirements(oracle, mark)
@@ -131,23 +131,21 @@ def verify(
     judged = exists or bool(fio["fsync_names"])
     missing = [] if exists or not required or not judged else [fio["file"]]
     mismatched = (
-        [{"path": fio["file"], "offset": off, "holds": c} for off, c in lost[:SHOWN]]
+        [contract.Mismatch(path=fio["file"], offset=off, holds=c) for off, c in lost[:SHOWN]]
         if exists and judged
         else []
     )
-    return {
-        "mark": mark,
-        "exact": exact,
-        "known": need is not None,
-        "checked": required,
-        "missing": missing,
-        "mismatched": mismatched,
-        "present": [],
-        "nlink": [],
-        "blocks": counts,
-        "lost_blocks": len(lost) if judged else 0,
-        "ok": not (missing or mismatched),
-    }
+    return contract.Verdict(
+        mark=mark,
+        exact=exact,
+        known=need is not None,
+        checked=required,
+        missing=missing,
+        mismatched=mismatched,
+        blocks=counts,
+        lost_blocks=len(lost) if judged else 0,
+        ok=not (missing or mismatched),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -212,7 +212,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.root):
         raise UsageError(f"--root {args.root}: not a directory")
     oracle = load_oracle(args.oracle)
-    print(json.dumps(verify(args.root, oracle, args.mark or None, args.exact), sort_keys=True))
+    said = verify(args.root, oracle, args.mark or None, args.exact)
+    print(json.dumps(said.to_dict(), sort_keys=True))
     return EXIT_OK
 
 

@@ -20,10 +20,10 @@ import json
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, Union
+from typing import Any, ClassVar, TypeVar, Union
 
 # The contract's version: bump it when a message changes shape, and both sides change.
-VERSION = 2  # 2: Stopped.stuck
+VERSION = 3  # 2: Stopped.stuck; 3: CheckFacts.verify and FioPremise.verdict a Verdict
 # How much of a command's output crosses the boundary (its tail).
 EXCERPT = 2000
 
@@ -73,7 +73,12 @@ def excerpt(text: str) -> str:
 
 def _encode(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        sparse = getattr(value, "SPARSE", False)
+        return {
+            f.name: _encode(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not (sparse and getattr(value, f.name) is None and _has_default(f))
+        }
     if isinstance(value, list | tuple):
         return [_encode(v) for v in value]
     if isinstance(value, dict):
@@ -129,14 +134,21 @@ def _decode_fields(kind: type, data: Any, path: str) -> Any:
     names = [f.name for f in dataclasses.fields(kind)]
     if unknown := sorted(set(data) - set(names)):
         raise ContractError("unknown field", field=f"{path}.{unknown[0]}")
-    if missing := [n for n in names if n not in data]:
+    # A sparse message (the oracle's documents) leaves out what it does not say.
+    optional = {f.name for f in dataclasses.fields(kind) if _has_default(f)}
+    absent = optional if getattr(kind, "SPARSE", False) else set()
+    if missing := [n for n in names if n not in data and n not in absent]:
         raise ContractError("missing field", field=f"{path}.{missing[0]}")
-    values = {n: _decode(hints[n], data[n], f"{path}.{n}") for n in names}
+    values = {n: _decode(hints[n], data[n], f"{path}.{n}") for n in names if n in data}
     if "version" in values and values["version"] != VERSION:
         raise ContractError(
             f"version {values['version']}, this side reads {VERSION}", field=f"{path}.version"
         )
     return kind(**values)
+
+
+def _has_default(f: dataclasses.Field[Any]) -> bool:
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
 
 
 def _expect(data: Any, kind: type, said: str, path: str) -> None:
@@ -172,6 +184,70 @@ class Step(Command):
     step: str
 
 
+# -- the oracle's verdict -------------------------------------------------------------
+# What verify (and the fio oracle, rule 12) found on one mounted state. Sparse: a
+# mismatch carries only the keys that say what differed, the shape the lab has always
+# stored, so a verdict kept in an old store reads the same (oracle/rules.py names the
+# rule it broke).
+
+
+@dataclass(frozen=True, kw_only=True)
+class Meta(Message):
+    mode: int
+    owner: list[int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mismatch(Message):
+    """One required file that holds something else; only what differed is set."""
+
+    SPARSE: ClassVar[bool] = True
+    path: str
+    error: str | None = None  # unreadable
+    expected: str | dict[str, str] | None = None  # sha256, xattrs or a link's target
+    got: str | None = None
+    size: int | None = None
+    expected_size: int | None = None
+    prefix: int | None = None  # rule 4: the durable prefix's length
+    xattrs: dict[str, str] | None = None  # rule 8: what the file has
+    metadata: Meta | None = None  # rule 14: what the file has
+    expected_mode: int | None = None
+    expected_owner: list[int] | None = None
+    symlink: str | None = None  # rule 13: what the link reads back
+    either: list[str] | None = None  # rule 5: the contents allowed
+    offset: int | None = None  # rule 12: a lost block of fio's file ...
+    holds: str | None = None  # ... and what it holds instead
+
+
+@dataclass(frozen=True, kw_only=True)
+class NlinkMiss(Message):
+    path: str
+    nlink: int
+    expected: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict(Message):
+    """What a state whose last mark is ``mark`` was required to hold, and what it lost.
+    ``blocks``/``lost_blocks``: the fio oracle's block classes (rule 12)."""
+
+    SPARSE: ClassVar[bool] = True
+    mark: str | None
+    exact: bool
+    known: bool
+    checked: int
+    missing: list[str] = field(default_factory=list)
+    mismatched: list[Mismatch] = field(default_factory=list)
+    present: list[str] = field(default_factory=list)
+    nlink: list[NlinkMiss] = field(default_factory=list)
+    ok: bool
+    profile: str | None = None
+    promise: str | None = None
+    blocks: dict[str, dict[str, int]] | None = None
+    lost_blocks: int | None = None
+    error: str | None = None  # the tree could not be read at all (a finding)
+
+
 # -- checkstate.py ---------------------------------------------------------------------
 
 
@@ -203,7 +279,7 @@ class CheckFacts(Message):
     before_mount: Command | None = None  # a log replay the fs needs before mounting (JFS)
     mount: Command | None = None
     kmsg: list[str] = field(default_factory=list)  # the mount's recovery, in its words
-    verify: dict[str, Any] | None = None
+    verify: Verdict | None = None
     verify_error: str = ""
     classes: list[dict[str, Any]] = field(default_factory=list)
     umount: Command | None = None
@@ -235,7 +311,7 @@ class AceRecord(Message):
 class FioPremise(Message):
     """fioverify.py: the fio oracle's verdict on the live filesystem after the job."""
 
-    verdict: dict[str, Any]  # ``ok`` and the block classes (fioverify.verify)
+    verdict: Verdict  # ``ok`` and the block classes (fioverify.verify)
     version: int = VERSION
 
 

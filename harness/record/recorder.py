@@ -353,11 +353,11 @@ def _run_fio(
         guest.write_file(path, json.dumps(oracle).encode())
         out = step("fio-premise", [*FIOVERIFY, MOUNTPOINT, path, final])
         said = guestmsg.read(contract.FioPremise, "fioverify.py", out).verdict
-        if not said["ok"]:
+        if not said.ok:
             raise HarnessError(
                 "the fio job did not write every block of its sections once with a verify"
                 " header: its states cannot be judged by data",
-                detail=json.dumps(said)[:2000],
+                detail=said.to_json()[:2000],
             )
     return output, oracle
 

@@ -8,6 +8,7 @@ import os
 import stat
 from typing import Any
 
+from ..contract import Meta, Mismatch, NlinkMiss, Verdict
 from .marks import AFTER_FINAL, FORMAT, profile_of
 
 
@@ -92,9 +93,7 @@ def requirements(oracle: dict[str, Any], mark: str | None, exact: bool) -> dict[
     }
 
 
-def verify(
-    root: str, oracle: dict[str, Any], mark: str | None, exact: bool = False
-) -> dict[str, Any]:
+def verify(root: str, oracle: dict[str, Any], mark: str | None, exact: bool = False) -> Verdict:
     """Check what ``mark`` requires of the tree at ``root`` (the rules of the module
     docstring). OSError reading a required file is reported per file (unreadable data is
     lost data); the caller treats any other exception as the lab's own failure."""
@@ -119,20 +118,20 @@ def verify(
             if os.path.lexists(os.path.join(root, name)):
                 seen.present.append(name)
     missing, mismatched, present, nlink = seen.missing, seen.mismatched, seen.present, seen.nlink
-    failed = {*missing, *present, *(m["path"] for m in [*mismatched, *nlink])}
-    return {
-        "mark": mark,
-        "exact": exact,
-        "known": req is not None,
-        "profile": _profile(oracle),
-        "promise": _promise(oracle, req, failed, exact or mark in AFTER_FINAL),
-        "checked": seen.checked,
-        "missing": missing,
-        "mismatched": mismatched,
-        "present": present,
-        "nlink": nlink,
-        "ok": not (missing or mismatched or present or nlink),
-    }
+    failed = {*missing, *present, *(m.path for m in mismatched), *(n.path for n in nlink)}
+    return Verdict(
+        mark=mark,
+        exact=exact,
+        known=req is not None,
+        profile=_profile(oracle),
+        promise=_promise(oracle, req, failed, exact or mark in AFTER_FINAL),
+        checked=seen.checked,
+        missing=missing,
+        mismatched=mismatched,
+        present=present,
+        nlink=nlink,
+        ok=not (missing or mismatched or present or nlink),
+    )
 
 
 class _Seen:
@@ -141,9 +140,9 @@ class _Seen:
     def __init__(self, root: str) -> None:
         self.root = root
         self.missing: list[str] = []
-        self.mismatched: list[dict[str, Any]] = []
+        self.mismatched: list[Mismatch] = []
         self.present: list[str] = []
-        self.nlink: list[dict[str, Any]] = []
+        self.nlink: list[NlinkMiss] = []
         self.checked = 0
 
     def content(self, path: str, want: dict[str, Any], limit: int | None = None) -> None:
@@ -160,19 +159,19 @@ class _Seen:
             got, size = file_digest(full, limit)
             st = os.stat(full)
         except OSError as e:
-            self.mismatched.append({"path": path, "error": e.strerror})
+            self.mismatched.append(Mismatch(path=path, error=e.strerror))
             return
         if limit is not None and size < limit:
-            self.mismatched.append({"path": path, "prefix": limit, "size": size})
+            self.mismatched.append(Mismatch(path=path, prefix=limit, size=size))
         elif got != want["sha256"] or (limit is None and st.st_size != want["size"]):
             self.mismatched.append(
-                {
-                    "path": path,
-                    "expected": want["sha256"],
-                    "got": got,
-                    "size": st.st_size,
-                    "expected_size": want["size"],
-                }
+                Mismatch(
+                    path=path,
+                    expected=want["sha256"],
+                    got=got,
+                    size=st.st_size,
+                    expected_size=want["size"],
+                )
             )
         elif limit is None:
             self.inode(path, full, st, want)
@@ -180,19 +179,25 @@ class _Seen:
     def inode(self, path: str, full: str, st: os.stat_result, want: dict[str, Any]) -> None:
         """What the whole inode must hold beside the data: rules 7, 8 and 14."""
         if "nlink" in want and st.st_nlink != want["nlink"]:
-            self.nlink.append({"path": path, "nlink": st.st_nlink, "expected": want["nlink"]})
+            self.nlink.append(NlinkMiss(path=path, nlink=st.st_nlink, expected=want["nlink"]))
         elif "xattrs" in want and (got_x := user_xattrs(full)) != want["xattrs"]:
-            self.mismatched.append({"path": path, "xattrs": got_x, "expected": want["xattrs"]})
+            self.mismatched.append(Mismatch(path=path, xattrs=got_x, expected=want["xattrs"]))
         elif not _meta_ok(st, want):
-            got_m = {"mode": stat.S_IMODE(st.st_mode), "owner": [st.st_uid, st.st_gid]}
-            expected = {"expected_mode": want.get("mode"), "expected_owner": want.get("owner")}
-            self.mismatched.append({"path": path, "metadata": got_m, **expected})
+            got_m = Meta(mode=stat.S_IMODE(st.st_mode), owner=[st.st_uid, st.st_gid])
+            self.mismatched.append(
+                Mismatch(
+                    path=path,
+                    metadata=got_m,
+                    expected_mode=want.get("mode"),
+                    expected_owner=want.get("owner"),
+                )
+            )
 
     def link(self, path: str, full: str, target: str) -> None:
         if not os.path.islink(full):
             self.missing.append(path)
         elif (got := os.readlink(full)) != target:
-            self.mismatched.append({"path": path, "symlink": got, "expected": target})
+            self.mismatched.append(Mismatch(path=path, symlink=got, expected=target))
 
     def either(self, path: str, shas: list[str]) -> None:
         """The file holds one of ``shas``: any of them is what the mark allows."""
@@ -203,7 +208,7 @@ class _Seen:
         try:
             got, _ = file_digest(full)
         except OSError as e:
-            self.mismatched.append({"path": path, "error": e.strerror})
+            self.mismatched.append(Mismatch(path=path, error=e.strerror))
             return
         if got not in shas:
-            self.mismatched.append({"path": path, "either": shas, "got": got})
+            self.mismatched.append(Mismatch(path=path, either=shas, got=got))

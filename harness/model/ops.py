@@ -199,21 +199,25 @@ class Op:
     gid: int = -1
 
     def describe(self) -> dict[str, Any]:
-        """The op's entry in the oracle's op list: its arguments, ``length`` for its
-        bytes (``perm`` in octal), a write's offset even where the file chose it."""
+        """The op's entry in the oracle's op list: its arguments, ``length`` for the bytes
+        of a write (``perm`` in octal). The shape every store holds: a stored run's ops
+        are compared with this when triage draws them again (opmin.plan)."""
         spec = SPECS[self.kind]
-        keys = [*spec.args, *(("offset", "length") if spec.writes else ())]
+        placed = spec.writes or self.kind in ("rewrite", "falloc")  # where the bytes go
         d: dict[str, Any] = {"op": self.kind}
-        for key in dict.fromkeys(keys):
-            if key == "length":
-                d["length"] = len(self.data)
-            elif key == "perm":
-                d["perm"] = oct(self.perm)
-            elif key in ("path", "fd", "target", "name", "mode"):
-                if getattr(self, key):
+        for key in ("path", "dst", "offset", "length", "size", "mode", "name", "fd", "target"):
+            if key in ("offset", "length"):
+                if placed and not (key == "length" and self.kind == "falloc"):
+                    d[key] = len(self.data) if key == "length" else self.offset
+            elif key in ("dst", "size"):
+                if key in spec.args:
                     d[key] = getattr(self, key)
-            else:
+            elif getattr(self, key):  # a name, a descriptor, a mode: said when set
                 d[key] = getattr(self, key)
+        if "perm" in spec.args:
+            d["perm"] = oct(self.perm)
+        if "uid" in spec.args:
+            d["uid"], d["gid"] = self.uid, self.gid
         return d
 
     @classmethod

@@ -11,8 +11,7 @@ import pytest
 from harness.config import fiojob as rules
 from harness.config import scenario
 from harness.errors import HarnessError, InputError
-from harness.guest import fioverify
-from harness.model import contract
+from harness.model import contract, fioverify
 from harness.model import oracle as guest_oracle
 from harness.record import fiojob
 

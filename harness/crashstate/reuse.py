@@ -24,7 +24,7 @@ from harness.check import host
 from harness.config.crash import CheckSpec, CrashSpec, FsSpec
 from harness.config.settings import canonical_json
 from harness.crashstate.run import Run
-from harness.guest import fioverify
+from harness.model import fioverify
 from harness.model import oracle as guest_oracle
 from harness.replay import crashstates
 from harness.replay import replayer as replay
@@ -36,8 +36,8 @@ _HARNESS = Path(__file__).resolve().parents[1]
 _JUDGES = (
     "check/host.py",
     "check/guest.py",
-    *(f"guest/{m}.py" for m in ("checkstate", "fioverify", "apppat", "sqlitepat")),
-    *(f"model/{m}.py" for m in ("contract", "ops", "kernlog")),
+    *(f"guest/{m}.py" for m in ("checkstate", "apppat", "sqlitepat")),
+    *(f"model/{m}.py" for m in ("contract", "ops", "fioverify", "kernlog")),
     *sorted(str(f.relative_to(_HARNESS)) for f in (_HARNESS / "model" / "oracle").glob("*.py")),
 )
 

@@ -15,8 +15,8 @@ import sys
 import traceback
 from dataclasses import replace
 
-from ..model import contract, kernlog, oracle
-from . import fifoserve, fioverify, runner
+from ..model import contract, fioverify, kernlog, oracle
+from . import fifoserve, runner
 
 
 def run(argv: list[str], timeout: float) -> contract.Command:

@@ -7,7 +7,7 @@ carries magic, its own offset and an md5 of its data), ending in fsync (``end_fs
 and then, through ``exec_postrun``, placing mark ``crashlab:sync:<k>`` in the log --
 after the fsync returned, since fio runs the post-run command once the job's I/O, end
 fsync included, is done. So at and after mark k every block of sections 1..k must
-verify (``harness/guest/fioverify.py``, rule 12 of docs/verdicts.md).
+verify (``harness/model/fioverify.py``, rule 12 of docs/verdicts.md).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from harness.guest import fioverify
+from harness.model import fioverify
 from harness.model.oracle import requirements
 
 CUT = "The check's note was cut at 1500 characters: names past the cut show as expected."

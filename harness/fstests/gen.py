@@ -269,7 +269,7 @@ def generate(
     cleanup = "_cleanup_flakey" if flakey else "_log_writes_cleanup &> /dev/null"
     body += ["_cleanup()", "{", f"\t{cleanup}", "\tcd /", "\trm -r -f $tmp.*", "}", ""]
     body += [". ./common/filter", ". ./common/dmflakey" if flakey else ". ./common/dmlogwrites"]
-    if {o.kind for o in ops} & {"exchange", "rename_noreplace"}:
+    if any(SPECS[o.kind].syscall.startswith("renameat2") for o in ops):
         body.append(". ./common/renameat2")  # _require_renameat2 is defined there
     body += ["", *_requires(ops, shape), "", *_fixed(finding.fs)]
     mkfs = " ".join(shlex.quote(o) for o in finding.mkfs_options)

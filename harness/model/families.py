@@ -42,6 +42,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .ops import RENAMES
+
 FAMILIES: dict[str, str] = {
     "relog": "act again on a file fsync'd earlier, no sync between",
     "reuse-name": "make again a name removed earlier, no sync between",
@@ -63,13 +65,11 @@ WHY_GRAMMAR = {
 
 FSYNCS = frozenset({"fsync", "fdatasync", "fsync_dir", "fsync_fd", "fdatasync_fd"})
 DATA = frozenset({"append", "overwrite", "write", "dwrite", "mwrite", "falloc", "truncate"})
-NAMESPACE = frozenset(
-    {"create", "link", "rename", "rename_noreplace", "exchange", "unlink", "unlink-held",
-     "tmpfile-link"}
-)  # fmt: skip
+NAMESPACE = frozenset({"create", "link", *RENAMES, "exchange", "unlink", "unlink-held",
+                       "tmpfile-link"})  # fmt: skip
 MAKES = frozenset({"create", "mkdir", "symlink", "tmpfile-link"})  # c.path, new
-MOVES = frozenset({"link", "rename", "rename_noreplace"})  # c.dst, new
-REMOVES = frozenset({"unlink", "unlink-held", "rmdir", "rmdir-held", "rename", "rename_noreplace"})
+MOVES = frozenset({"link", *RENAMES})  # c.dst, new
+REMOVES = frozenset({"unlink", "unlink-held", "rmdir", "rmdir-held", *RENAMES})
 DIR_MOVES = frozenset({"rename-dir", "rename-dir-out"})
 
 
@@ -159,7 +159,7 @@ def _mix(w: Walk, c: Any, pkind: str) -> Walk:
         ino[c.path], touched = w.made, {w.made}
     elif c.kind == "link":
         ino[c.dst] = ino[c.path]
-    elif c.kind in ("rename", "rename_noreplace"):
+    elif c.kind in RENAMES:
         pre = c.path + "/"
         for name in [n for n in ino if n == c.path or n.startswith(pre)]:
             ino[c.dst + name[len(c.path) :]] = ino.pop(name)

@@ -45,6 +45,8 @@ class Spec:
     meta: bool = False  # changes an inode's metadata alone (rule 14)
     handle: bool = False  # acts through a descriptor the workload holds
     keeps_content: bool = False  # moves blocks, promises the bytes unchanged (rule 11)
+    renames: bool = False  # moves what ``path`` names to ``dst`` (rename's kind)
+    model_as: str = ""  # the oracle models it as this op (its flags changed only checks)
     fs: tuple[str, ...] = ()  # the only filesystems that can do it (() for all)
     in_files: bool = True  # a workload file may name it
     requires: tuple[str, ...] = ()  # the fstests _require lines its test needs
@@ -62,9 +64,9 @@ TABLE: tuple[Spec, ...] = (
     _S("mkdir", ("path",), "mkdir(2)", "mkdir {p}", makes="path"),
     _S("rmdir", ("path",), "rmdir(2)", "rmdir {p}", frees=True),
     _S("unlink", ("path",), "unlink(2)", "rm -f {p}", frees=True),
-    _S("rename", ("path", "dst"), "rename(2)", "mv -T {p} {dst}", frees=True),
+    _S("rename", ("path", "dst"), "rename(2)", "mv -T {p} {dst}", frees=True, renames=True),
     _S("rename_noreplace", ("path", "dst"), "renameat2(RENAME_NOREPLACE)",
-       "{renameat2} -n {p} {dst}", frees=True, makes="dst",
+       "{renameat2} -n {p} {dst}", frees=True, makes="dst", renames=True, model_as="rename",
        requires=("_require_renameat2 noreplace",)),
     _S("exchange", ("path", "dst"), "renameat2(RENAME_EXCHANGE)", "{renameat2} -x {p} {dst}",
        requires=("_require_renameat2 exchange",)),
@@ -148,6 +150,7 @@ WRITE_OPS = frozenset(s.name for s in TABLE if s.writes)
 CONTENT_KEEPING = frozenset(s.name for s in TABLE if s.keeps_content)
 INODE_META_OPS = frozenset(s.name for s in TABLE if s.meta)
 HANDLE_OPS = frozenset(s.name for s in TABLE if s.handle)
+RENAMES = frozenset(s.name for s in TABLE if s.renames)
 # fallocate(2) modes: (keeps the size, zeroes the range), their flags (linux/falloc.h)
 # and xfs_io's command for each.
 FALLOC_MODES: dict[str, tuple[bool, bool]] = {

@@ -12,6 +12,8 @@ from ..ops import (
     FALLOC_MODES,
     HANDLE_OPS,
     INODE_META_OPS,
+    RENAMES,
+    SPECS,
     SYNC_OPS,
     SYNCED_WRITES,
     WRITE_OPS,
@@ -246,8 +248,8 @@ class Model:
                 else:
                     meta.owner = (op.uid, op.gid)
                 meta.meta_durable = False
-        elif k == "rename_noreplace":
-            self.apply(type(op)("rename", op.path, dst=op.dst))
+        elif SPECS[k].model_as:  # renameat2(RENAME_NOREPLACE): a rename, to a free name
+            self.apply(type(op)(SPECS[k].model_as, op.path, dst=op.dst))
             self.ops -= 1
         elif k == "exchange":
             self._exchange(op)
@@ -423,7 +425,7 @@ class Model:
                 paths |= p
                 inodes |= i
             return paths, inodes
-        if k in ("rename", "rename_noreplace") and op.path in self.dirs:
+        if k in RENAMES and op.path in self.dirs:
             dirs, files = self.under(op.path)
             moved = {op.dst + f[len(op.path) :] for f in files}
             return {*dirs, op.dst, *files, *moved}, {self.files[f].ino for f in files}

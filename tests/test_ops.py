@@ -106,3 +106,18 @@ def test_rule_19_a_clone_is_durable_like_written_data_and_leaves_its_source() ->
     assert whole is not None
     assert whole["files"]["bar"]["sha256"] == whole["files"]["foo"]["sha256"]
     assert whole["files"]["bar"]["size"] == 64 << 10
+
+
+def test_every_rule_is_numbered_in_the_oracle_and_in_docs_verdicts() -> None:
+    """A rule is a row of oracle/rules.py, a paragraph of the oracle's docstring and a
+    numbered item of docs/verdicts.md: the three say the same numbers."""
+    import re
+
+    from harness.model.oracle import rules
+
+    docs = (REPO / "docs" / "verdicts.md").read_text()
+    numbered = {int(n) for n in re.findall(r"^(\d+)\. \*\*", docs, flags=re.M)}
+    in_oracle = {int(n) for n in re.findall(r"^(\d+)\. ", oracle.__doc__ or "", flags=re.M)}
+    assert {r.number for r in rules.TABLE if r.number} <= numbered
+    assert numbered - {12} == in_oracle  # rule 12 is fio's (fioverify), not the oracle's
+    assert all(r.source for r in rules.TABLE)

@@ -149,7 +149,7 @@ def test_a_search_finding_is_triaged_end_to_end(
     with open_log(r.target.log_path) as lg:
         out = triage_report.write(r, lg)
     small = (out / "minimal-workload.sh").read_text()
-    assert "ace.py record --seq 1 --index 0 --noop-sync" in small
+    assert "harness.guest.ace record --seq 1 --index 0 --noop-sync" in small
     assert all(workload.render(w.plan.ops[i]) in small for i in w.keep)
     summary = json.loads((out / "triage.json").read_text())
     assert summary["workload"]["keep"] == list(w.keep)

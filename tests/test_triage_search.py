@@ -126,7 +126,7 @@ def test_a_search_finding_is_minimised_twice_alike_and_reported(
     readme = (out / "README.md").read_text()
     assert f"| workload | `{WID}`: {FACTS['ops']} |" in readme
     script = (out / "workload.sh").read_text()
-    assert f"ace.py record --seq 1 --index {FACTS['index']} --noop-sync" in script
+    assert f"harness.guest.ace record --seq 1 --index {FACTS['index']} --noop-sync" in script
     assert script.index('mkdir "$M"/A') < script.index("# mark crashlab:sync:1")
     assert main(["results", "show", run_id, "--db", str(db)]) == 0
     assert f"triage of {state.id}: {out / 'README.md'}" in capsys.readouterr().out

@@ -109,16 +109,15 @@ def test_each_crash_method_is_an_item_and_one_crash_measures_them_together() -> 
     assert got == [(i, i) for i in ids[1:]]
 
 
+def _stop(tmp_path: Path, timeout: int) -> list[str]:
+    """``recoveryload.py stop`` from the guest's copy of the programs, as the guest runs it."""
+    launcher = guestcopy.unpack(tmp_path / "g") / "recoveryload.py"
+    return [sys.executable, "-I", str(launcher), "stop", "--timeout", str(timeout)]
+
+
 def test_the_guest_program_stops_the_churn_and_waits_for_it(tmp_path: Path) -> None:
     """``recoveryload.py stop`` is stdlib only: it runs here as in the guest."""
-    program = [
-        sys.executable,
-        "-I",
-        str(guestcopy.unpack(tmp_path / "g") / "recoveryload.py"),
-        "stop",
-        "--timeout",
-        "20",
-    ]
+    program = _stop(tmp_path, 20)
     child = subprocess.Popen(["sleep", "60"])
     reaper = threading.Thread(target=child.wait)  # in the guest, init reaps the churn
     reaper.start()
@@ -132,14 +131,7 @@ def test_the_guest_program_stops_the_churn_and_waits_for_it(tmp_path: Path) -> N
 def test_a_churn_that_outlives_sigkill_says_where_it_waits(tmp_path: Path) -> None:
     """Unreaped, the killed child stays a zombie, which ``kill(pid, 0)`` still finds:
     the stand-in for a task blocked in the kernel. The answer names its wait channel."""
-    program = [
-        sys.executable,
-        "-I",
-        str(guestcopy.unpack(tmp_path / "g") / "recoveryload.py"),
-        "stop",
-        "--timeout",
-        "1",
-    ]
+    program = _stop(tmp_path, 1)
     child = subprocess.Popen(["sleep", "60"])
     try:
         out = subprocess.run([*program, "--pid", str(child.pid)], capture_output=True, check=True)

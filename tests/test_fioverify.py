@@ -13,6 +13,7 @@ from harness.config import scenario
 from harness.errors import HarnessError, InputError
 from harness.model import contract, fioverify
 from harness.model import oracle as guest_oracle
+from harness.model.oracle.doc import OracleDoc
 from harness.record import fiojob
 
 DATA = Path(__file__).parent / "data" / "fio"
@@ -202,12 +203,12 @@ def test_triage_workload_script_runs_the_sectioned_job_the_oracle_judges(tmp_pat
     from harness.triage import workload
 
     params = {"workload": {"type": "fio", "job": SOURCE, "sections": 4}}
-    script = workload.script(params, {}, 7)
+    script = workload.script(params, OracleDoc.of({}), 7)
     assert script is not None and "--randseed=7" in script
     (tmp_path / "workload.sh").write_text(script)
     run(["sh", "workload.sh", f"--directory={tmp_path}"], cwd=tmp_path)
     said = fioverify.verify(str(tmp_path), oracle(), "crashlab:sync:5")
     assert said.ok and said.checked == 16
     assert said.blocks["required"]["valid"] == 16
-    plain = workload.script({"workload": {"type": "fio", "job": SOURCE}}, {}, 7)
+    plain = workload.script({"workload": {"type": "fio", "job": SOURCE}}, OracleDoc(), 7)
     assert plain is not None and "exec_postrun" not in plain and "[randwrite-fsync]" in plain

@@ -13,6 +13,7 @@ import pytest
 from harness.guest import opgen
 from harness.model import ace
 from harness.model.ops import Op
+from harness.model.oracle.doc import OracleDoc
 from harness.triage import opmin
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,7 +39,7 @@ def test_the_oracle_point_is_kept_and_only_ops_before_it_are_items(
     oracle: dict[str, Any],
 ) -> None:
     third = next(o for o in oracle["ops"] if o.get("mark") == "crashlab:sync:3")
-    p = opmin.plan(PARAMS, oracle, "crashlab:sync:3", None)
+    p = opmin.plan(PARAMS, OracleDoc.of(oracle), "crashlab:sync:3", None)
     assert p.point == third["i"] and p.items == tuple(range(third["i"]))
     assert p.keep((0, 2)) == (0, 2, third["i"])
     assert opmin.persistence_ops(p, p.keep(p.items)) == 3
@@ -47,18 +48,19 @@ def test_the_oracle_point_is_kept_and_only_ops_before_it_are_items(
 @pytest.mark.parametrize("mark", ["crashlab:umount", "final"])
 def test_a_state_at_the_workloads_end_takes_every_op(oracle: dict[str, Any], mark: str) -> None:
     mark = oracle["final_mark"] if mark == "final" else mark
-    p = opmin.plan(PARAMS, oracle, mark, None)
+    p = opmin.plan(PARAMS, OracleDoc.of(oracle), mark, None)
     assert p.point is None and len(p.items) == len(oracle["ops"]) - 1  # the final sync
     assert p.keep((1, 4)) == (1, 4)
     # A candidate is judged at its own final sync's mark (or the umount the state had).
     expected = "crashlab:umount" if mark == "crashlab:umount" else "crashlab:sync:2"
-    assert p.point_mark({"final_mark": "crashlab:sync:2"}) == expected
+    assert p.point_mark(OracleDoc.of({"final_mark": "crashlab:sync:2"})) == expected
 
 
 def test_a_candidate_is_judged_at_the_mark_its_point_leaves(oracle: dict[str, Any]) -> None:
-    p = opmin.plan(PARAMS, oracle, "crashlab:sync:3", None)
+    p = opmin.plan(PARAMS, OracleDoc.of(oracle), "crashlab:sync:3", None)
     recorded = {"ops": [{"op": "create"}, {"op": "fsync_dir", "mark": "crashlab:sync:1"}]}
-    assert p.point_mark({**recorded, "final_mark": "crashlab:sync:2"}) == "crashlab:sync:1"
+    candidate = OracleDoc.of({**recorded, "final_mark": "crashlab:sync:2"})
+    assert p.point_mark(candidate) == "crashlab:sync:1"
 
 
 @pytest.mark.parametrize(
@@ -73,7 +75,7 @@ def test_what_is_not_minimised_says_why(
     oracle: dict[str, Any], params: dict[str, Any], mark: str | None, says: str
 ) -> None:
     with pytest.raises(opmin.NotMinimised, match=says):
-        opmin.plan(params, oracle, mark, None)
+        opmin.plan(params, OracleDoc.of(oracle), mark, None)
 
 
 def test_an_op_list_the_generator_no_longer_draws_is_not_minimised(
@@ -81,15 +83,15 @@ def test_an_op_list_the_generator_no_longer_draws_is_not_minimised(
 ) -> None:
     changed = {**oracle, "ops": [{**oracle["ops"][0], "path": "elsewhere"}, *oracle["ops"][1:]]}
     with pytest.raises(opmin.NotMinimised, match="no longer draws"):
-        opmin.plan(PARAMS, changed, "crashlab:sync:1", None)
+        opmin.plan(PARAMS, OracleDoc.of(changed), "crashlab:sync:1", None)
 
 
 def test_a_subset_without_its_files_create_is_no_workload(oracle: dict[str, Any]) -> None:
-    p = opmin.plan(PARAMS, oracle, oracle["final_mark"], None)
+    p = opmin.plan(PARAMS, OracleDoc.of(oracle), oracle["final_mark"], None)
     ops = ace.source_ops(p.source)
-    create = next(i for i, o in enumerate(p.ops) if o["op"] == "create")
-    path = p.ops[create]["path"]
-    uses = next(i for i, o in enumerate(p.ops) if i > create and o.get("path") == path)
+    create = next(i for i, o in enumerate(p.ops) if o.op == "create")
+    path = p.ops[create].path
+    uses = next(i for i, o in enumerate(p.ops) if i > create and o.path == path)
     assert opmin.valid(ops, (create, uses), True)
     assert not opmin.valid(ops, (uses,), True)
     assert opmin.missing(ops, (uses,), True) == (uses, path)
@@ -99,7 +101,7 @@ def test_a_subset_without_its_files_create_is_no_workload(oracle: dict[str, Any]
 def test_a_subset_is_closed_under_the_ops_that_make_its_names(oracle: dict[str, Any]) -> None:
     """Every op of the run's workload alone, closed: a workload again, holding the op,
     and adding only ops that come before it; an op that needs nothing stays alone."""
-    p = opmin.plan(PARAMS, oracle, oracle["final_mark"], None)
+    p = opmin.plan(PARAMS, OracleDoc.of(oracle), oracle["final_mark"], None)
     ops = ace.source_ops(p.source)
     grown = 0
     for i in p.items:
@@ -109,12 +111,12 @@ def test_a_subset_is_closed_under_the_ops_that_make_its_names(oracle: dict[str, 
         if opmin.valid(ops, (i,), True):
             assert k == (i,)
     assert grown  # the generator's writes need their creates
-    first_write = next(i for i, o in enumerate(p.ops) if o["op"] in ("write", "append"))
-    path = p.ops[first_write]["path"]
+    first_write = next(i for i, o in enumerate(p.ops) if o.op in ("write", "append"))
+    path = p.ops[first_write].path
     maker = max(
         i
         for i, o in enumerate(p.ops[:first_write])
-        if (o["op"] == "create" and o["path"] == path) or o.get("dst") == path
+        if (o.op == "create" and o.path == path) or o.dst == path
     )
     assert maker in (opmin.closed(ops, (first_write,), True) or ())
 
@@ -176,7 +178,7 @@ def test_a_workload_files_ops_are_planned_from_the_file(tmp_path: Path) -> None:
     params = {"fs": {"type": "xfs"}, "workload": {"type": "file", "text": text,
                                                   "fsync_names": True}}  # fmt: skip
     fsync = next(o for o in body["ops"] if o["op"] == "fsync")
-    p = opmin.plan(params, body, fsync["mark"], None)
+    p = opmin.plan(params, OracleDoc.of(body), fsync["mark"], None)
     assert p.source["kind"] == "file" and p.point == fsync["i"] == 6
     assert p.items == tuple(range(6))
     assert [o.describe()["op"] for o in ace.source_ops(p.source)][5:] == ["exchange", "fsync"]

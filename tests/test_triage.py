@@ -21,6 +21,7 @@ from harness.crashstate import checking as states
 from harness.crashstate import workloads as search_record
 from harness.crashstate.onelog import commit_state
 from harness.experiments import lifecycle
+from harness.model.oracle.doc import OpEntry, OracleDoc
 from harness.outcome import Outcome
 from harness.record.logwrites import open_log
 from harness.replay import replayer as replay
@@ -121,7 +122,7 @@ def test_a_recorded_candidate_is_judged_by_its_states_at_the_oracle_point(
     db, _, verdicts = run
     [sid] = [s for s, v in verdicts.items() if v == "unrepairable"]
     t = target.load(sid, db)
-    ops = tuple(o for o in t.oracle["ops"] if not o.get("final"))
+    ops = t.oracle.workload_ops()
     p = opmin.Plan({}, ops, None, str(t.state.mark))  # judged at the final sync's mark
     work = tmp_path / "work"
     for wid, status in (("wgood", "recorded"), ("wlost", "failed")):
@@ -129,7 +130,7 @@ def test_a_recorded_candidate_is_judged_by_its_states_at_the_oracle_point(
         d.mkdir(parents=True)
         if status == "recorded":
             shutil.copy(t.log_path, d / "log.raw")
-            (d / "oracle.json").write_text(json.dumps(t.oracle))
+            (d / "oracle.json").write_text(json.dumps(dict(t.oracle.raw)))
         (d / "recording.json").write_text(json.dumps({"status": status, "device_size": t.size}))
     said: list[str] = []
     lost = symptom.Symptom(Outcome.UNREPAIRABLE)
@@ -144,10 +145,11 @@ def test_the_minimal_workload_renders_only_its_ops_and_renumbers_the_marks() -> 
     ops = oracle["ops"]
     syncs = [o["i"] for o in ops if o.get("mark") and not o.get("final")]
     keep = [0, syncs[2]]  # the first op and the third persistence op
-    script = workload.script({"workload": {"type": "ops"}}, oracle, 1, keep=keep)
+    script = workload.script({"workload": {"type": "ops"}}, OracleDoc.of(oracle), 1, keep=keep)
     assert script is not None
     body = [ln for ln in script.splitlines() if ln and not ln.startswith(("#", "set", "M="))]
-    assert body == [workload.render(ops[0]), workload.render(ops[syncs[2]]), "sync"]
+    entries = OracleDoc.of(oracle).ops
+    assert body == [workload.render(entries[0]), workload.render(entries[syncs[2]]), "sync"]
     assert script.count("# mark crashlab:sync:") == 2 and "# mark crashlab:sync:2" in script
     assert f"ops 0,{syncs[2]} of the" in script
 
@@ -256,11 +258,15 @@ def test_every_op_of_the_file_format_has_a_shell_form_but_the_tmpfile_ones() -> 
     from harness.model import opfile
     from harness.model.ops import Op
 
-    op = {"path": "a", "dst": "b", "target": "t", "perm": 0o700, "uid": 1, "gid": 2, "fd": "h"}
-    bare = {k for k in opfile.SPEC if workload.render({"op": k, **op}).startswith("#")}
+    op = {"path": "a", "dst": "b", "target": "t", "perm": "0o700", "uid": 1, "gid": 2, "fd": "h"}
+
+    def render(kind: str) -> str:
+        return workload.render(OpEntry.from_dict({"op": kind, **op}))
+
+    bare = {k for k in opfile.SPEC if render(k).startswith("#")}
     assert bare == {"tmpfile", "linkat"}
-    assert "O_TMPFILE" in workload.render({"op": "tmpfile", **op})
-    assert workload.render({"op": "exchange", **op}) == 'src/renameat2 -x "$M"/a "$M"/b'
+    assert "O_TMPFILE" in render("tmpfile")
+    assert render("exchange") == 'src/renameat2 -x "$M"/a "$M"/b'
     fstests = gen.spell(Op("exchange", "a", dst="b"))
     assert fstests == "$here/src/renameat2 -x $SCRATCH_MNT/a $SCRATCH_MNT/b"
-    assert workload.render({"op": "fsync_fd", **op}) == 'xfs_io -r -c "fsync" /proc/self/fd/${fd_h}'
+    assert render("fsync_fd") == 'xfs_io -r -c "fsync" /proc/self/fd/${fd_h}'

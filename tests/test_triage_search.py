@@ -26,6 +26,7 @@ from harness.crashstate.onelog import commit_state
 from harness.crashstate.stored import stored_state
 from harness.experiments import lifecycle
 from harness.model import ace
+from harness.model.oracle.doc import OracleDoc
 from harness.outcome import Outcome
 from harness.store.db import CrashState as StoredState
 from harness.store.db import LogInfo, RunKind, Store
@@ -88,7 +89,8 @@ def test_a_search_state_loads_from_its_workloads_folder(
     folder = lifecycle.run_dir(run_id) / "workloads" / WID
     assert t.log_path == folder / "log.raw" and t.rdir == lifecycle.run_dir(run_id)
     assert t.size == FACTS["device_size"] == 32 << 20
-    assert t.oracle == json.loads((FIXTURE / "oracle.json").read_text())
+    assert t.oracle.raw == json.loads((FIXTURE / "oracle.json").read_text())
+    assert t.oracle.ops[0].i == 0 and t.oracle.final_mark == t.oracle.ops[-1].mark
     assert t.workload["id"] == WID and t.workload["seq"] == 1
     assert t.fs == FsSpec.model_validate(t.params["fs"]) and t.fs.mkfs_options == ("-J", "size=1")
     where = statelog.of(run_id, state)
@@ -159,14 +161,15 @@ def test_a_search_workload_is_planned_from_aces_ops(run: tuple[Path, str]) -> No
         run_row = st.run(run_id)
     oracle = json.loads((FIXTURE / "oracle.json").read_text())
     point = next(o for o in oracle["ops"] if o.get("mark") == "crashlab:sync:2")
-    p = opmin.plan(run_row.params, oracle, "crashlab:sync:2", run_row.seed, FACTS)
+    p = opmin.plan(run_row.params, OracleDoc.of(oracle), "crashlab:sync:2", run_row.seed, FACTS)
     assert p.source == {"kind": "ace", "seq": 1, "index": FACTS["index"], "fsync_names": True}
     assert p.point == point["i"] and p.items == tuple(range(point["i"]))
     ops = ace.source_ops(p.source)
     empty = opmin.closed(ops, p.keep(()), True)
     assert empty is not None and empty[-1] == p.point and opmin.valid(ops, empty, True)
     assert len(empty) < len(p.keep(p.items))
-    small = workload.script(run_row.params, oracle, run_row.seed, keep=empty, ace=FACTS)
+    doc = OracleDoc.of(oracle)
+    small = workload.script(run_row.params, doc, run_row.seed, keep=empty, ace=FACTS)
     assert small is not None and "the minimal workload triage found" in small.lower()
     # The control's persistence ops are shown, commented out (it never calls them).
     lines = small.split("MOUNTPOINT}\n\n", 1)[1].splitlines()
@@ -176,7 +179,7 @@ def test_a_search_workload_is_planned_from_aces_ops(run: tuple[Path, str]) -> No
     # A grammar that no longer draws the recorded ops is not minimised, and says why.
     other = {**FACTS, "index": FACTS["index"] + 1}
     with pytest.raises(opmin.NotMinimised, match="ACE grammar no longer draws"):
-        opmin.plan(run_row.params, oracle, "crashlab:sync:2", run_row.seed, other)
+        opmin.plan(run_row.params, OracleDoc.of(oracle), "crashlab:sync:2", run_row.seed, other)
 
 
 def test_a_state_of_a_run_triage_cannot_take_says_which_it_takes(

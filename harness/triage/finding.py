@@ -61,28 +61,20 @@ def minimal_ops(tr: Triaged) -> list[Any]:
     sync for a state after it. Rebuilt from the oracle's op list, which keeps every op's
     arguments but not its bytes: each write writes as many of xfs_io's pattern."""
     t = tr.target
-    listed = list(t.oracle.get("ops") or [])
-    if not listed:
+    if not t.oracle.ops:
         raise InputError(
             f"crash state {t.state.id}: its run's oracle lists no ops (a fio, fsstress or "
             "pattern workload): there are no steps to write a test of"
         )
-    body = [o for o in listed if not o.get("final")]
-    point = next(
-        (i for i, o in enumerate(body) if t.state.mark and o.get("mark") == t.state.mark), None
-    )
+    body = t.oracle.workload_ops()
+    point = next((i for i, o in enumerate(body) if t.state.mark and o.mark == t.state.mark), None)
     keep = tr.summary.get("workload", {}).get("keep")
     if keep is None:
         keep = range(len(body) if point is None else point + 1)
-    ops = [op_of(body[i]) for i in keep]
+    ops = [body[i].as_op(PATTERN) for i in keep]
     if point is None:
         ops.append(Op("sync"))  # the final sync: the state is after it
     return ops
-
-
-def op_of(d: dict[str, Any]) -> Op:
-    """An op of the oracle's list as an ``Op``, its bytes the fill pattern."""
-    return Op.from_entry(d, PATTERN)
 
 
 def flakey(tr: Triaged) -> bool:
@@ -110,8 +102,7 @@ def kernel_text(k: dict[str, str]) -> str:
 
 
 def profile(tr: Triaged) -> str:
-    o = tr.target.oracle
-    return str(o.get("profile") or ("fsync-names" if o.get("fsync_names", True) else "posix"))
+    return tr.target.oracle.profile or "fsync-names"
 
 
 def verify_result(tr: Triaged) -> dict[str, Any]:

@@ -109,10 +109,10 @@ class Judge:
     def _damage(self, image: Path) -> None:
         if self.t.corrupt == "zero-durable-block":
             s = self.t.state
-            zero_durable_block(image, str(self.t.fs.type), self.t.oracle, s.mark, s.exact)
+            zero_durable_block(image, str(self.t.fs.type), dict(self.t.oracle.raw), s.mark, s.exact)
 
     def _guest(self, waiting: list[tuple[guestcheck.Item, CheckResult | None]]) -> None:
-        oracles = {ORACLE_KEY: self.t.oracle} if self.t.oracle else {}
+        oracles = {ORACLE_KEY: dict(self.t.oracle.raw)} if self.t.oracle else {}
         size = max(1, self.t.check.guest_batch)
         for i in range(0, len(waiting), size):
             chunk = waiting[i : i + size]

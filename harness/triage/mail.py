@@ -43,7 +43,7 @@ def body(tr: Triaged) -> str:
     t = tr.target
     fs = t.fs
     k = finding.kernel(tr)
-    steps = [workload.render(o.describe()) for o in finding.minimal_ops(tr)]
+    steps = [workload.step(o) for o in finding.minimal_ops(tr)]
     lines = [
         "Hello,",
         "",

@@ -19,6 +19,7 @@ minimised*, with a reason (:class:`NotMinimised`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,10 +28,10 @@ from harness.config.crash import FsSpec
 from harness.model import ace, opfile
 from harness.model.ops import PERSIST_OPS, parent
 from harness.model.oracle import AFTER_FINAL, Model
+from harness.model.oracle.doc import OpEntry, OracleDoc
 from harness.triage import ddmin
 
 Subset = tuple[int, ...]
-_NOT_THE_OP = ("i", "mark", "final")  # what the oracle's op list adds to an op
 
 
 class NotMinimised(Exception):
@@ -40,7 +41,7 @@ class NotMinimised(Exception):
 @dataclass(frozen=True)
 class Plan:
     source: dict[str, Any]  # ``ace.source_ops``'s argument: the workload's ops again
-    ops: tuple[dict[str, Any], ...]  # the oracle's op list, the final sync excepted
+    ops: tuple[OpEntry, ...]  # the oracle's op list, the final sync excepted
     point: int | None  # P, the index of the oracle point's op; None: the workload's end
     mark: str  # the failing state's mark (its oracle point)
 
@@ -53,22 +54,18 @@ class Plan:
         """A candidate's ops: ``subset`` of the items, and P."""
         return (*subset, *(() if self.point is None else (self.point,)))
 
-    def point_mark(self, oracle: Mapping[str, Any]) -> str | None:
+    def point_mark(self, oracle: OracleDoc) -> str | None:
         """The mark a candidate's recording (its ``oracle``) leaves at the oracle point:
         its P's mark, its final sync's, or the failing state's own (``umount``)."""
         if self.point is None:
-            return self.mark if self.mark in AFTER_FINAL else oracle.get("final_mark")
-        ops = [o for o in oracle.get("ops", []) if not o.get("final")]
-        return ops[-1].get("mark") if ops else None
-
-    def shell_ops(self, keep: Sequence[int]) -> list[dict[str, Any]]:
-        """The kept ops as the oracle lists them, for ``workload.py`` to render."""
-        return [self.ops[i] for i in keep]
+            return self.mark if self.mark in AFTER_FINAL else oracle.final_mark
+        ops = oracle.workload_ops()
+        return ops[-1].mark if ops else None
 
 
 def plan(
     params: Mapping[str, Any],
-    oracle: Mapping[str, Any],
+    oracle: OracleDoc,
     mark: str | None,
     seed: int | None,
     workload: Mapping[str, Any] | None = None,
@@ -82,23 +79,23 @@ def plan(
     """
     w = params.get("workload") or {}
     kind = "ace" if workload else w.get("type", "ops")
-    if kind not in ("ops", "ace", "file") or not oracle.get("ops"):
+    if kind not in ("ops", "ace", "file") or not oracle.ops:
         raise NotMinimised(
             f"a {kind} workload: only the op generator's, ACE's and workload files' ops are "
             "re-recorded op by op (a pattern's ops are one program; fio and fsstress keep "
             "no op list)"
         )
-    ops = tuple(o for o in oracle["ops"] if not o.get("final"))
+    ops = oracle.workload_ops()
     source = _source(params, oracle, seed, workload)
     drawn = [op.describe() for op in ace.source_ops(source)]
-    if drawn != [{k: v for k, v in o.items() if k not in _NOT_THE_OP} for o in ops]:
+    if drawn != [o.described() for o in ops]:
         raise NotMinimised(
             f"the {_DRAWN_BY[source['kind']]} no longer draws the run's ops (it changed "
             "since the run): a subset of them cannot be re-recorded"
         )
-    if mark in AFTER_FINAL or (mark is not None and mark == oracle.get("final_mark")):
+    if mark in AFTER_FINAL or (mark is not None and mark == oracle.final_mark):
         return Plan(source, ops, None, mark)
-    point = next((i for i, o in enumerate(ops) if mark and o.get("mark") == mark), None)
+    point = next((i for i, o in enumerate(ops) if mark and o.mark == mark), None)
     if point is None:
         raise NotMinimised(
             f"the state is cut at mark {mark!r}, before the workload's first persistence "
@@ -112,7 +109,7 @@ _DRAWN_BY = {"ace": "ACE grammar", "opgen": "op generator", "file": "workload fi
 
 def _source(
     params: Mapping[str, Any],
-    oracle: Mapping[str, Any],
+    oracle: OracleDoc,
     seed: int | None,
     workload: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
@@ -134,13 +131,10 @@ def _source(
         return {"kind": "file", "ops": opfile.parse(w["text"], fs), "fsync_names": w["fsync_names"]}
     return {
         "kind": "opgen",
-        "seed": oracle.get("seed", seed),
-        "ops": oracle.get("ops_requested", w.get("ops")),
-        "files": oracle.get("files", w.get("files")),
-        "max_size": oracle.get("max_size", w.get("max_size")),
+        **dataclasses.asdict(oracle.drawn(w, seed)),
         "extended": bool(w.get("extended")),
         "bug_ops": bool(w.get("bug_ops")),
-        "fsync_names": bool(oracle.get("fsync_names", True)),
+        "fsync_names": oracle.fsync_names,
     }
 
 
@@ -201,7 +195,7 @@ def _makes(op: Any, name: str) -> bool:
 
 def persistence_ops(p: Plan, keep: Sequence[int]) -> int:
     """How many persistence ops a candidate keeps (each one a mark)."""
-    return sum(1 for i in keep if p.ops[i]["op"] in PERSIST_OPS)
+    return sum(1 for i in keep if p.ops[i].op in PERSIST_OPS)
 
 
 Judged = Callable[[list[Subset]], Sequence[bool]]

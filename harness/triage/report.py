@@ -63,7 +63,7 @@ def write(r: Result, lg: Log) -> Path:
     (out / "explained.txt").write_text("\n".join(r.explanation.lines() or ["(no writes)"]) + "\n")
     files = ["triage.json", "slice.log", "slice.txt", "replay.sh", "explained.txt"]
     if t.oracle:
-        rows = tree.table(t.oracle, t.state.mark, t.state.exact, r.found.note)
+        rows = tree.table(t.oracle.raw, t.state.mark, t.state.exact, r.found.note)
         (out / "tree.md").write_text("\n".join(rows) + "\n")
         files.append("tree.md")
     ace = t.workload or None  # a search run's workload
@@ -346,10 +346,7 @@ def promise(r: Result) -> tuple[str | None, str | None, str | None]:
     p, oracle = r.target.promise, r.target.oracle
     if p is not None:
         return p.profile, p.broken, p.rule
-    profile = oracle.get("profile") or (
-        None if not oracle else "fsync-names" if oracle.get("fsync_names", True) else "posix"
-    )
-    return (str(profile) if profile else None), None, None
+    return oracle.profile, None, None
 
 
 def _split(line: str) -> tuple[str, str]:

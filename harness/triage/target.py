@@ -18,6 +18,7 @@ from harness.config.crash import CheckSpec, FsSpec
 from harness.crashstate import statelog
 from harness.crashstate.stored import load_oracle, stored_state
 from harness.errors import InputError
+from harness.model.oracle.doc import OracleDoc
 from harness.outcome import Counted, Outcome, counts_as, expected_without_journal
 from harness.record import logwrites
 from harness.replay import crashstates
@@ -38,7 +39,7 @@ class Target:
     fs: FsSpec
     check: CheckSpec
     corrupt: str  # the positive control's damage, applied to every candidate too
-    oracle: dict[str, Any]
+    oracle: OracleDoc
     size: int  # the recorded device's bytes
     start: int  # the entry crash states begin after (the mkfs mark)
     rdir: Path  # the run's directory (triage's work and report go under it)
@@ -121,10 +122,10 @@ def load(state_id: str, db: Path) -> Target:
     )
 
 
-def _oracle(run: RunRow, where: statelog.StateLog) -> dict[str, Any]:
+def _oracle(run: RunRow, where: statelog.StateLog) -> OracleDoc:
     """The oracle: recorded beside the log, or the file a check-log run was given."""
     recorded = where.oracle()
     if recorded is not None:
-        return recorded
+        return OracleDoc.of(recorded)
     given = run.params.get("oracle")
-    return load_oracle(Path(given)) if given else {}
+    return OracleDoc.of(load_oracle(Path(given)) if given else None)

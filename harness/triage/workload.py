@@ -19,13 +19,14 @@ from typing import Any
 from harness.config import fiojob as fiojobrules
 from harness.model import shell
 from harness.model.ops import PERSIST_OPS, Op
+from harness.model.oracle.doc import OpEntry, OracleDoc
 from harness.record import fiojob
 from harness.record.recorder import DM_NAME
 
 
 def script(
     params: Mapping[str, Any],
-    oracle: Mapping[str, Any],
+    oracle: OracleDoc,
     seed: int | None,
     keep: Sequence[int] | None = None,
     ace: Mapping[str, Any] | None = None,
@@ -38,16 +39,16 @@ def script(
     kind = "ace" if ace else w.get("type", "ops")
     if kind == "fio":
         return _fio(w, seed)
-    if kind not in ("ops", "ace") or not oracle.get("ops"):
+    if kind not in ("ops", "ace") or not oracle.ops:
         return None
     noop = bool(w.get("noop_sync"))
     exact = _exact(w, oracle, seed, noop) if ace is None else _exact_ace(ace, noop)
-    ops = list(oracle["ops"])
+    ops = list(oracle.ops)
     which = [
         "# The run's workload, op by op, rendered from its oracle (harness/triage/workload.py)."
     ]
     if keep is not None:
-        ops = [ops[i] for i in keep] + [o for o in ops if o.get("final")]
+        ops = [ops[i] for i in keep] + [o for o in ops if o.final]
         which = [
             "# The minimal workload triage found: ops " + ",".join(map(str, keep)) + " of the",
             "# run's workload (and its final sync), rendered from its oracle",
@@ -67,9 +68,9 @@ def script(
     n = 0
     for op in ops:
         line = render(op)
-        if op["op"] in PERSIST_OPS:
+        if op.op in PERSIST_OPS:
             n += 1
-            if noop and not op["op"].endswith("_write"):
+            if noop and not op.op.endswith("_write"):
                 line = f"# {line}    # not called: the control's fsync does nothing"
             lines += [line, f"# mark crashlab:sync:{n}"]
         else:
@@ -77,14 +78,13 @@ def script(
     return "\n".join(lines) + "\n"
 
 
-def _exact(w: Mapping[str, Any], oracle: Mapping[str, Any], seed: int | None, noop: bool) -> str:
+def _exact(w: Mapping[str, Any], oracle: OracleDoc, seed: int | None, noop: bool) -> str:
     """The op generator's command that runs the exact workload."""
     # The oracle says how it was generated; a check-log run has no workload settings.
-    seed = oracle.get("seed", seed)
-    count, files = oracle.get("ops_requested", w.get("ops")), oracle.get("files", w.get("files"))
+    d = oracle.drawn(w, seed)
     return (
-        f'python3 -m harness.guest.opgen run --root "$M" --seed {seed} --ops {count} '
-        f"--files {files} --max-size {oracle.get('max_size', w.get('max_size'))} --fsync-names "
+        f'python3 -m harness.guest.opgen run --root "$M" --seed {d.seed} --ops {d.ops} '
+        f"--files {d.files} --max-size {d.max_size} --fsync-names "
         f"{'yes' if w.get('fsync_names', True) else 'no'}"
         + (" --noop-sync" if noop else "")
         + (" --extended" if w.get("extended") else "")
@@ -102,10 +102,15 @@ def _exact_ace(ace: Mapping[str, Any], noop: bool) -> str:
     )
 
 
-def render(op: Mapping[str, Any]) -> str:
+def render(entry: OpEntry) -> str:
     """One op of the oracle's list as a shell command (paths under ``$M``)."""
+    return step(entry.as_op(shell.PATTERN))
+
+
+def step(op: Op) -> str:
+    """One op as a shell command, or a comment saying why no command does it."""
     try:
-        return shell.spell(Op.from_entry(dict(op), shell.PATTERN), shell.SCRIPT)
+        return shell.spell(op, shell.SCRIPT)
     except shell.NoSpelling as e:
         return f"# {e}"
 

@@ -43,6 +43,7 @@ from harness.crashstate import workloads as record
 from harness.crashstate.statelog import file_name
 from harness.crashstate.stored import ONE_LOG_KINDS
 from harness.model import ace
+from harness.model.oracle.doc import OracleDoc
 from harness.outcome import is_harness
 from harness.record import logwrites
 from harness.replay import crashstates
@@ -180,7 +181,7 @@ class Rerecorder:
     ) -> list[crashstates.CrashState]:
         """The candidate's states at its oracle point, of the failing state's kind."""
         s = self.t.state
-        mark = self.p.point_mark(oracle)
+        mark = self.p.point_mark(OracleDoc.of(oracle))
         specs = [
             {**spec, **({"max_states": 100_000} if "max_states" in spec else {})}
             for spec in self._specs()

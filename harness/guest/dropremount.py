@@ -29,7 +29,8 @@ from . import opgen, runner
 
 DM = "crashlab-drop"
 MNT = "/mnt/drop"
-HERE = os.path.dirname(os.path.abspath(__file__))
+# The folder the package was unpacked in, beside the programs' launchers (guestfiles.py).
+LAUNCHERS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class Failed(Exception):
@@ -94,7 +95,7 @@ def one(a: argparse.Namespace, at: int) -> contract.DropPoint:
             step("umount", ["umount", MNT])
             reload("fault-off", a.healthy)
             verify = [
-                "python3", f"{HERE}/checkstate.py", "--dev", dev, "--fs", a.fs,
+                "python3", f"{LAUNCHERS}/checkstate.py", "--dev", dev, "--fs", a.fs,
                 "--mount-opts", a.mount_opts, "--mountpoint", MNT + "-check",
                 "--oracle", oracle_path, "--mark", target, "--exact",
                 "--timeout", str(a.timeout),

@@ -15,7 +15,7 @@ The ops, their arguments and what each does are the op table's (``ops.TABLE``): 
 generator's and ACE's (create, write, fsync, rename, ...) and the ones real bugs need --
 descriptors held by name (``open FD PATH``, ``tmpfile FD DIR``, then ``write_fd``,
 ``fsync_fd``, ``linkat``, ``close``), symbolic links, ``chmod``/``chown``/``utimes``,
-renameat2's ``rename_noreplace``/``exchange``, ``dwrite_dsync``, btrfs subvolumes, and
+renameat2 with RENAME_NOREPLACE or RENAME_EXCHANGE, ``dwrite_dsync``, btrfs subvolumes, and
 ``clone SRC DST`` (FICLONE into a new file, btrfs and xfs). Persistence points (the
 table's ``persists``) each get a mark, and the oracle (``oracle/``) judges the states.
 

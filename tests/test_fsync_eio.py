@@ -4,7 +4,6 @@ probe on real filesystems over dm-flakey."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,16 +14,15 @@ from harness.experiments import lifecycle
 from harness.experiments.faults.experiment import FsyncEio, eio_args, judge
 from harness.experiments.faults.settings import FaultsScenario
 from harness.image import build as image
-from harness.model.contract import EioFacts
+from harness.model.contract import EioFacts, ProbeStep
 from harness.store.db import Store
 
 
 def facts(*, errnos: tuple[int, int, int], after: str) -> EioFacts:
-    ok = {"rc": 0}
-    steps: list[dict[str, Any]] = [{"step": n, **ok} for n in ("dm-create", "mkfs", "mount")]
+    steps = [ProbeStep(step=n, rc=0) for n in ("dm-create", "mkfs", "mount")]
     for name, e in zip(("fsync-1", "fsync-2", "reopen-fsync"), errnos, strict=True):
-        steps.append({"step": name, "errno": e, "error": "EIO" if e else ""})
-    steps.append({"step": "read-after-remount", "errno": 0, "value": after})
+        steps.append(ProbeStep(step=name, errno=e, error="EIO" if e else ""))
+    steps.append(ProbeStep(step="read-after-remount", errno=0, value=after))
     return EioFacts(steps=steps, kernel_log=["EXT4-fs (dm-0): Remounting filesystem read-only"])
 
 
@@ -41,7 +39,7 @@ def test_data_gone_without_any_error_is_data_loss() -> None:
 
 def test_a_blocked_fsync_is_reported_not_judged() -> None:
     f = facts(errnos=(5, 0, 0), after="old")
-    f.steps[3] = {"step": "fsync-1", "errno": None, "error": "blocked"}
+    f.steps[3] = ProbeStep(step="fsync-1", errno=None, error="blocked")
     r = judge(f)
     assert r["outcome"] == "skipped" and r["row"]["fsync-1"] == "blocked"
 

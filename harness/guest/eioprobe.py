@@ -44,7 +44,7 @@ def sh(argv: list[str], timeout: float = 120) -> contract.Command:
     return record
 
 
-def in_child(fn: Callable[[], Any], timeout: float) -> dict[str, Any]:
+def in_child(fn: Callable[[], Any], timeout: float) -> contract.Call:
     """Run ``fn`` in a forked child: its JSON-able result as ``value`` and errno 0, the
     errno of an OSError it raised, or ``blocked`` when it is stuck past ``timeout``."""
     r, w = os.pipe()
@@ -73,14 +73,15 @@ def in_child(fn: Callable[[], Any], timeout: float) -> dict[str, Any]:
             os.close(r)
             msg = json.loads(b"".join(chunks) or b'{"errno": -1}')
             code = msg["errno"]
-            return {
-                **msg,
-                "error": errno.errorcode.get(code, str(code)) if code else "",
-                "seconds": round(time.monotonic() - start, 3),
-            }
+            return contract.Call(
+                errno=code,
+                value=msg.get("value"),
+                error=errno.errorcode.get(code, str(code)) if code else "",
+                seconds=round(time.monotonic() - start, 3),
+            )
         time.sleep(0.02)
     os.close(r)  # the child stays stuck in the kernel; its result is "blocked"
-    return {"errno": None, "error": "blocked", "seconds": round(timeout, 3)}
+    return contract.Call(errno=None, error="blocked", seconds=round(timeout, 3))
 
 
 def classify(data: bytes | str) -> str:
@@ -128,13 +129,13 @@ def mount_state(target: str) -> str:
 class Probe:
     def __init__(self, args: argparse.Namespace):
         self.a = args
-        self.steps: list[dict[str, Any]] = []
+        self.steps: list[contract.ProbeStep] = []
         self.path = f"{MNT}/f" if args.fs != "zfs" else f"/{POOL}/f"
         self.mnt = MNT if args.fs != "zfs" else f"/{POOL}"
         self.stuck = False
 
-    def step(self, name: str, **facts: Any) -> dict[str, Any]:
-        rec = {"step": name, **facts}
+    def step(self, name: str, **facts: Any) -> contract.ProbeStep:
+        rec = contract.ProbeStep(step=name, **facts)
         self.steps.append(rec)
         return rec
 
@@ -144,15 +145,15 @@ class Probe:
         if self.stuck:
             self.step(name, errno=None, error="skipped")
             return
-        rec = self.step(name, **in_child(fn, self.a.timeout))
-        self.stuck = rec["error"] == "blocked"
+        rec = self.step(name, **in_child(fn, self.a.timeout).to_dict())
+        self.stuck = rec.error == "blocked"
 
     def command(self, name: str, argv: list[str], timeout: float | None = None) -> None:
         if self.stuck:
             self.step(name, rc=None, output="skipped")
             return
         rec = self.step(name, **sh(argv, timeout or self.a.timeout).to_dict())
-        self.stuck = rec["rc"] == -1
+        self.stuck = rec.rc == -1
 
     def make_fs(self, dm_dev: str) -> None:
         a = self.a
@@ -187,7 +188,7 @@ class Probe:
         self.command("dm-create", ["dmsetup", "create", DM, "--table", a.healthy])
         dm_dev = f"/dev/mapper/{DM}"
         self.make_fs(dm_dev)
-        if self.stuck or any(s.get("rc") for s in self.steps):
+        if self.stuck or any(s.rc for s in self.steps):
             return contract.EioFacts(steps=self.steps, kernel_log=kernel_log())
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         os.pwrite(fd, OLD * SIZE, 0)

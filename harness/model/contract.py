@@ -429,11 +429,35 @@ class DropResult(Message):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Call(Message):
+    """A call a probe made in a forked child (eioprobe.in_child): errno 0 and what it
+    returned (``value``), the errno of the OSError it raised, or ``error`` "blocked"
+    past its timeout ("skipped" after one blocked)."""
+
+    SPARSE: ClassVar[bool] = True
+    errno: int | None = None
+    error: str | None = None
+    value: str | int | None = None
+    seconds: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeStep(Call):
+    """One step of a probe: a call (``Call``'s fields) or a command's record (``rc``
+    -1 when killed at its timeout, None when skipped)."""
+
+    step: str
+    argv: list[str] | None = None
+    rc: int | None = None
+    output: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class EioFacts(Message):
     """eioprobe.py: each step a command's record (``rc``, ``output``) or a call's in a
     child (``errno``, ``error``, ``value``); ``error`` "blocked" or "skipped" past a hang."""
 
-    steps: list[dict[str, Any]]
+    steps: list[ProbeStep]
     kernel_log: list[str]
     version: int = VERSION
 
@@ -453,7 +477,7 @@ class DustFacts(Message):
     scrub_seconds: float = 0.0
     status: str = ""  # zpool status -j, whole
     file_block: int | None = None
-    read: dict[str, Any] | None = None  # ext4: the read of the bad block, in a child
+    read: Call | None = None  # ext4: the read of the bad block, in a child
     version: int = VERSION
 
 

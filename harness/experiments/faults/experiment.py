@@ -147,18 +147,19 @@ def _guest_program(g: Guest, name: str, args: list[str], timeout: float) -> str:
 
 def judge(facts: contract.EioFacts) -> dict[str, Any]:
     """The row a person reads, and the verdict (module docstring)."""
-    steps = {s["step"]: s for s in facts.steps}
+    steps = {s.step: s for s in facts.steps}
     for name in ("dm-create", "mkfs", "mount"):
-        if steps.get(name, {}).get("rc", 0) != 0:
+        if name in steps and steps[name].rc != 0:  # None: skipped after one stuck
             return {"outcome": str(Outcome.HARNESS_ERROR), "row": {"setup": name}}
+    none = contract.ProbeStep(step="")
 
     def errno(name: str) -> str:
-        s = steps.get(name, {})
-        return str(s.get("error") or ("0" if "errno" in s else "-"))
+        s = steps.get(name, none)
+        return str(s.error or ("0" if s.errno is not None else "-"))
 
     def value(name: str) -> str:
-        s = steps.get(name, {})
-        return str(s.get("value") if s.get("errno") == 0 else s.get("error") or "-")
+        s = steps.get(name, none)
+        return str(s.value if s.errno == 0 else s.error or "-")
 
     row = {
         **{n: errno(n) for n in (*FSYNC_STEPS, "new-file-fsync", "fsync-after-restore")},
@@ -167,7 +168,7 @@ def judge(facts: contract.EioFacts) -> dict[str, Any]:
         "kernel": _kernel_events(facts.kernel_log),
     }
     reported = any(row[n] not in ("0", "-", "blocked", "skipped") for n in FSYNC_STEPS)
-    blocked = any(s.get("error") == "blocked" or s.get("rc") == -1 for s in steps.values())
+    blocked = any(s.error == "blocked" or s.rc == -1 for s in steps.values())
     lost = row["after remount"] != "new"
     if blocked:
         # An fsync (or the remount) that never returns is the answer for this filesystem
@@ -224,9 +225,9 @@ def judge_dust(facts: contract.DustFacts) -> dict[str, Any]:
     """ZFS: the mirror or raidz must repair every bad block it read and lose nothing. ext4: the
     read of the bad block must fail with EIO (an error reaching the application)."""
     if facts.fs == "ext4":
-        read = facts.read or {}
-        row = {"read": read.get("error") or "ok", "file block": facts.file_block}
-        ok = read.get("error") == "EIO"
+        error = facts.read.error if facts.read else None
+        row: dict[str, Any] = {"read": error or "ok", "file block": facts.file_block}
+        ok = error == "EIO"
         return {"outcome": str(Outcome.CONSISTENT if ok else Outcome.DATA_LOSS), "row": row}
     for step in ("create", "write", "export", "import", "scrub"):
         if facts.commands[step].rc != 0:

@@ -17,6 +17,7 @@ from harness.check import guest as guestcheck
 from harness.errors import EXIT_HARNESS, GuestMessageError
 from harness.model import contract
 from harness.model.contract import ContractError, Message
+from harness.model.oracle import doc
 from harness.outcome import Outcome
 from harness.record import guestmsg
 from harness.vm.agent import ExecResult
@@ -75,6 +76,7 @@ SAMPLES: dict[type[Message], Message] = {
     ),
     contract.Verdict: LOST,
     contract.Call: contract.Call(errno=None, error="blocked", seconds=20.0),
+    doc.OpEntry: doc.OpEntry(i=3, op="rename", path="a", dst="b", mark="crashlab:sync:1"),
     contract.ProbeStep: contract.ProbeStep(
         step="mkfs", argv=["mkfs"], rc=0, seconds=0.5, output="ok"
     ),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.check import extjournal, jbd2
+from harness.check import extfs, extjournal, jbd2
 from harness.check import host as check
 from harness.errors import HarnessError
 from harness.outcome import Outcome
@@ -67,7 +67,7 @@ def predicted_or_none(image: Path) -> list[tuple[int, int]] | None:
     with open(image, "rb") as f:
         try:
             return jbd2.replay_writes(f.fileno())
-        except jbd2.Unsure:
+        except extfs.Unsure:
             return None
 
 
@@ -140,12 +140,12 @@ def kept_walks(log_path: Path, size: int, tmp: Path, start: int | None = None) -
                 before = dict(jbd2.STATS)
                 try:
                     tracked = jbd2.replay_writes(f.fileno(), rp.changes())
-                except jbd2.Unsure as e:
+                except extfs.Unsure as e:
                     tracked = [(-1, len(str(e)))]
                 stats.update({k: v - before.get(k, 0) for k, v in jbd2.STATS.items()})
                 try:
                     fresh = jbd2.replay_writes(f.fileno())
-                except jbd2.Unsure as e:
+                except extfs.Unsure as e:
                     fresh = [(-1, len(str(e)))]
             assert tracked == fresh
     return stats
@@ -198,8 +198,8 @@ def rotate(img: Path, by: int) -> None:
     write one; it stops at the end). Only for journals without a superblock checksum."""
     with open(img, "r+b") as f:
         fd = f.fileno()
-        sb = jbd2._Super(os.pread(fd, 1024, 1024))
-        j = jbd2._Journal(jbd2._Image(fd), sb)
+        sb = extfs.Super(os.pread(fd, 1024, 1024))
+        j = extfs.Journal(extfs.Image(fd), sb)
         jsb = bytearray(j.block(0))
         maxlen, first, _, start = struct.unpack_from(">IIII", jsb, 16)
         n = maxlen - first

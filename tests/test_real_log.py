@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from harness import proc, tools
-from harness.check import e2undo, extjournal, jbd2
+from harness.check import e2undo, extfs, extjournal, jbd2
 from harness.check import host as check
 from harness.outcome import Outcome
 from harness.record.logwrites import Log, open_log
@@ -123,7 +123,7 @@ def test_the_undo_file_goes_to_tmpfs_and_away(
     monkeypatch.setattr(extjournal, "UNDO_DIR", undo_dir)
 
     def unsure(fd: int, changes: object = None) -> list[tuple[int, int]]:
-        raise jbd2.Unsure("made to fall back")
+        raise extfs.Unsure("made to fall back")
 
     monkeypatch.setattr(jbd2, "replay_writes", unsure)
     calls: list[list[str]] = []

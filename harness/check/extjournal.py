@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from harness import proc
-from harness.check import e2undo, jbd2
+from harness.check import e2undo, extfs, jbd2
 from harness.errors import HarnessError
 from harness.replay.changes import Changes
 
@@ -66,7 +66,7 @@ def replayed(
     try:
         with open(image, "rb") as f:
             ranges = jbd2.replay_writes(f.fileno(), changes)
-    except (jbd2.Unsure, OSError):  # an image it cannot read: e2fsck says why, as before
+    except (extfs.Unsure, OSError):  # an image it cannot read: e2fsck says why, as before
         undo = _undo_file(scratch)
         undo.unlink(missing_ok=True)
         try:

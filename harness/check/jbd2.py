@@ -17,8 +17,8 @@ The set (``replay_writes``) is a superset, from e2fsprogs 1.47's own code:
 - the inode-table blocks of the reserved inodes (the journal inode rewritten from its
   backup in the superblock, the resize inode cleared by ``check_resize_inode``).
 
-Anything this reader does not fully understand raises :class:`Unsure` and the caller
-falls back to ``-z``: no journal superblock, an external journal, fast commits, a
+Anything this reader does not fully understand raises :class:`extfs.Unsure` and the
+caller falls back to ``-z``: no journal superblock, an external journal, fast commits, a
 feature or block type it does not know, orphans to release after the replay
 (``release_orphan_inodes`` writes inodes, bitmaps and extent blocks anywhere), meta_bg
 (descriptors in every meta group), MMP (its block), quota (``e2fsck_hide_quota``),
@@ -27,19 +27,32 @@ bigalloc, a journal inode it cannot map, a journaled superblock with another geo
 
 from __future__ import annotations
 
-import bisect
 import collections
 import itertools
 import operator
-import os
 import struct
 from collections.abc import Iterator
 
+from harness.check.extfs import (
+    COMPAT_FAST_COMMIT,
+    COMPAT_HAS_JOURNAL,
+    COMPAT_ORPHAN_FILE,
+    INCOMPAT_JOURNAL_DEV,
+    INCOMPAT_META_BG,
+    INCOMPAT_MMP,
+    INCOMPAT_RECOVER,
+    JOURNAL_INO,
+    RO_COMPAT_BIGALLOC,
+    RO_COMPAT_QUOTA,
+    SB_OFFSET,
+    Image,
+    Journal,
+    Super,
+    Unsure,
+    inode_table,
+)
 from harness.replay.changes import Changes
 
-SB_OFFSET = 1024
-SB_MAGIC = 0xEF53
-JOURNAL_INO = 8
 JBD2_MAGIC = 0xC03B3998
 DESCRIPTOR, COMMIT, SB_V1, SB_V2, REVOKE = 1, 2, 3, 4, 5
 FLAG_SAME_UUID, FLAG_LAST_TAG = 0x2, 0x8
@@ -48,132 +61,7 @@ J_INCOMPAT_KNOWN = 0x1 | 0x2 | 0x4 | 0x8 | 0x10
 J_INCOMPAT_64BIT, J_INCOMPAT_CSUM_V2, J_INCOMPAT_CSUM_V3 = 0x2, 0x8, 0x10
 J_COMPAT_CHECKSUM = 0x1
 
-COMPAT_HAS_JOURNAL, COMPAT_SPARSE_SUPER2 = 0x4, 0x200
-COMPAT_FAST_COMMIT, COMPAT_ORPHAN_FILE = 0x400, 0x1000
-INCOMPAT_RECOVER, INCOMPAT_JOURNAL_DEV, INCOMPAT_META_BG = 0x4, 0x8, 0x10
-INCOMPAT_64BIT, INCOMPAT_MMP = 0x80, 0x100
-RO_COMPAT_SPARSE_SUPER, RO_COMPAT_QUOTA, RO_COMPAT_BIGALLOC = 0x1, 0x100, 0x200
-RO_COMPAT_ORPHAN_PRESENT = 0x10000
-EXTENTS_FL, ENCRYPT_FL = 0x80000, 0x800
-EXTENT_MAGIC = 0xF30A
-
-
 _HEADER = struct.Struct(">III")  # a journal block's magic, block type, sequence
-
-
-class Unsure(Exception):
-    """The image has something this reader does not model: use e2fsck's undo file."""
-
-
-class _Image:
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.size = os.fstat(fd).st_size
-        self.reads: list[tuple[int, int]] | None = None  # what was read, while set
-
-    def read(self, offset: int, length: int) -> bytes:
-        if offset < 0 or offset + length > self.size:
-            raise Unsure(f"reads past the image's end (byte {offset})")
-        if self.reads is not None:
-            self.reads.append((offset, length))
-        return os.pread(self.fd, length, offset)
-
-
-def _u32(b: bytes, off: int) -> int:
-    return int.from_bytes(b[off : off + 4], "little")
-
-
-def _u16(b: bytes, off: int) -> int:
-    return int.from_bytes(b[off : off + 2], "little")
-
-
-class _Super:
-    """The fields of an ext2/3/4 superblock (1024 bytes) this reader needs."""
-
-    def __init__(self, sb: bytes) -> None:
-        if _u16(sb, 0x38) != SB_MAGIC:
-            raise Unsure("no ext2/3/4 superblock magic")
-        self.raw = sb
-        self.blocks = _u32(sb, 0x4)
-        self.first_data = _u32(sb, 0x14)
-        log_bs = _u32(sb, 0x18)
-        if log_bs > 6:
-            raise Unsure(f"block size 2**{10 + log_bs}")
-        self.bs = 1024 << log_bs
-        self.bpg = _u32(sb, 0x20)
-        self.ipg = _u32(sb, 0x28)
-        self.rev = _u32(sb, 0x4C)
-        self.first_ino = _u32(sb, 0x54) if self.rev else 11
-        self.inode_size = _u16(sb, 0x58) if self.rev else 128
-        self.compat, self.incompat, self.ro_compat = struct.unpack_from("<III", sb, 0x5C)
-        self.journal_uuid = sb[0xD0:0xE0]
-        self.journal_inum, self.journal_dev, self.last_orphan = struct.unpack_from("<III", sb, 0xE0)
-        self.jnl_backup_type = sb[0xFD]
-        self.jnl_blocks = sb[0x10C : 0x10C + 17 * 4]
-        if self.incompat & INCOMPAT_64BIT:
-            self.blocks |= _u32(sb, 0x150) << 32
-            self.desc_size = _u16(sb, 0xFE)
-        else:
-            self.desc_size = 32
-        self.backup_bgs = struct.unpack_from("<II", sb, 0x24C)
-        if (
-            not self.bpg
-            or not self.ipg
-            or self.first_data >= self.blocks
-            or self.desc_size < 32
-            or self.desc_size & (self.desc_size - 1)
-            or not 128 <= self.inode_size <= self.bs
-        ):
-            raise Unsure("superblock geometry out of range")
-        self.groups = -(-(self.blocks - self.first_data) // self.bpg)
-        self.desc_blocks = -(-self.groups // (self.bs // self.desc_size))
-
-    def key(self) -> tuple[object, ...]:
-        """What a journaled copy of this superblock must keep for the set to hold."""
-        return (
-            self.blocks,
-            self.first_data,
-            self.bs,
-            self.bpg,
-            self.ipg,
-            self.incompat & ~INCOMPAT_RECOVER,  # the replay clears RECOVER itself
-            self.ro_compat,
-            self.compat,
-            self.desc_size,
-            self.inode_size,
-            self.first_ino,
-            self.journal_inum,
-            self.journal_dev,
-            self.journal_uuid,
-            self.backup_bgs,
-        )
-
-    def setup_key(self) -> tuple[object, ...]:
-        """What the primary superblock must keep for a walk read from it to stand: its
-        geometry and every field ``_base`` and ``_Journal`` decide on."""
-        return (*self.key(), self.incompat, self.jnl_backup_type, self.jnl_blocks)
-
-    def orphans(self) -> bool:
-        """Orphan inodes for e2fsck to release after the replay: writes not modelled."""
-        return bool(self.last_orphan or self.ro_compat & RO_COMPAT_ORPHAN_PRESENT)
-
-    def has_super(self, group: int) -> bool:
-        """ext2fs_bg_has_super: where the backup superblocks and descriptors are."""
-        if group == 0:
-            return True
-        if self.compat & COMPAT_SPARSE_SUPER2:
-            return group in self.backup_bgs
-        if group <= 1 or not self.ro_compat & RO_COMPAT_SPARSE_SUPER:
-            return True
-        if not group & 1:
-            return False
-        for base in (3, 5, 7):
-            n = base
-            while n < group:
-                n *= base
-            if n == group:
-                return True
-        return False
 
 
 def replay_writes(fd: int, changes: Changes | None = None) -> list[tuple[int, int]]:
@@ -190,7 +78,7 @@ def replay_writes(fd: int, changes: Changes | None = None) -> list[tuple[int, in
     """
     since = changes.take() if changes is not None else None
     memo = changes.memo if changes is not None else None
-    img = _Image(fd)
+    img = Image(fd)
     if changes is not None:
         changes.memo = None  # set again once this call has an answer it trusts
     if isinstance(memo, _Memo) and since is not None and (how := memo.again(img, since)):
@@ -208,10 +96,10 @@ def replay_writes(fd: int, changes: Changes | None = None) -> list[tuple[int, in
     return walk.result
 
 
-def _base(img: _Image) -> tuple[_Super, int, set[int]]:
+def _base(img: Image) -> tuple[Super, int, set[int]]:
     """The superblock, after refusing what is not modelled, group 0's inode table, and
     the blocks the replay writes whatever the journal holds."""
-    sb = _Super(img.read(SB_OFFSET, 1024))
+    sb = Super(img.read(SB_OFFSET, 1024))
     if sb.incompat & (INCOMPAT_META_BG | INCOMPAT_JOURNAL_DEV | INCOMPAT_MMP):
         raise Unsure("meta_bg, a journal device or MMP (e2fsck writes its MMP block)")
     if sb.ro_compat & (RO_COMPAT_BIGALLOC | RO_COMPAT_QUOTA):
@@ -222,11 +110,11 @@ def _base(img: _Image) -> tuple[_Super, int, set[int]]:
         sb.incompat & INCOMPAT_RECOVER or sb.journal_inum or sb.journal_dev or any(sb.journal_uuid)
     ):
         raise Unsure("journal fields without has_journal")
-    itable = _itable(img, sb)
+    itable = inode_table(img, sb)
     return sb, itable, _metadata_blocks(sb, itable)
 
 
-def _metadata_blocks(sb: _Super, itable: int) -> set[int]:
+def _metadata_blocks(sb: Super, itable: int) -> set[int]:
     """Superblocks and descriptors (primary and backups), reserved inodes' table blocks."""
     out: set[int] = {SB_OFFSET // sb.bs}
     for g in range(sb.groups):
@@ -236,123 +124,6 @@ def _metadata_blocks(sb: _Super, itable: int) -> set[int]:
     last = max(sb.first_ino - 1, JOURNAL_INO)
     out.update(range(itable, itable + ((last * sb.inode_size) - 1) // sb.bs + 1))
     return out
-
-
-def _itable(img: _Image, sb: _Super) -> int:
-    """Group 0's inode table, from its descriptor (the first after the superblock)."""
-    gd = img.read((sb.first_data + 1) * sb.bs, sb.desc_size)
-    itable = _u32(gd, 0x8) | (_u32(gd, 0x28) << 32 if sb.desc_size >= 64 else 0)
-    if not itable or itable >= sb.blocks:
-        raise Unsure("group 0's inode table is out of range")
-    return itable
-
-
-def _inode(img: _Image, sb: _Super, ino: int) -> bytes:
-    if not 0 < ino <= sb.ipg:
-        raise Unsure(f"inode {ino} outside group 0")
-    return img.read(_itable(img, sb) * sb.bs + (ino - 1) * sb.inode_size, 128)
-
-
-class _Journal:
-    """The internal journal: its logical blocks mapped to the image's, its superblock."""
-
-    def __init__(self, img: _Image, sb: _Super) -> None:
-        if sb.journal_inum != JOURNAL_INO or sb.journal_dev or any(sb.journal_uuid):
-            raise Unsure("an external journal or a journal in another inode")
-        inode = _inode(img, sb, JOURNAL_INO)
-        mode, size = _u16(inode, 0), _u32(inode, 0x4) | (_u32(inode, 0x6C) << 32)
-        if not _u16(inode, 0x1A) or mode & 0xF000 != 0x8000 or _u32(inode, 0x20) & ENCRYPT_FL:
-            raise Unsure("the journal inode is not a regular file in use")
-        i_block = inode[0x28:0x64]
-        # e2fsck falls back to the superblock's copy of i_block when the inode looks
-        # wrong, and then maps the journal from that copy: only agree when they agree.
-        if sb.jnl_backup_type == 1 and (
-            sb.jnl_blocks[:60] != i_block or _u32(sb.jnl_blocks, 64) != size & 0xFFFFFFFF
-        ):
-            raise Unsure("the journal inode differs from its backup in the superblock")
-        self.img, self.bs, self.fs_blocks = img, sb.bs, sb.blocks
-        self.length = size // sb.bs
-        runs: list[tuple[int, int, int]] = []
-        if _u32(inode, 0x20) & EXTENTS_FL:
-            self._extents(i_block, runs, 5)
-        else:
-            self._blockmap(i_block, runs)
-        runs.sort()
-        self._starts = [r[0] for r in runs]
-        self._runs = runs
-        # One extent is the common case (mke2fs allocates the journal contiguously):
-        # then a logical block maps by an addition, walked a thousand times a state.
-        self._single = runs[0][1] if len(runs) == 1 else None
-        covered = 0
-        for lo, _, n in runs:  # e2fsck rejects a journal with holes
-            if lo != covered:
-                raise Unsure("the journal inode has holes")
-            covered = lo + n
-        if covered < self.length or self.length < 1024:
-            raise Unsure("the journal inode maps fewer blocks than its size")
-        if any(p <= 0 or p + n > sb.blocks for _, p, n in runs):
-            raise Unsure("the journal maps outside the filesystem")
-
-    def _extents(self, node: bytes, runs: list[tuple[int, int, int]], depth_left: int) -> None:
-        magic, entries, _, depth = struct.unpack_from("<HHHH", node, 0)
-        if magic != EXTENT_MAGIC or depth_left <= 0 or 12 + 12 * entries > len(node):
-            raise Unsure("the journal's extent tree is not readable")
-        for k in range(entries):
-            e = 12 + 12 * k
-            if depth:
-                leaf = _u32(node, e + 4) | (_u16(node, e + 8) << 32)
-                self._extents(self._fs_block(leaf), runs, depth_left - 1)
-                continue
-            n = _u16(node, e + 4)
-            if n > 32768:  # an unwritten extent: e2fsck maps it all the same
-                n -= 32768
-            start = _u32(node, e + 8) | (_u16(node, e + 6) << 32)
-            runs.append((_u32(node, e), start, n))
-
-    def _blockmap(self, i_block: bytes, runs: list[tuple[int, int, int]]) -> None:
-        per = self.bs // 4
-        phys: list[int] = list(struct.unpack_from("<12I", i_block, 0))
-        for level, ptr in enumerate(struct.unpack_from("<3I", i_block, 48), start=1):
-            if len(phys) >= self.length:
-                break
-            phys += self._indirect(ptr, level, per)
-        for lo, p in enumerate(phys[: self.length]):
-            if not p:
-                break
-            if runs and runs[-1][0] + runs[-1][2] == lo and runs[-1][1] + runs[-1][2] == p:
-                runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
-            else:
-                runs.append((lo, p, 1))
-
-    def _indirect(self, ptr: int, level: int, per: int) -> list[int]:
-        if not ptr:
-            return []
-        ptrs = struct.unpack(f"<{per}I", self._fs_block(ptr))
-        if level == 1:
-            return list(ptrs)
-        out: list[int] = []
-        for p in ptrs:
-            if not p:
-                break
-            out += self._indirect(p, level - 1, per)
-        return out
-
-    def _fs_block(self, blk: int) -> bytes:
-        if not 0 < blk < self.fs_blocks:
-            raise Unsure(f"the journal maps to block {blk}, outside the filesystem")
-        return self.img.read(blk * self.bs, self.bs)
-
-    def phys(self, logical: int) -> int:
-        if self._single is not None and 0 <= logical < self.length:
-            return self._single + logical
-        i = bisect.bisect_right(self._starts, logical) - 1
-        lo, p, n = self._runs[max(i, 0)]
-        if i < 0 or logical >= lo + n or logical >= self.length:
-            raise Unsure(f"journal block {logical} is not mapped")
-        return p + logical - lo
-
-    def block(self, logical: int) -> bytes:
-        return self._fs_block(self.phys(logical))
 
 
 # How each call with a tracker went: "kept" (nothing it read was written), "grown" (the
@@ -393,7 +164,7 @@ class _Memo:
     this walk (jbd2 checkpointed) and the answer is that step's suffix.
     """
 
-    def __init__(self, sb: _Super, base: set[int]) -> None:
+    def __init__(self, sb: Super, base: set[int]) -> None:
         self.sb, self.bs = sb, sb.bs
         self.base = base
         self.result: list[tuple[int, int]] = _ranges(base, sb.bs)
@@ -408,10 +179,10 @@ class _Memo:
         self.at: dict[tuple[int, int], int] = {}  # (journal block, sequence) -> step
         self.setup: set[int] = set()
         self.itable = 0  # group 0's inode table, as the setup found it
-        self.j: _Journal | None = None
+        self.j: Journal | None = None
 
     @classmethod
-    def read(cls, img: _Image) -> _Memo:
+    def read(cls, img: Image) -> _Memo:
         img.reads = []
         sb, itable, base = _base(img)
         m = cls(sb, base)
@@ -424,9 +195,9 @@ class _Memo:
             m._walk(img, m.start, m.seq0)
         return m
 
-    def _open_journal(self, img: _Image) -> None:
+    def _open_journal(self, img: Image) -> None:
         sb = self.sb
-        j = _Journal(img, sb)
+        j = Journal(img, sb)
         shape, seq, start = _journal_super(j.block(0))
         if shape is None:
             raise Unsure("no journal superblock")
@@ -448,7 +219,7 @@ class _Memo:
     def _wrap(self, b: int) -> int:
         return b - (self.maxlen - self.first) if b >= self.maxlen else b
 
-    def _walk(self, img: _Image, pos: int, seq: int) -> None:
+    def _walk(self, img: Image, pos: int, seq: int) -> None:
         """Walk on from journal block ``pos`` expecting ``seq``, as e2fsck's recovery
         pass does, until a block does not follow."""
         j, sb, bs = self.j, self.sb, self.bs
@@ -482,7 +253,7 @@ class _Memo:
                 for k in supers:  # the superblock the replay will leave
                     copy_at = j.phys(self._wrap(pos + k))
                     self.supers.add(copy_at)
-                    copy = _Super(img.read(copy_at * bs, bs)[SB_OFFSET % bs :][:1024])
+                    copy = Super(img.read(copy_at * bs, bs)[SB_OFFSET % bs :][:1024])
                     if copy.orphans():
                         self.orphan_steps.append(len(self.steps) - 1)
                     if copy.key() != sb.key():
@@ -492,7 +263,7 @@ class _Memo:
                 raise Unsure(f"journal block type {btype}")
         raise Unsure("the journal walk does not end")
 
-    def again(self, img: _Image, since: list[tuple[int, int]]) -> str:
+    def again(self, img: Image, since: list[tuple[int, int]]) -> str:
         """Bring the answer up to the image after the writes ``since``, reading only
         what they touched; how (``STATS``), or "" when that is not this walk's to tell
         (read afresh).
@@ -522,20 +293,20 @@ class _Memo:
             how = "grown" if how == "kept" else how
         return how
 
-    def _setup_stands(self, img: _Image, hit: set[int], sb_block: int, gd_block: int) -> bool:
+    def _setup_stands(self, img: Image, hit: set[int], sb_block: int, gd_block: int) -> bool:
         """The superblock or group 0's descriptor was written (jbd2 checkpoints them
         often): the walk stands if what it took from them did not change."""
         try:
             if sb_block in hit:
-                sb = _Super(img.read(SB_OFFSET, 1024))
+                sb = Super(img.read(SB_OFFSET, 1024))
                 if sb.setup_key() != self.sb.setup_key():
                     return False
                 self.sb = sb  # its orphans may have changed
-            return gd_block not in hit or _itable(img, self.sb) == self.itable
+            return gd_block not in hit or inode_table(img, self.sb) == self.itable
         except Unsure:
             return False
 
-    def _tail_moved(self, img: _Image) -> bool:
+    def _tail_moved(self, img: Image) -> bool:
         """The journal superblock was written: if only its tail moved, to a step of
         this walk, keep the walk from that step on."""
         shape, seq, start = _journal_super(img.read(self.jsb_block * self.bs, self.bs))

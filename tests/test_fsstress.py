@@ -11,7 +11,7 @@ import pytest
 
 from harness import proc
 from harness.config import scenario
-from harness.config.crash import FsstressWorkload
+from harness.config.workloads import FsstressWorkload
 from harness.crashstate import recording
 from harness.errors import HarnessError, InputError
 from harness.experiments.crash import experiment

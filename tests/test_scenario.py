@@ -10,8 +10,9 @@ import pytest
 
 from harness import paths
 from harness.cli import lab as cli_lab
-from harness.config import crash, scenario
-from harness.config.crash import DataMode, FioWorkload, FsType, OpsWorkload
+from harness.config import scenario, workloads
+from harness.config.crash import DataMode, FsType
+from harness.config.workloads import FioWorkload, OpsWorkload
 from harness.errors import InputError
 from harness.experiments.zfs.settings import ZfsScenario
 
@@ -84,7 +85,10 @@ def test_minimal_scenario_fills_defaults(sdir: Path) -> None:
     assert s.fs.data_mode is DataMode.ORDERED
     assert s.fs.all_mount_options() == ("data=ordered",)
     assert s.workload == OpsWorkload(
-        ops=crash.DEFAULT_OPS, files=crash.DEFAULT_FILES, max_size=256 << 10, fsync_names=True
+        ops=workloads.DEFAULT_OPS,
+        files=workloads.DEFAULT_FILES,
+        max_size=256 << 10,
+        fsync_names=True,
     )
     assert [st.kind for st in s.crash.states] == ["fua"]
     r = s.resolved()

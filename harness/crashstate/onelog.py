@@ -25,14 +25,8 @@ from typing import Any, Generic, TypeVar
 
 from harness.check import host as check
 from harness.check import promises
-from harness.config.crash import (
-    AppWorkload,
-    FileWorkload,
-    FsSpec,
-    FsstressWorkload,
-    RecoveryCrashSpec,
-    Scenario,
-)
+from harness.config.crash import FsSpec, RecoveryCrashSpec, Scenario
+from harness.config.workloads import AppWorkload, FileWorkload, FsstressWorkload
 from harness.crashstate import checking as states
 from harness.crashstate import recording, recoverycrash, reuse
 from harness.crashstate.run import Progress, Run

@@ -10,13 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import paths
-from harness.config.crash import (
-    AppWorkload,
-    FileWorkload,
-    FioWorkload,
-    FsstressWorkload,
-    Scenario,
-)
+from harness.config.crash import Scenario
+from harness.config.workloads import AppWorkload, FileWorkload, FioWorkload, FsstressWorkload
 from harness.crashstate.run import Progress
 from harness.errors import InputError
 from harness.model import opfile

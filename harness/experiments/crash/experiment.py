@@ -6,7 +6,7 @@ says what "no finding" does not cover for the workload it ran.
 
 from __future__ import annotations
 
-from harness.config.crash import FioWorkload, FsstressWorkload
+from harness.config.workloads import FioWorkload, FsstressWorkload
 from harness.crashstate.onelog import OneLog
 from harness.experiments import lifecycle
 

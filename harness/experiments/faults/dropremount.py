@@ -32,6 +32,7 @@ from faults.dm import healthy_table_args
 from harness.check import guest as guestcheck
 from harness.check.host import CheckResult
 from harness.config import crash as crashcfg
+from harness.config import workloads
 from harness.crashstate import onelog, recording
 from harness.errors import HarnessError, InputError
 from harness.experiments import lifecycle
@@ -56,7 +57,7 @@ class DropPoint:
         return f"{self.cell.name()} @sync:{self.at}"
 
 
-def sync_points(workload: crashcfg.OpsWorkload, seed: int) -> int:
+def sync_points(workload: workloads.OpsWorkload, seed: int) -> int:
     """How many sync calls (marks) the seeded workload makes: its ops drawn on the host
     as the guest draws them, and the final sync."""
     ops = generate.draw(seed, workload.ops, workload.files, workload.max_size,
@@ -136,7 +137,7 @@ class DropRemount(FsyncEio):
         sectors = sc.disk_size // 512
         table = " ".join
         w = rsc.workload
-        assert isinstance(w, crashcfg.OpsWorkload)
+        assert isinstance(w, workloads.OpsWorkload)
         args = [
             "--fs", str(rsc.fs.type),
             "--mkfs", json.dumps(rsc.fs.mkfs_argv("")[:-1]),

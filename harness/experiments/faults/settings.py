@@ -15,9 +15,9 @@ from pydantic import Field, ValidationError, model_validator
 from faults.dm import FlakeyFault, FlakeyMode
 from harness.config import settings
 from harness.config.base import ScenarioBase
-from harness.config.crash import OpsWorkload
 from harness.config.crash import Scenario as CrashScenario
 from harness.config.settings import Settings, Size, problem
+from harness.config.workloads import OpsWorkload
 
 
 class FsCell(Settings):

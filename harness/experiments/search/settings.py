@@ -16,8 +16,9 @@ from pydantic import Field, model_validator
 
 from harness.config import settings
 from harness.config.base import ScenarioBase
-from harness.config.crash import CheckSpec, CrashSpec, FsSpec, check_family, ordered_metadata_field
+from harness.config.crash import CheckSpec, CrashSpec, FsSpec
 from harness.config.settings import Settings, problem
+from harness.config.workloads import check_family, ordered_metadata_field
 from harness.model import ace, acespace, families
 
 
@@ -71,7 +72,7 @@ class AceSpec(Settings):
     # btrfs-new-name-skips-dentries (5630f7557de6) keeps every name the fsync-names
     # promise asks for; only this profile sees the new directory's file it loses.
     ordered_metadata: bool = ordered_metadata_field()
-    # As for a crash run (config/crash.py): the write-through model -- each mark then holds
+    # As for a crash run (config/workloads.py): the write-through model -- each mark then holds
     # every write completed before it, so a loss is the filesystem's, not the cache's.
     flush_after_sync: bool = Field(
         False, description="experiment: fsync the block device after every sync call"

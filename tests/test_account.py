@@ -33,7 +33,7 @@ from harness.config.campaign import Element
 from harness.errors import EXIT_FINDING, EXIT_OK, HarnessError
 from harness.experiments import lifecycle, registry
 from harness.outcome import Outcome
-from harness.store import schema
+from harness.store import firstmigrations, schema
 from harness.store.db import (
     CheckResult,
     CrashState,
@@ -195,8 +195,8 @@ def test_a_store_of_the_previous_schema_is_migrated_with_its_counts(tmp_path: Pa
         _write(st, run_id, "observations", LOSS)
         st.finish_run(run_id, RunStatus.DONE)
         # back to schema 5: what a store written by the previous crashlab holds
-        (old_v_runs,) = (s for s in schema._MIGRATION_2 if "CREATE VIEW v_runs" in s)
-        (old_v_states,) = (s for s in schema._MIGRATION_2 if "CREATE VIEW v_states" in s)
+        (old_v_runs,) = (s for s in firstmigrations._MIGRATION_2 if "CREATE VIEW v_runs" in s)
+        (old_v_states,) = (s for s in firstmigrations._MIGRATION_2 if "CREATE VIEW v_states" in s)
         for stmt in (
             # migrations 11 (the phases no item row holds) and 10 (the promise a finding
             # broke), then 9 (the stored classification) undone first

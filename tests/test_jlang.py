@@ -20,7 +20,7 @@ import pytest
 from harness.cli.main import main
 from harness.config import scenario
 from harness.errors import InputError
-from harness.experiments.crash import jlang
+from harness.experiments.crash import jlang, jlangops
 from harness.guest import opgen
 from harness.model import opfile
 
@@ -278,14 +278,14 @@ def test_bad_input_names_file_line_and_op_exits_2_writes_nothing(
     out = tmp_path / "out.toml"
     assert main(["import", "jlang", str(src), "-o", str(out)]) == 2
     assert not out.exists() and not list(tmp_path.glob(".*.tmp"))
-    with pytest.raises(jlang.JlangError) as e:
+    with pytest.raises(jlangops.JlangError) as e:
         jlang.convert(str(src), src.read_text())
     assert str(e.value).startswith(f"{src}:{line}: {op}: ") and message in str(e.value)
     assert f"{line}: {op}" in capsys.readouterr().err
 
 
 def test_an_unknown_op_suggests_the_closest(tmp_path: Path) -> None:
-    with pytest.raises(jlang.JlangError) as e:
+    with pytest.raises(jlangops.JlangError) as e:
         jlang.convert("x.j", "# define\nfoo\n# run\nopen foo O_RDWR|O_CREAT 0777\nsetxattr foo\n")
     assert e.value.hint == "did you mean 'fsetxattr'?"
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from logbuilder import LogBuilder
 
-from harness.record import logwrites
+from harness.record import blklogwrites, logwrites
 
 
 def test_count_and_insert_marks(tmp_path: Path) -> None:
@@ -15,9 +15,9 @@ def test_count_and_insert_marks(tmp_path: Path) -> None:
     path = tmp_path / "log.raw"
     # QEMU leaves nr_entries stale until a flush; the tail of the device is zeroes.
     path.write_bytes(b.to_bytes(nr_entries=0) + bytes(4096))
-    assert logwrites.count_entries(path) == 5
+    assert blklogwrites.count_entries(path) == 5
 
-    logwrites.insert_marks(path, [(0, "crashlab:mkfs"), (3, "crashlab:sync:1"), (5, "end")])
+    blklogwrites.insert_marks(path, [(0, "crashlab:mkfs"), (3, "crashlab:sync:1"), (5, "end")])
     with logwrites.open_log(path) as lg:
         assert len(lg.entries) == 8
         assert dict(lg.marks) == {0: "crashlab:mkfs", 4: "crashlab:sync:1", 7: "end"}

@@ -23,7 +23,7 @@ from harness.config import fiojob as fiojobrules
 from harness.config.crash import FsSpec
 from harness.errors import HarnessError, InputError
 from harness.model import contract, kernlog
-from harness.record import fiojob, fsstress, guestfiles, guestmsg, logwrites
+from harness.record import blklogwrites, fiojob, fsstress, guestfiles, guestmsg, logwrites
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 DM_NAME = "crashlab-lw"
@@ -120,7 +120,7 @@ def record(
         oracle, output = _record_in(guest, fs, workload, seed, seconds, marker, info)
         accelerator = guest.accelerator
     if host_marks:
-        logwrites.insert_marks(logdev, host_marks)
+        blklogwrites.insert_marks(logdev, host_marks)
     if oracle.get("fio"):
         with logwrites.open_log(logdev) as lg:
             fiojob.check_marks(list(lg.marks.values()), oracle)
@@ -258,7 +258,7 @@ class HostMarker(Marker):
         return step("resolve", ["readlink", "-f", guest.disk("dut")]).strip()
 
     def mark(self, step: Step, text: str) -> None:
-        self.marks.append((logwrites.count_entries(self.logfile), text))
+        self.marks.append((blklogwrites.count_entries(self.logfile), text))
 
 
 def install_scripts(guest: Guest) -> None:

@@ -21,11 +21,10 @@ from harness.store.db import (
     CheckResult,
     CrashState,
     LogInfo,
-    Promise,
     Stage,
     Store,
 )
-from harness.store.model import RunStatus
+from harness.store.model import Promise, RunStatus
 from tests.guestfacts import facts
 from tests.synth import run_results_cli
 

@@ -1,5 +1,6 @@
 """Reading the store: runs, one run's detail, outcome counts, ZFS scans. A mixin of
-``Store`` (harness/store/db.py), which owns the connection and every write."""
+``Store`` (harness/store/db.py), which owns the connection and, with items.py, every
+write."""
 
 from __future__ import annotations
 

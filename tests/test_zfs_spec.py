@@ -11,7 +11,8 @@ from harness import paths
 from harness.config import scenario
 from harness.errors import InputError
 from harness.experiments.zfs import pool
-from harness.experiments.zfs.settings import Experiment, Layout, ZfsScenario
+from harness.experiments.zfs.cells import Layout
+from harness.experiments.zfs.settings import Experiment, ZfsScenario
 from harness.outcome import Outcome
 from harness.report import zfs as report
 from harness.store import db as store

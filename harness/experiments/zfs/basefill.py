@@ -28,7 +28,8 @@ from pathlib import Path
 from faults.disk import DiskFault, FaultKind, When
 from harness import proc
 from harness.experiments.zfs import kept, pool
-from harness.experiments.zfs.settings import Cell, ZfsScenario
+from harness.experiments.zfs.cells import Cell
+from harness.experiments.zfs.settings import ZfsScenario
 from harness.vm.backend import Disk, Guest
 
 FACTS = "fill.json"

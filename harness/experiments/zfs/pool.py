@@ -17,7 +17,8 @@ from pathlib import Path
 from faults.disk import DiskFault
 from harness.check import zpool as parse
 from harness.errors import HarnessError
-from harness.experiments.zfs.settings import Cell, Layout, PoolSpec, ZfsScenario
+from harness.experiments.zfs.cells import Cell, Layout, PoolSpec
+from harness.experiments.zfs.settings import ZfsScenario
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 POOL = "tank"

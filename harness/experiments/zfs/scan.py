@@ -38,7 +38,8 @@ from harness.errors import HarnessError
 from harness.experiments import lifecycle
 from harness.experiments.zfs import basefill, fits, kept, pool, progress
 from harness.experiments.zfs.basefill import Filled
-from harness.experiments.zfs.settings import Cell, Experiment, ZfsScenario
+from harness.experiments.zfs.cells import Cell
+from harness.experiments.zfs.settings import Experiment, ZfsScenario
 from harness.outcome import Outcome
 from harness.store import db as store
 from harness.store.model import ItemOutcome

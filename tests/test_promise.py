@@ -138,10 +138,12 @@ def test_triage_reports_the_stored_promise_or_the_oracle_s_profile() -> None:
     from types import SimpleNamespace
     from typing import Any, cast
 
+    from harness.model.oracle.doc import OracleDoc
     from harness.triage import report
 
     def result(promise: Promise | None, oracle: dict[str, Any]) -> Any:
-        return cast(Any, SimpleNamespace(target=SimpleNamespace(promise=promise, oracle=oracle)))
+        doc = OracleDoc.of(oracle)
+        return cast(Any, SimpleNamespace(target=SimpleNamespace(promise=promise, oracle=doc)))
 
     stored = result(Promise("fsync-names", "fsync-names", "file-missing"), {})
     assert report.promise(stored) == ("fsync-names", "fsync-names", "file-missing")

@@ -81,7 +81,7 @@ def test_a_nofsync_findings_workload_is_minimised_by_re_recording(
     assert w.tally.get("fails", 0) >= 1 and not w.tally.get("harness")
     # The minimal workload touches a name the original state lost.
     lost_names = {path for _, path in r.original.findings}
-    touched = {w.plan.ops[i].get(k) for i in w.keep for k in ("path", "dst")}
+    touched = {getattr(w.plan.ops[i], k) for i in w.keep for k in ("path", "dst")}
     assert lost_names & touched, (lost_names, touched)
     with open_log(r.target.log_path) as lg:
         out = report.write(r, lg)

@@ -16,14 +16,6 @@ from harness.config.settings import Settings, Size, problem
 from harness.model.families import FAMILIES, OPGEN_NEVER, closest
 
 
-class WorkloadType(StrEnum):
-    OPS = "ops"
-    FIO = "fio"
-    APP = "app"
-    FSSTRESS = "fsstress"
-    FILE = "file"
-
-
 class Pattern(StrEnum):
     """Application update patterns (``harness/guest/apppat.py``)."""
 

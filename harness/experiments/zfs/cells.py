@@ -87,10 +87,3 @@ class Cell:
             ),
         ]
         return " ".join([f"{p.layout} x{p.disks} fill {self.fill:g}%", *extra])
-
-
-def _media_label(p: PoolSpec) -> list[str]:
-    """Cells without a media keep the labels (and item ids) stored runs have."""
-    if p.media == Media.NONE:
-        return []
-    return [f"on {p.media}", *([f"cache on {p.cache_media}"] if p.cache or p.log else [])]

@@ -166,7 +166,7 @@ def perform(root: str, op: Op, noop_sync: bool = False, fds: dict[str, int] | No
         finally:
             os.close(fd)
     elif k == "dwrite":
-        direct_write(p, op.offset, op.data)
+        dsync_direct_write(p, op.offset, op.data, dsync=False)
     elif k == "mwrite":
         mmap_write(p, op.offset, op.data)
     elif k == "falloc":
@@ -248,20 +248,6 @@ def fallocate(path: str, mode: str, offset: int, length: int) -> None:
             raise OSError(err, os.strerror(err), path)
     finally:
         os.close(fd)
-
-
-def direct_write(path: str, offset: int, data: bytes) -> None:
-    """An O_DIRECT write: block-aligned offset and length, from a page-aligned buffer."""
-    buf = mmap.mmap(-1, max(len(data), 1))  # anonymous maps are page-aligned
-    buf[: len(data)] = data
-    fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
-    try:
-        done = 0
-        while done < len(data):
-            done += os.pwrite(fd, memoryview(buf)[done : len(data)], offset + done)
-    finally:
-        os.close(fd)
-        buf.close()
 
 
 def mmap_write(path: str, offset: int, data: bytes) -> None:

@@ -39,6 +39,10 @@ FACTS = contract.CheckFacts(
     fsck=command(rc=4, output="damage"),
     repair=RAN,
     fsck_after_repair=RAN,
+    modes=[
+        contract.ModeFacts(mode="ro", mount=RAN, verify=verdict(ok=True), umount=RAN),
+        contract.ModeFacts(mode="remount", mount=RAN, changed=["a"]),
+    ],
 )
 LOST = contract.Verdict(
     mark="crashlab:sync:2",
@@ -66,6 +70,7 @@ SAMPLES: dict[type[Message], Message] = {
         mark="crashlab:sync:2",
         exact=True,
         timeout=30.0,
+        modes=["ro", "remount"],
     ),
     contract.CheckFacts: FACTS,
     contract.AceRecord: contract.AceRecord(
@@ -82,6 +87,10 @@ SAMPLES: dict[type[Message], Message] = {
     ),
     contract.Mismatch: LOST.mismatched[0],
     contract.Meta: contract.Meta(mode=0o644, owner=[0, 0]),
+    contract.Stamp: contract.Stamp(which="ctime", got=30, low=10, high=20),
+    contract.ModeFacts: contract.ModeFacts(
+        mode="ro-device", mount=RAN, verify=verdict(ok=True), umount=RAN, changed=[], error="x"
+    ),
     contract.NlinkMiss: LOST.nlink[0],
     contract.ZfsRound: contract.ZfsRound(round=2, files={"f000": "ab"}, touched=["f000"]),
     contract.ZfsVerify: contract.ZfsVerify(ok=False, checked=3, missing=["f1"], mismatched=[]),

@@ -16,6 +16,7 @@ import pytest
 from harness.guest import opgen
 from harness.model import contract, generate, opfile, oracle
 from harness.model.ops import Op
+from tests.handmade import untimed
 
 REPO = Path(__file__).resolve().parent.parent
 KNOWN = REPO / "campaigns" / "known-bugs"
@@ -25,7 +26,7 @@ def run(root: Path, text: str, fs: str = "ext4", **kw: Any) -> dict[str, Any]:
     root.mkdir(parents=True, exist_ok=True)
     body = opgen.execute(str(root), opfile.to_ops(opfile.parse(text, fs)), **kw)
     assert body["complete"], body["error"]
-    return {"format": oracle.FORMAT, **body}
+    return untimed({"format": oracle.FORMAT, **body})
 
 
 def at(o: dict[str, Any], n: int) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +91,30 @@ def test_same_seed_same_oracle_other_seed_differs(tmp_path: Path) -> None:
     run(tmp_path / "a", tmp_path / "a.json", seed=11)
     run(tmp_path / "b", tmp_path / "b.json", seed=11)
     run(tmp_path / "c", tmp_path / "c.json", seed=12)
-    a, b, c = ((tmp_path / f"{x}.json").read_text() for x in "abc")
-    assert a == b
-    assert json.loads(a)["ops"] != json.loads(c)["ops"]
+    a, b, c = (json.loads((tmp_path / f"{x}.json").read_text()) for x in "abc")
+    # The times rule 20 reads off the filesystem are the run's, not the seed's.
+    assert {*_times(a)} >= {"clock", "until", "times"}
+    assert _untimed(a) == _untimed(b)
+    assert a["ops"] != c["ops"]
+
+
+def _times(doc: Any) -> Iterator[str]:
+    """The keys of rule 20's observations anywhere in an oracle document."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            if k in ("clock", "until", "times", "dir_times"):
+                yield k
+            yield from _times(v)
+    elif isinstance(doc, list):
+        for v in doc:
+            yield from _times(v)
+
+
+def _untimed(doc: Any) -> Any:
+    if isinstance(doc, dict):
+        skip = ("clock", "until", "times", "dir_times")
+        return {k: _untimed(v) for k, v in doc.items() if k not in skip}
+    return [_untimed(v) for v in doc] if isinstance(doc, list) else doc
 
 
 @settings(
@@ -128,8 +150,12 @@ def test_verify_detects_deleted_and_modified(
     v = verify(root, oracle, final, capsys)
     assert v["ok"] is False
     assert v["missing"] == [gone]
-    assert [m["path"] for m in v["mismatched"]] == [changed]
-    assert v["mismatched"][0]["expected"] == marks(o)[final]["files"][changed]["sha256"]
+    # The unlink, after the run, gave its directory an mtime later than any the run saw
+    # (rule 20): the directory is named with a slash, the root as "/".
+    where = os.path.dirname(gone) + "/"
+    assert [m["path"] for m in v["mismatched"]] == [where, changed]
+    assert v["mismatched"][0]["stamp"]["which"] == "mtime"  # the first checked
+    assert v["mismatched"][1]["expected"] == marks(o)[final]["files"][changed]["sha256"]
     want = marks(o)[final]
     assert v["checked"] == len(want["files"]) + len(want["dirs"]) + len(want["absent"])
 
@@ -268,10 +294,14 @@ def test_fsynced_file_is_required_until_touched(tmp_path: Path) -> None:
         ],
     )
     files = {mk["mark"]: mk["files"] for mk in body["marks"]}
+    # a's fsync committed its whole inode: its times are required from mark 1 (rule 20)
+    a = files[m(1)]["a"]
+    assert set(a.pop("times")) == {"mtime", "ctime"}
     assert files[m(1)] == {"a": {"size": 5, "sha256": hashlib.sha256(b"hello").hexdigest()}}
     # a is truncated before mark 3; b, created and its directory synced, exists empty
-    # (oracle rule 10)
+    # (oracle rule 10); no fsync or sync has committed b's inode, so no time of it is
     assert files[m(2)] == {"b": {"size": 0, "sha256": hashlib.sha256(b"").hexdigest()}}
+    assert body["marks"][1]["dir_times"].keys() == {""}  # the root's fsync committed it
     assert files[m(3)]["a"]["size"] == 2 and set(files[m(3)]) == {"a", "b"}
 
 
@@ -409,6 +439,6 @@ def test_flush_after_sync_fsyncs_the_device_after_each_sync_call(
     plain = opgen.execute(str(tmp_path / "p"), ops)
     body = opgen.execute(str(tmp_path), ops, dm_name="crashlab-lw", flush_after_sync=True)
     assert [dm for dm, _ in flushed] == ["crashlab-lw"] * 3  # two calls and the final sync
-    assert body["marks"] == plain["marks"]
+    assert _untimed(body["marks"]) == _untimed(plain["marks"])
     status = run(tmp_path / "r", tmp_path / "o.json", 1, 5, "--flush-after-sync")
     assert status == opgen.EXIT_USAGE  # no --dm-name: nothing to flush

@@ -13,6 +13,7 @@ from typing import Any
 from harness.guest import opgen
 from harness.model import oracle
 from harness.model.ops import Op
+from tests.handmade import untimed
 
 
 def m(n: int) -> str:
@@ -23,7 +24,7 @@ def run(root: Path, ops: list[Op], **kw: Any) -> dict[str, Any]:
     root.mkdir(parents=True, exist_ok=True)
     body = opgen.execute(str(root), ops, **kw)
     assert body["complete"], body["error"]
-    return {"format": oracle.FORMAT, **body}
+    return untimed({"format": oracle.FORMAT, **body})
 
 
 def snapshot(root: Path, into: Path) -> Path:

@@ -47,6 +47,17 @@ class RunSpec(Settings):
                 raise problem("expected a non-empty list of values", key=f"matrix.{key}")
         return self
 
+    def overrides(self, base: Path) -> tuple[str, ...]:
+        """``set``, a workload file's relative path read from the campaign's folder (as
+        ``[[bug]]``'s ``workload``), so the campaign runs from any directory."""
+        key = "workload.path="
+        return tuple(
+            f"{key}{(base / o[len(key) :]).resolve()}"
+            if o.startswith(key) and not Path(o[len(key) :]).is_absolute()
+            else o
+            for o in self.set
+        )
+
 
 class BugSpec(Settings):
     """One ``[[bug]]`` of a known-bugs catalogue (``campaigns/known-bugs.toml``): a real,
@@ -184,7 +195,7 @@ def load(path: Path, last: Sequence[str] = ()) -> Campaign:
             raise InputError(f"{path}: run[{i}].scenario: {e.message}", hint=e.hint) from None
         axes = [[f"{k}={_set_value(v)}" for v in values] for k, values in run.matrix.items()]
         for combo in itertools.product(*axes):
-            overrides = (*f.vm_overrides(), *run.set, *combo, *last)
+            overrides = (*f.vm_overrides(), *run.overrides(path.parent), *combo, *last)
             sc = _load_scenario(path, f"run[{i}]", run.scenario, overrides)
             seeds = run.seeds or tuple(sc.seed + r for r in range(run.repetitions))
             for seed in seeds:

@@ -92,7 +92,7 @@ def execute(
     filesystem's missing flush from a rule of ours (the model does not change). The
     returned dict has ``marks``, ``final_mark``, ``ops``, ``complete`` and ``error``.
     """
-    track = Tracker(fsync_names, ordered)
+    track = Tracker(fsync_names, ordered, root)
     log: list[dict[str, Any]] = []
     error: str | None = None
     fds: dict[str, int] = {}  # a workload file's held descriptors

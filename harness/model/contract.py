@@ -198,6 +198,18 @@ class Meta(Message):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Stamp(Message):
+    """Rule 20: a time outside what the inode had between its last whole commit and the
+    crash (nanoseconds; ``low`` None: no commit held it)."""
+
+    SPARSE: ClassVar[bool] = True
+    which: str  # mtime or ctime
+    got: int
+    low: int | None = None
+    high: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class Mismatch(Message):
     """One required file that holds something else; only what differed is set."""
 
@@ -217,6 +229,7 @@ class Mismatch(Message):
     either: list[str] | None = None  # rule 5: the contents allowed
     offset: int | None = None  # rule 12: a lost block of fio's file ...
     holds: str | None = None  # ... and what it holds instead
+    stamp: Stamp | None = None  # rule 20: a time out of its window
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,7 +276,25 @@ class CheckRequest(Message):
     mark: str = ""  # the state's last mark
     exact: bool = False  # the state is cut exactly at ``mark`` (nothing after)
     timeout: float = 300.0
+    # Recovery modes beside the read-write mount (model/recovery.py): each before it on
+    # an overlay, ``remount`` after it.
+    modes: list[str] = field(default_factory=list)
     version: int = VERSION
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModeFacts(Message):
+    """One recovery mode's facts (model/recovery.py): its mount, the oracle's verdict of
+    what it showed, its umount; ``changed``: for ``remount``, what the second mount shows
+    differently from the first (paths); ``error``: the lab could not set the mode up."""
+
+    SPARSE: ClassVar[bool] = True
+    mode: str
+    mount: Command | None = None
+    verify: Verdict | None = None
+    umount: Command | None = None
+    changed: list[str] | None = None
+    error: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -287,6 +318,7 @@ class CheckFacts(Message):
     repair: Command | None = None
     fsck_after_repair: Command | None = None
     disk_errors: list[str] = field(default_factory=list)  # the host's disk failed: void
+    modes: list[ModeFacts] = field(default_factory=list)  # the request's other modes
     serve_error: str = ""
     version: int = VERSION
 

@@ -12,8 +12,10 @@ from typing import Any
 
 from harness.errors import InputError
 from harness.kernel import store as kernels
+from harness.model.contract import Stamp
 from harness.model.ops import Op
 from harness.model.oracle import AFTER_FINAL
+from harness.model.oracle.rules import times
 from harness.model.shell import PATTERN
 from harness.triage import report, target
 from harness.triage.target import Target
@@ -128,22 +130,27 @@ def promise(tr: Triaged) -> str:
 def symptom(tr: Triaged) -> str:
     """What was found, in the words of the oracle's check."""
     v = verify_result(tr)
-    parts = [
-        f"{m['path']} is {m.get('size', '?')} bytes where {m.get('expected_size', '?')} "
-        "were made durable"
-        if m.get("size") != m.get("expected_size")
-        else f"{m['path']} has other content than was made durable"
-        for m in v.get("mismatched", [])
-    ]
+    parts = [_mismatch(m) for m in v.get("mismatched", [])]
     parts += [f"{n} is missing" for n in v.get("missing", [])]
     parts += [f"{n} is back after its removal was made durable" for n in v.get("present", [])]
     parts += [f"{m['path']}: link count {m.get('got')}" for m in v.get("nlink", [])]
     return "; ".join(parts) or str(tr.summary.get("symptom", {}).get("outcome", tr.target.verdict))
 
 
+def _mismatch(m: dict[str, Any]) -> str:
+    if m.get("stamp"):
+        return times.describe(m["path"], Stamp.from_dict(m["stamp"]))
+    if m.get("size") != m.get("expected_size"):
+        size, durable = m.get("size", "?"), m.get("expected_size", "?")
+        return f"{m['path']} is {size} bytes where {durable} were made durable"
+    return f"{m['path']} has other content than was made durable"
+
+
 def short_symptom(tr: Triaged) -> str:
     """The subject's few words for it."""
     v = verify_result(tr)
+    if any(m.get("stamp") for m in v.get("mismatched", [])[:1]):
+        return "recovered timestamp out of its window"
     if any(m.get("expected_size") == 0 and m.get("size") for m in v.get("mismatched", [])):
         return "zero size file has non-zero size"
     if v.get("mismatched"):

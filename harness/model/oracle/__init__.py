@@ -2,8 +2,9 @@
 
 Stdlib only; the host imports it and the guest runs it (``harness/guest/opgen.py`` drives
 the model while the workload runs, ``checkstate.py`` calls ``verify``). The package:
-``namespace`` (the model), ``ordering`` (rule 18), ``marks`` (what each mark requires,
-the profiles' floors) and ``verify`` (the check of a mounted state).
+``namespace`` (the model), ``ordering`` (rule 18), ``stamps`` (rule 20's times),
+``marks`` (what each mark requires, the profiles' floors), ``rules`` (each rule's row and
+check, a module per promise) and ``verify`` (the walk of a mounted state's requirements).
 
 Each rule says what Linux promises and which filesystems this lab holds to it. The
 oracle never requires more (soundness): a missed finding is possible, a false one is a
@@ -66,7 +67,7 @@ Rules, per mark n (``marks[i]`` in the oracle file):
 14. Mode and owner (``mode``, ``owner``): a file's chmod / chown is durable once sync, or
    fsync of the file where rule 1's name promise is kept (fsync commits the whole
    inode), returned after it. fdatasync does not cover them (not needed to read the
-   data, as rule 8). Times (``utimes``) are not checked: every write changes them too.
+   data, as rule 8). Times are rule 20's.
 15. Held descriptors (``open``, ``tmpfile``; ``fsync_fd``, ``write_fd``): fsync through a
    descriptor is fsync of its inode (rule 1's data promise), whatever names it has now;
    it makes no name durable (it was fsync'd through none). Where rule 1's name promise is
@@ -98,6 +99,14 @@ Rules, per mark n (``marks[i]`` in the oracle file):
    sync: rule 1) and its name like a new file's (rule 10); the source's bytes and
    requirements are unchanged (the extents are shared, not moved).
 
+20. Times (``times`` of a file, ``dir_times``; ``clock`` and ``until`` of a mark): a
+   recovered mtime or ctime is one the inode had between its last whole commit and the
+   crash -- never older than what sync, or fsync where rule 1's name promise is kept,
+   made durable (read off the filesystem right after that op returned: ``stamps.py``),
+   never later than the clock when the state's interval closed. fdatasync commits no
+   time (POSIX: data integrity only); utimes may set mtime back, freeing it from below.
+   atime never.
+
 Profiles: ``posix`` (rules without 1's name promise), ``fsync-names`` (the journaled
 filesystems' default) and ``ordered-metadata`` (and rule 18). A run's oracle says its
 profile and, per mark, what each weaker one requires (``floors``); a failed check says
@@ -124,7 +133,9 @@ from .marks import (
 )
 from .namespace import Inode, Model
 from .ordering import Ordering
-from .verify import UsageError, file_digest, load_oracle, requirements, user_xattrs, verify
+from .rules.data import file_digest
+from .rules.metadata import user_xattrs
+from .verify import UsageError, load_oracle, requirements, verify
 
 __all__ = [
     "AFTER_FINAL", "FORMAT", "MARK_PREFIX", "PROFILES", "Floor", "Inode", "Model", "Ordering",

@@ -3,9 +3,11 @@ and the weaker profiles' floors label them (rules 2-5 and the profiles)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from .namespace import Model
+from .stamps import Stamps
 
 FORMAT = "crashlab-oracle/2"
 MARK_PREFIX = "crashlab:sync:"  # + n: the mark placed after the n-th persistence op
@@ -71,6 +73,10 @@ class Recorder:
         # Rule 3: a state cut exactly at the mark holds none of the interval's changes.
         entry["exact"] = {"files": touched, "absent": [n for n in absent if n in self._paths]}
         entry["dirs"] = [d for d in entry["dirs"] if d not in self._paths]
+        if "dir_times" in entry:  # rule 20: as the directories themselves
+            entry["dir_times"] = {
+                d: t for d, t in entry["dir_times"].items() if d not in self._paths
+            }
         self.marks.append(entry)
         self._pending = None
 
@@ -137,20 +143,27 @@ class Tracker:
     """A run's model and recorder, with the weaker profiles' floors beside them: what
     ``opgen.execute`` tells of every op, and the marks it returns."""
 
-    def __init__(self, fsync_names: bool, ordered: bool = False) -> None:
+    def __init__(self, fsync_names: bool, ordered: bool = False, root: str | None = None) -> None:
         self.profile = profile_of(fsync_names, ordered)
         self.model = Model(fsync_names, ordered)
         self.rec = Recorder()
         self.lower = floors(self.profile)
+        # Rule 20 reads times off the filesystem the ops run on (``root``): without
+        # one (fstests' generator, triage's models) no mark requires a time.
+        self.stamps = Stamps(root) if root is not None else None
+        self._last: Any = None
 
     def before(self, op: Any) -> None:
         """``op`` is about to run: what it touches leaves the open interval's requirements."""
+        if self.stamps is not None:
+            self.stamps.before(self.model, op)
         paths, inodes = self.model.touches(op)
         self.rec.touch(op, paths, inodes, self.model.appends(op))
         for floor in self.lower:
             floor.touch(op)
 
     def after(self, op: Any) -> None:
+        self._last = op
         self.model.apply(op)
         for floor in self.lower:
             floor.model.apply(op)
@@ -159,12 +172,21 @@ class Tracker:
         return f"{MARK_PREFIX}{len(self.rec.marks) + 1 + (self.rec.pending is not None)}"
 
     def mark(self, text: str, after_op: int) -> None:
+        if self.stamps is not None:
+            self.stamps.mark(self.model, self._last)
+            if self.rec.pending is not None:  # its interval closes now (rule 20's bound)
+                self.rec.pending["until"] = self.stamps.clock
         self.rec.mark(self.model, text, after_op)
+        if self.stamps is not None and self.rec.pending is not None:
+            self.stamps.attach(self.rec.pending)
         for floor in self.lower:
             floor.rec.mark(floor.model, text, after_op)
 
     def marks(self) -> list[dict[str, Any]]:
         """Every mark's requirements, settled, each labelled with its floors."""
+        if self.rec.pending is not None and "clock" in self.rec.pending:
+            # The last interval runs to the workload's end (an op that failed, or none).
+            self.rec.pending["until"] = time.time_ns()
         self.rec.settle()
         for floor in self.lower:
             floor.label(self.rec.marks)

@@ -201,11 +201,13 @@ class Tallied:
     """One item's outcome as the run's account sees it: ``expected`` when the kind's
     one counting rule says the filesystem's design makes it normal (``repaired`` without
     a journal, ``data_loss`` past a pool's parity, any outcome of a modelled lying disk),
-    so it is reported but is no finding."""
+    so it is reported but is no finding. ``waiver``: the configuration option that gave
+    up the promise the outcome breaks (harness/waivers.py), which also makes it expected."""
 
     item: str
     outcome: Outcome
     expected: bool = False
+    waiver: str | None = None
 
 
 @dataclass(frozen=True)
@@ -215,15 +217,16 @@ class Account:
 
     ``counts`` are the outcomes that can be findings; ``expected`` the ones the kind's
     rule marked expected, and ``expected_items`` which items those are (stored, so a
-    view can tell an expected state from a finding). ``expect`` is a known-answer
-    control's answer ("findings" or "clean"); ``control_failed`` says in words how it
-    went wrong.
+    view can tell an expected state from a finding); ``waived`` those a configuration's
+    waiver made expected, with the waiver's name. ``expect`` is a known-answer control's
+    answer ("findings" or "clean"); ``control_failed`` says in words how it went wrong.
     """
 
     counts: Mapping[str, int] = field(default_factory=dict)
     expected: Mapping[str, int] = field(default_factory=dict)
     expect: str | None = None
     expected_items: frozenset[str] = field(default_factory=frozenset)
+    waived: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def findings(self) -> int:
@@ -243,8 +246,10 @@ class Account:
     def control_failed(self) -> str | None:
         """For a known-answer control: what went wrong, or None when the answer is right
         (or the run expects nothing). Without a finding, a run with harness outcomes gave
-        no answer at all: that is exit 3, not a wrong answer."""
-        if self.expect == "findings" and not self.findings and not self.harness:
+        no answer at all: that is exit 3, not a wrong answer. A finding the configuration
+        waived answers a control that expects findings (barrier=0 must lose data: a check
+        of the lab, not a report on the kernel)."""
+        if self.expect == "findings" and not (self.findings or self.waived or self.harness):
             return "control failed: expected findings, got none"
         if self.expect == "clean" and self.findings:
             return f"control failed: expected clean, got {self.findings} finding(s)"
@@ -266,6 +271,7 @@ class Account:
             "findings": self.findings,
             "harness": self.harness,
             "expect": self.expect,
+            **({"waived": len(self.waived)} if self.waived else {}),
             "control_failed": self.control_failed,
             "status": self.status,
         }
@@ -276,13 +282,16 @@ def tally(items: Iterable[Tallied], expect: str | None = None) -> Account:
     counts: dict[str, int] = {}
     expected: dict[str, int] = {}
     expected_items: set[str] = set()
+    waived: dict[str, str] = {}
     for t in items:
-        into = expected if t.expected else counts
+        into = expected if t.expected or t.waiver else counts
         into[str(t.outcome)] = into.get(str(t.outcome), 0) + 1
-        if t.expected:
+        if t.expected or t.waiver:
             expected_items.add(t.item)
+        if t.waiver:
+            waived[t.item] = t.waiver
 
     def ordered(d: dict[str, int]) -> dict[str, int]:
         return {o: d[o] for o in sorted(d, key=lambda o: Outcome(o).severity)}
 
-    return Account(ordered(counts), ordered(expected), expect, frozenset(expected_items))
+    return Account(ordered(counts), ordered(expected), expect, frozenset(expected_items), waived)

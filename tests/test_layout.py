@@ -11,7 +11,7 @@ from harness import paths
 # guest imports too), then the steps in the order a run goes through them. The guest
 # programs (stdlib only: they run in the guest) sit beneath the recorder that installs
 # them and reads their words (model/kernlog.py).
-SHARED = ("outcome", "errors", "paths", "tools", "proc", "filesystems", "model")
+SHARED = ("outcome", "waivers", "errors", "paths", "tools", "proc", "filesystems", "model")
 STEPS = ("config", "image", "kernel", "vm", "guest", "record", "replay", "check", "store")
 # Reports read the store; the crash-state core (a state's log, cutting, checks, verdict,
 # a stored state found again) is what the kinds that cut crash states share, and its

@@ -37,7 +37,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from harness import filesystems, outcome
+from harness import filesystems, outcome, waivers
+from harness.config.crash import FsSpec
 from harness.errors import NotRun
 from harness.experiments import registry
 from harness.image.build import Image, require_image
@@ -152,6 +153,16 @@ class Experiment(ABC):
         what the store holds (the scenario, the item's own stored facts), so any report
         can apply it again."""
         return False
+
+    def waiver(self, item: ItemOutcome) -> str | None:
+        """The configuration option that gave up the promise the item's outcome breaks
+        (harness/waivers.py: barrier=0 on a volatile cache ...), or None. Any kind whose
+        scenario mounts a filesystem with options has it; the rest mount none."""
+        fs = getattr(self.sc, "fs", None)
+        if not isinstance(fs, FsSpec):
+            return None
+        found = waivers.waiver_of(str(fs.type), fs.all_mount_options(), item.outcome)
+        return found.name if found else None
 
     def finish(self) -> None:  # noqa: B027 -- optional, not abstract
         """After every item is committed (not when the run fails or is interrupted):
@@ -304,7 +315,7 @@ def account(exp: Experiment) -> outcome.Account:
     run = exp.run
     items = run.store.item_outcomes(run.run_id)
     return outcome.tally(
-        (outcome.Tallied(i.item, i.outcome, exp.expected(i)) for i in items),
+        (outcome.Tallied(i.item, i.outcome, exp.expected(i), exp.waiver(i)) for i in items),
         getattr(exp.sc, "expect", None),
     )
 

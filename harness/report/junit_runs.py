@@ -86,7 +86,9 @@ def _groups(st: Store, detail: RunDetail) -> tuple[list[_Group], dict[tuple[Coun
     for item in st.item_outcomes(r.id):
         counted = counts_as(item.outcome, item.item in r.account.expected_items)
         if counted not in (Counted.FINDING, Counted.HARNESS):
-            what = f"{item.outcome}" + (" (expected)" if counted is Counted.EXPECTED else "")
+            why = r.account.waived.get(item.item)
+            label = f" (expected: {why} waived the promise)" if why else " (expected)"
+            what = f"{item.outcome}" + (label if counted is Counted.EXPECTED else "")
             rest[counted, what] = rest.get((counted, what), 0) + 1
             continue
         state = states.get(item.item)

@@ -219,8 +219,11 @@ def counts_markup(counts: Mapping[str, int], sep: str = "  ") -> str:
 
 def account_markup(r: RunRow, sep: str = "  ") -> str:
     """A run's outcomes as its account has them: the ones that can be findings, then the
-    ones its kind's rule expects (dim: reported, never findings)."""
-    expected = sep.join(f"[dim]{o} {n} (expected)[/]" for o, n in r.account.expected.items())
+    ones its kind's rule expects (dim: reported, never findings), naming the options that
+    waived a promise (harness/waivers.py)."""
+    waived = ", ".join(sorted(set(r.account.waived.values())))
+    why = f"expected: {waived} waived the promise" if waived else "expected"
+    expected = sep.join(f"[dim]{o} {n} ({esc(why)})[/]" for o, n in r.account.expected.items())
     return sep.join(s for s in (counts_markup(r.outcome_counts, sep), expected) if s)
 
 

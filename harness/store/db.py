@@ -223,8 +223,8 @@ class Store(StoreItems, StoreReads, StoreQueries, StoreCampaigns):
                 [(run_id, i) for i in had - account.expected_items],
             )
             c.executemany(
-                "INSERT INTO expected_items (run_id, item) VALUES (?, ?)",
-                [(run_id, i) for i in sorted(account.expected_items - had)],
+                "INSERT INTO expected_items (run_id, item, waiver) VALUES (?, ?, ?)",
+                [(run_id, i, account.waived.get(i)) for i in sorted(account.expected_items - had)],
             )
 
     def finish_run(

@@ -200,8 +200,14 @@ class StoreReads:
             "SELECT outcome, expected, n FROM v_run_outcomes WHERE run_id = ?", (run_id,)
         )
         items = (Tallied("", Outcome(o), bool(e)) for o, e, n in rows for _ in range(n))
-        which = self._conn.execute("SELECT item FROM expected_items WHERE run_id = ?", (run_id,))
-        return replace(tally(items, expect), expected_items=frozenset(r[0] for r in which)), status
+        which = self._conn.execute(
+            "SELECT item, waiver FROM expected_items WHERE run_id = ?", (run_id,)
+        ).fetchall()
+        return replace(
+            tally(items, expect),
+            expected_items=frozenset(r[0] for r in which),
+            waived={r[0]: r[1] for r in which if r[1]},
+        ), status
 
     def _run_row(self, r: sqlite3.Row | tuple[Any, ...]) -> RunRow:
         (

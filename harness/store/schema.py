@@ -210,6 +210,12 @@ _MIGRATION_11 = [
     """,
 ]
 
+# 12: promises a configuration waived (issue 46): ``expected_items.waiver`` names the
+# option that gave up the promise an expected item's outcome breaks (harness/waivers.py:
+# barrier=0 on a volatile cache, ...). NULL: the kind's own rule expected it (repaired
+# without a journal), or stored before this migration.
+_MIGRATION_12 = ["ALTER TABLE expected_items ADD COLUMN waiver TEXT"]
+
 MIGRATIONS: list[list[str]] = [
     _MIGRATION_1,
     _MIGRATION_2,
@@ -222,6 +228,7 @@ MIGRATIONS: list[list[str]] = [
     _MIGRATION_9,
     _MIGRATION_10,
     _MIGRATION_11,
+    _MIGRATION_12,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 ZFS_SCAN_EXTRA = frozenset(

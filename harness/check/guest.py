@@ -14,16 +14,15 @@ import logging
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness.check import promises
 from harness.check.host import CheckResult
+from harness.check.modecheck import judge_modes, mount_failure, promised, verdict_note
 from harness.config.crash import FsSpec
 from harness.errors import GuestError, GuestMessageError, GuestPanic, GuestTimeout, HarnessError
-from harness.model import contract
-from harness.model.oracle import rules
+from harness.model import contract, recovery
 from harness.outcome import Outcome, reduce
 from harness.record import guestmsg, guestserve
 from harness.record import recorder as record
@@ -93,10 +92,12 @@ def check_batch(
     *,
     timeout: float,
     cpus: int = GuestSpec.cpus,
-) -> Iterator[tuple[str, CheckResult]]:
-    """Yield (state id, guest check) for each item, as soon as each is known; an item
+    modes: Sequence[str] = (),
+) -> Iterator[tuple[str, list[CheckResult]]]:
+    """Yield (state id, guest checks) for each item, as soon as each is known; an item
     is verified against ``oracles[item.oracle]``, or only mounted and checked when its
-    key has no oracle. ``cpus``: the guest's vCPUs (``guestpool.vcpus``)."""
+    key has no oracle. ``cpus``: the guest's vCPUs (``guestpool.vcpus``); ``modes``: the
+    recovery modes beside the read-write mount (model/recovery.py), one check each."""
 
     @contextlib.contextmanager
     def start(todo: Sequence[Item]) -> Iterator[Guest]:
@@ -106,11 +107,11 @@ def check_batch(
             _prepare(guest, {it.oracle: oracles[it.oracle] for it in todo if it.oracle in oracles})
             yield guest
 
-    def one(guest: Guest, i: int, it: Item) -> CheckResult:
-        return _check_one(guest, f"s{i}", it, fs, it.oracle in oracles, timeout)
+    def one(guest: Guest, i: int, it: Item) -> list[CheckResult]:
+        return _check_one(guest, f"s{i}", it, fs, it.oracle in oracles, timeout, modes)
 
-    def failed(it: Item, kind: Outcome, text: str) -> CheckResult:
-        return CheckResult("guest", "mount+verify", kind, None, 0.0, text)
+    def failed(it: Item, kind: Outcome, text: str) -> list[CheckResult]:
+        return [CheckResult("guest", "mount+verify", kind, None, 0.0, text)]
 
     for it, result in in_guests(items, start, one, failed):
         yield it.key, result
@@ -139,7 +140,8 @@ def _check_one(
     fs: FsSpec,
     verify: bool,
     timeout: float,
-) -> CheckResult:
+    modes: Sequence[str] = (),
+) -> list[CheckResult]:
     request = contract.CheckRequest(
         dev=guest.disk(serial),
         fs=str(fs.type),
@@ -148,34 +150,26 @@ def _check_one(
         oracle=oracle_path(it.oracle) if verify else "",
         mark=(it.mark or "") if verify else "",
         exact=it.exact and verify,
+        modes=[m for m in modes if m != recovery.RW],
     )
-    r = guestserve.ask(guest, SERVER, request.to_json(), timeout * 4 + 30)
+    # Each mode is a mount and an umount more, each bounded by the timeout.
+    r = guestserve.ask(guest, SERVER, request.to_json(), timeout * (4 + 2 * len(modes)) + 30)
     if not r.ok:
-        return CheckResult(
-            "guest",
-            "mount+verify",
-            Outcome.HARNESS_ERROR,
-            r.exitcode,
-            r.seconds,
-            (r.err or r.out)[-1500:],
-            note="checkstate.py failed",
-        )
+        return _lab((r.err or r.out)[-1500:], r.seconds, r.exitcode, "checkstate.py failed")
     try:
         facts = guestmsg.read(contract.CheckFacts, "checkstate.py", r.out)
     except GuestMessageError as e:  # the lab's, for this state only: never a finding
-        text = e.excerpt(1500)
-        return CheckResult("guest", "mount+verify", Outcome.HARNESS_ERROR, None, r.seconds, text)
+        return _lab(e.excerpt(1500), r.seconds)
     if facts.serve_error:  # the checker's own failure: the lab's, never a finding
-        text = facts.serve_error[-1500:]
-        return CheckResult("guest", "mount+verify", Outcome.HARNESS_ERROR, None, r.seconds, text)
-    return judge(facts)
+        return _lab(facts.serve_error[-1500:], r.seconds)
+    return [judge(facts), *judge_modes(facts)]
 
 
-# mount(8) exit bits that are the lab's problem, not the filesystem's: bad usage or
-# permissions, a system error, a mount bug, interrupted, mtab. 32 is "mount failure".
-MOUNT_HARNESS_BITS = 1 | 2 | 4 | 8 | 16
-# ...and a failure (32) whose cause is the guest, not the image: no driver for the fs.
-MOUNT_HARNESS_WORDS = ("unknown filesystem type", "does not exist", "no such device")
+def _lab(text: str, seconds: float, rc: int | None = None, note: str = "") -> list[CheckResult]:
+    """The one check of a state the lab failed to ask about: a harness error."""
+    return [
+        CheckResult("guest", "mount+verify", Outcome.HARNESS_ERROR, rc, seconds, text, note=note)
+    ]
 
 
 def judge(facts: contract.CheckFacts) -> CheckResult:
@@ -205,7 +199,7 @@ def judge(facts: contract.CheckFacts) -> CheckResult:
     phases["mount"] = mount.seconds
     out.append(mount.output)
     if mount.rc != 0:
-        outcome = _mount_failure(mount)
+        outcome = mount_failure(mount)
         return CheckResult(
             "guest", "mount", outcome, mount.rc, mount.seconds, _output(out, facts), phases
         )
@@ -214,9 +208,7 @@ def judge(facts: contract.CheckFacts) -> CheckResult:
     verify = facts.verify
     if verify is not None and not verify.ok:
         outcomes.append(Outcome.DATA_LOSS)
-        said = verify.to_dict()
-        keys = ("mark", "missing", "mismatched", "present", "nlink", "error")
-        note = json.dumps({k: said[k] for k in keys if said.get(k)})[:1500]
+        note = verdict_note(verify)
         out.insert(0, "oracle: " + note)
     classes = facts.classes
     broken = [c["target"] for c in classes if c.get("violated")]
@@ -252,32 +244,7 @@ def judge(facts: contract.CheckFacts) -> CheckResult:
         "guest", "mount+verify", reduce(outcomes), fsck.rc if fsck is not None else None,
         sum(phases.values()), _output(out, facts), phases, note=note, classes=classes,
     )  # fmt: skip
-    return _promised(judged, verify)
-
-
-def _promised(judged: CheckResult, verify: contract.Verdict | None) -> CheckResult:
-    """``judged`` with the oracle's profile, the promise its finding broke and the rule,
-    read off the typed verdict (a twin that takes this verdict has no note)."""
-    if verify is None:
-        return judged
-    if judged.outcome is not Outcome.DATA_LOSS:
-        rule = ""
-    elif verify.ok:  # an application pattern's broken promise: no oracle rule failed
-        rule = promises.rule_of(judged.outcome, [judged])[0]
-    else:
-        rule = rules.broken(verify)[0].name
-    return replace(judged, profile=verify.profile or "", promise=verify.promise or "", rule=rule)
-
-
-def _mount_failure(mount: contract.Command) -> Outcome:
-    """A mount that failed: a hang, the lab's own failure (its exit bits or words), else
-    the filesystem's refusal of the image."""
-    text = mount.output.lower()
-    if "[timed out]" in text:
-        return Outcome.TIMEOUT
-    if mount.rc & MOUNT_HARNESS_BITS or any(w in text for w in MOUNT_HARNESS_WORDS):
-        return Outcome.HARNESS_ERROR
-    return Outcome.MOUNT_FAILED
+    return promised(judged, verify)
 
 
 def _output(parts: list[str], facts: contract.CheckFacts) -> str:

@@ -26,6 +26,7 @@ from harness.config.workloads import (
     workload_type,
 )
 from harness.errors import InputError
+from harness.model import recovery
 
 if TYPE_CHECKING:
     pass
@@ -197,6 +198,12 @@ class CheckSpec(Settings):
         "",
         description="host checks on a Dask cluster: local:N or tcp://HOST:PORT (guest = false)",
     )
+    recovery: tuple[str, ...] = Field(
+        (recovery.RW,),
+        description="how the guest recovers each state (harness/model/recovery.py): rw, ro, "
+        "ro-device, the filesystem's no-replay option (noload, norecovery, nologreplay), "
+        "remount; rw always runs",
+    )
 
     @model_validator(mode="after")
     def _something(self) -> CheckSpec:
@@ -216,6 +223,29 @@ class CheckSpec(Settings):
                     key="dask",
                 )
         return self
+
+
+def check_recovery(fs: FsSpec, check: CheckSpec) -> None:
+    """A scenario's recovery modes are ones its filesystem offers, rw among them."""
+    offered = recovery.modes_of(str(fs.type))
+    for mode in check.recovery:
+        if mode not in offered:
+            raise problem(
+                f"{fs.type} has no recovery mode {mode!r}",
+                f"its modes: {', '.join(offered)}",
+                key="check.recovery",
+            )
+    if recovery.RW not in check.recovery:
+        raise problem(
+            "every check recovers by a read-write mount (its checker runs after it)",
+            f"add {recovery.RW!r} to check.recovery",
+            key="check.recovery",
+        )
+    if len(check.recovery) > 1 and not check.guest:
+        raise problem(
+            "recovery modes are mounts in a guest", "set check.guest = true",
+            key="check.recovery",
+        )  # fmt: skip
 
 
 class RecoveryCrashSpec(Settings):
@@ -255,6 +285,11 @@ class Scenario(ScenarioBase):
     check: CheckSpec = Field(default_factory=CheckSpec)
     recorder: RecorderSpec = Field(default_factory=RecorderSpec)
     recovery_crash: RecoveryCrashSpec = Field(default_factory=RecoveryCrashSpec)
+
+    @model_validator(mode="after")
+    def _recovery_modes(self) -> Scenario:
+        check_recovery(self.fs, self.check)
+        return self
 
     @model_validator(mode="after")
     def _recovery_crash_needs_a_guest(self) -> Scenario:

@@ -270,7 +270,7 @@ def _with_guests(
     done = [0]
 
     def new_batch(n: int) -> _Batch:
-        return _Batch(rdir / f"batch-{n}", fs, sc.check.timeout, cpus)
+        return _Batch(rdir / f"batch-{n}", fs, sc.check.timeout, cpus, sc.check.recovery)
 
     def settle(back: Iterator[tuple[Checked, list[check.CheckResult]]]) -> Iterator[Checked]:
         """Guests' verdicts through the ledger; the twins of a state whose check the lab
@@ -352,11 +352,19 @@ def _add_rebuilt(
 class _Batch:
     """Image copies waiting for a guest, with their host results and oracles."""
 
-    def __init__(self, folder: Path, fs: FsSpec, timeout: float, cpus: int = 2) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        fs: FsSpec,
+        timeout: float,
+        cpus: int = 2,
+        modes: Sequence[str] = (),
+    ) -> None:
         self.folder = folder
         self.fs = fs
         self.timeout = timeout
         self.cpus = cpus
+        self.modes = modes  # recovery modes beside rw (model/recovery.py)
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder.mkdir(parents=True)
         self.items: list[guestcheck.Item] = []
@@ -389,11 +397,12 @@ class _Batch:
             self.oracles[src.key] = src.oracle
 
     def check(self) -> Iterator[tuple[Checked, list[check.CheckResult]]]:
-        for sid, guest_result in guestcheck.check_batch(
-            self.items, self.fs, self.oracles, timeout=self.timeout, cpus=self.cpus
-        ):
-            results = [r for r in (self.host.get(sid), guest_result) if r is not None]
-            yield self.states[sid], results
+        for sid, guest_results in guestcheck.check_batch(
+            self.items, self.fs, self.oracles, timeout=self.timeout, cpus=self.cpus,
+            modes=self.modes,
+        ):  # fmt: skip
+            host = self.host.get(sid)
+            yield self.states[sid], [*([host] if host else []), *guest_results]
 
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)

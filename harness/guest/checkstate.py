@@ -15,8 +15,8 @@ import sys
 import traceback
 from dataclasses import replace
 
-from ..model import contract, fioverify, kernlog, oracle
-from . import fifoserve, runner
+from ..model import contract, fioverify, kernlog, oracle, recovery
+from . import fifoserve, recover, runner
 
 
 def run(argv: list[str], timeout: float) -> contract.Command:
@@ -70,6 +70,9 @@ def check(r: contract.CheckRequest) -> contract.CheckFacts:
 def _check(a: contract.CheckRequest, kmsg: runner.Kmsg) -> contract.CheckFacts:
     os.makedirs(a.mountpoint, exist_ok=True)
     dev = os.path.realpath(a.dev)
+    # Other recovery modes first, each on an overlay: the state stays as the crash left it.
+    modes = [recover.before(a, mode, verdict) for mode in a.modes if recovery.on_overlay(mode)]
+    kmsg.read()  # their messages are theirs: the words kept below are the rw mount's
     opts = ["-o", a.mount_opts] if a.mount_opts else []
     replayed = runner.before_mount(a.fs, dev, a.timeout)
     m = run(["mount", "-t", a.fs, *opts, dev, a.mountpoint], a.timeout)
@@ -80,10 +83,13 @@ def _check(a: contract.CheckRequest, kmsg: runner.Kmsg) -> contract.CheckFacts:
     if m.rc == 0:
         if a.oracle:
             facts = _verify(a, facts)
+        first = recover.tree(a.mountpoint) if recovery.REMOUNT in a.modes else None
         facts = replace(facts, umount=(u := run(["umount", a.mountpoint], a.timeout)))
         if u.rc != 0:
             # Still mounted: a checker on it would judge a live filesystem. Stop here.
-            return facts
+            return replace(facts, modes=modes)
+        if first is not None:
+            modes.append(recover.again(a, first, verdict))
     facts = replace(facts, fsck=(f := run(fsck_argv(a.fs, dev, repair=False), a.timeout)))
     if f.rc != 0:
         facts = replace(
@@ -91,16 +97,35 @@ def _check(a: contract.CheckRequest, kmsg: runner.Kmsg) -> contract.CheckFacts:
             repair=run(fsck_argv(a.fs, dev, repair=True), a.timeout),
             fsck_after_repair=run(fsck_argv(a.fs, dev, repair=False), a.timeout),
         )
-    return facts
+    return replace(facts, modes=modes)
+
+
+def verdict(a: contract.CheckRequest) -> contract.Verdict | None:
+    """The oracle's verdict of the tree mounted at ``a.mountpoint`` (None: no oracle).
+    OSError reading it is the filesystem's: an unreadable tree is a finding."""
+    if not a.oracle:
+        return None
+    data = oracle.load_oracle(a.oracle)
+    # A fio workload's oracle is its blocks' (rule 12), the op generator's its files'.
+    judge = fioverify.verify if data.get("fio") else oracle.verify
+    try:
+        return judge(a.mountpoint, data, a.mark or None, exact=a.exact)
+    except OSError as e:  # the filesystem would not let us read the tree: a finding
+        return _unreadable(a, e)
+
+
+def _unreadable(a: contract.CheckRequest, e: OSError) -> contract.Verdict:
+    return contract.Verdict(
+        mark=None, exact=a.exact, known=False, checked=0, ok=False,
+        error=f"{type(e).__name__}: {e}",
+    )  # fmt: skip
 
 
 def _verify(a: contract.CheckRequest, facts: contract.CheckFacts) -> contract.CheckFacts:
     """The mounted state verified against the oracle."""
     try:
+        facts = replace(facts, verify=verdict(a))
         data = oracle.load_oracle(a.oracle)
-        # A fio workload's oracle is its blocks' (rule 12), the op generator's its files'.
-        judge = fioverify.verify if data.get("fio") else oracle.verify
-        facts = replace(facts, verify=judge(a.mountpoint, data, a.mark or None, exact=a.exact))
         if data.get("pattern"):
             # An application pattern: what the state left of each target file.
             # Imported only here: its imports cost a second per state under TCG.
@@ -108,16 +133,8 @@ def _verify(a: contract.CheckRequest, facts: contract.CheckFacts) -> contract.Ch
 
             classes = apppat.classify(a.mountpoint, data, a.mark or None, a.exact)
             facts = replace(facts, classes=classes)
-    except OSError as e:  # the filesystem would not let us read the tree: a finding
-        unreadable = contract.Verdict(
-            mark=None,
-            exact=a.exact,
-            known=False,
-            checked=0,
-            ok=False,
-            error=f"{type(e).__name__}: {e}",
-        )
-        facts = replace(facts, verify=unreadable)
+    except OSError as e:  # the pattern's read of the tree: the filesystem's, a finding
+        facts = replace(facts, verify=_unreadable(a, e))
     except Exception:  # a bug of ours or a bad oracle: never a finding
         facts = replace(facts, verify_error=contract.excerpt(traceback.format_exc()))
     return facts

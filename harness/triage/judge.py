@@ -120,10 +120,12 @@ class Judge:
             self.tally.guest += len(chunk)
             self.tally.guest_boots += 1
             items = [item for item, _ in chunk]
-            for key, result in guestcheck.check_batch(
-                items, self.t.fs, oracles, timeout=self.t.check.timeout
-            ):
-                got = [r for r in (host[key], result) if r is not None]
+            # The run's recovery modes too: a finding one of them made is found again.
+            for key, results in guestcheck.check_batch(
+                items, self.t.fs, oracles, timeout=self.t.check.timeout,
+                modes=self.t.check.recovery,
+            ):  # fmt: skip
+                got = [h for h in (host[key], *results) if h is not None]
                 self._judged(key, symptom.of(got))
 
     def _judged(self, ident: str, found: symptom.Symptom) -> None:

@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from harness.config import settings
 from harness.config.base import ScenarioBase
-from harness.config.crash import CheckSpec, CrashSpec, FsSpec
+from harness.config.crash import CheckSpec, CrashSpec, FsSpec, check_recovery
 from harness.config.settings import problem
 
 
@@ -32,6 +32,11 @@ class LogCheckScenario(ScenarioBase):
     )
     crash: CrashSpec = Field(default_factory=CrashSpec)
     check: CheckSpec = Field(default_factory=CheckSpec)
+
+    @model_validator(mode="after")
+    def _recovery_modes(self) -> LogCheckScenario:
+        check_recovery(self.fs, self.check)
+        return self
 
     @model_validator(mode="after")
     def _one_start(self) -> LogCheckScenario:

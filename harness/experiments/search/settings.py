@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 
 from harness.config import settings
 from harness.config.base import ScenarioBase
-from harness.config.crash import CheckSpec, CrashSpec, FsSpec
+from harness.config.crash import CheckSpec, CrashSpec, FsSpec, check_recovery
 from harness.config.settings import Settings, problem
 from harness.config.workloads import check_family, ordered_metadata_field
 from harness.model import ace, acespace, families
@@ -193,6 +193,11 @@ class SearchScenario(ScenarioBase):
         description="the workloads whose dm-log-writes logs a finished run keeps: all, or "
         "those with a finding or a state the lab failed to judge (a nightly's disk)",
     )
+
+    @model_validator(mode="after")
+    def _recovery_modes(self) -> SearchScenario:
+        check_recovery(self.fs, self.check)
+        return self
 
     @model_validator(mode="after")
     def _control(self) -> SearchScenario:

@@ -204,6 +204,10 @@ def _value_at(data: Any, loc: Sequence[int | str], tags: frozenset[str]) -> Any:
         if part in tags and i + 1 < len(loc):
             continue  # a union's tag, as _dotted skips it: the op generator's tag "ops" is
             # also one of its keys, and read as one it named the op count as the value
+        if i == len(loc) - 1 and isinstance(node, Mapping) and part not in node:
+            # the last key is not in its table: the default is at fault, and the table
+            # printed whole would hide what the message names
+            return "(the default)"
         try:
             node = node[part]
         except (KeyError, IndexError, TypeError):

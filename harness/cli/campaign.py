@@ -22,6 +22,7 @@ from harness.campaign import on_dask as campaign_dask
 from harness.campaign import runner as campaign
 from harness.check import distributed
 from harness.cli import backend, ui
+from harness.cli import census as cli_census
 from harness.config import campaign as config_campaign
 from harness.config import scenario
 from harness.config.campaign import Campaign, Element
@@ -97,6 +98,7 @@ def register(sub: Any) -> None:
     )
     kb.add_argument("--json", action="store_true")
     kb.set_defaults(func=cmd_known_bugs)
+    cli_census.register(csub)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

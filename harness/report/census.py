@@ -1,0 +1,99 @@
+"""The census as data and as Markdown (``scenario campaign census --json / --markdown``).
+
+docs/census.md embeds the Markdown between two markers, and a test regenerates it, so
+the document and campaigns/census.toml cannot disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.config.census import NEEDS, Census, Fix, Reach
+
+BEGIN = "<!-- census:begin (generated: scenario campaign census --markdown) -->"
+END = "<!-- census:end -->"
+
+
+def select(census: Census, reach: Reach | None) -> list[Fix]:
+    return [f for f in census.fixes if reach is None or f.reach is reach]
+
+
+def reach_text(f: Fix) -> str:
+    """The reach cell: the catching bug, why not yet, or what is missing."""
+    if f.reach is Reach.CAUGHT:
+        return f"caught by {f.bug}"
+    if f.reach is Reach.EXPRESSIBLE:
+        return f"expressible: {f.why}"
+    return "needs " + ", ".join(f.needs) + (f": {f.why}" if f.why else "")
+
+
+def nightly_text(f: Fix) -> str:
+    if not f.nightly:
+        return "-"
+    return f.nightly + (f" ({f.nightly_why})" if f.nightly_why else "")
+
+
+def summary(census: Census) -> str:
+    n = len(census.fixes)
+    caught, expressible = len(census.of(Reach.CAUGHT)), len(census.of(Reach.EXPRESSIBLE))
+    r1, r2 = census.ratios()
+    return (
+        f"{n} fixes: {caught} caught, {expressible} expressible, "
+        f"{n - caught - expressible} not expressible; reach {caught}/{n} = {r1:.0%} caught, "
+        f"{caught + expressible}/{n} = {r2:.0%} caught or expressible"
+    )
+
+
+def to_json(census: Census, reach: Reach | None = None) -> dict[str, Any]:
+    r1, r2 = census.ratios()
+    return {
+        "file": str(census.path),
+        "total": len(census.fixes),
+        "counts": {str(r): len(census.of(r)) for r in Reach},
+        "by_fs": {fs: dict(c) for fs, c in sorted(census.by_fs().items())},
+        "ratio_caught": round(r1, 4),
+        "ratio_reachable": round(r2, 4),
+        "needs": [{"need": k, "fixes": n, "alone": a} for k, n, a in census.needs_counts()],
+        "fixes": [f.model_dump(mode="json") for f in select(census, reach)],
+    }
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(census: Census) -> str:
+    """The tables of docs/census.md: per filesystem, the fixes, the needs."""
+    out = [summary(census) + ".", ""]
+    out += ["| fs | caught | expressible | not expressible | total |", "|---|---|---|---|---|"]
+    for fs, c in sorted(census.by_fs().items()):
+        row = [c[str(r)] for r in Reach]
+        out.append(f"| {fs} | " + " | ".join(str(v) for v in row) + f" | {sum(row)} |")
+    out += [
+        "",
+        "Which capabilities the rest need (a fix counts once under each need it names;",
+        "'alone': the fixes that one capability by itself would bring into reach):",
+        "",
+    ]
+    out += ["| need | fixes | alone | what |", "|---|---|---|---|"]
+    for k, n, a in census.needs_counts():
+        out.append(f"| {k} | {n} | {a} | {_cell(NEEDS[k])} |")
+    out += [
+        "",
+        "| fix | fs | area | fixed in | buggy | reach | nightly | basis |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for f in census.fixes:
+        fix = f"{f.commit or '(no hash)'} {f.title}" + (f" ({f.fstests})" if f.fstests else "")
+        cells = (
+            fix,
+            f.fs,
+            f.area,
+            ", ".join(f.fixed_in) or "none",
+            ", ".join(f.buggy) or "-",
+            reach_text(f),
+            nightly_text(f),
+            f.basis,
+        )
+        out.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,165 @@
+"""The census of the year's crash-consistency fixes (campaigns/census.toml, docs/census.md):
+the real file loads and agrees with the known-bugs catalogue, bad files are exit 2 with
+the key named, and the document's tables are the command's output. No guest."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main as cli
+from harness.config import census
+from harness.config.census import NEEDS, Reach
+from harness.config.settings import load_toml
+from harness.errors import InputError
+from harness.report import census as report
+
+REPO = Path(__file__).resolve().parent.parent
+CENSUS = REPO / "campaigns" / "census.toml"
+KNOWN = REPO / "campaigns" / "known-bugs.toml"
+
+
+@pytest.fixture(scope="module")
+def real() -> census.Census:
+    return census.load(CENSUS)
+
+
+def test_every_caught_fix_is_a_catalogue_bug_with_its_commit(real: census.Census) -> None:
+    bugs = {b["name"]: b for b in load_toml(KNOWN)["bug"]}
+    caught = real.of(Reach.CAUGHT)
+    assert caught
+    for f in caught:
+        assert bugs[f.bug]["commit"].startswith(f.commit), f.title
+        assert bugs[f.bug].get("reproduces", True), f.bug
+        assert f.title.startswith(bugs[f.bug]["title"]), f.title
+
+
+def test_every_reproducible_catalogue_bug_is_caught(real: census.Census) -> None:
+    reproducible = {b["name"] for b in load_toml(KNOWN)["bug"] if b.get("reproduces", True)}
+    assert {f.bug for f in real.of(Reach.CAUGHT)} == reproducible
+    # The one the catalogue keeps as not reproducible is in the census, not as caught.
+    masked = next(f for f in real.fixes if f.commit == "999757231c49")
+    assert masked.reach is Reach.EXPRESSIBLE
+
+
+def test_ratios_and_needs_are_counted_from_the_entries(real: census.Census) -> None:
+    n = len(real.fixes)
+    caught = sum(f.reach is Reach.CAUGHT for f in real.fixes)
+    expressible = sum(f.reach is Reach.EXPRESSIBLE for f in real.fixes)
+    assert real.ratios() == (caught / n, (caught + expressible) / n)
+    assert (caught, expressible, n) == (9, 6, 61)
+    counts = {k: (named, alone) for k, named, alone in real.needs_counts()}
+    not_expressible = real.of(Reach.NOT_EXPRESSIBLE)
+    for k, (named, alone) in counts.items():
+        assert named == sum(k in f.needs for f in not_expressible)
+        assert alone == sum(tuple(f.needs) == (k,) for f in not_expressible)
+    assert set(counts) <= set(NEEDS)
+
+
+def test_packages_are_ordered_pairs(real: census.Census) -> None:
+    def key(pkg: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in re.findall(r"\d+", pkg))
+
+    for f in real.fixes:
+        for bad in f.buggy:
+            line = bad.split("-")[0] if "deb12" not in bad else "6.12"
+            later = [p for p in f.fixed_in if (("deb12" in p) == (line == "6.12"))]
+            assert later and key(bad) < key(later[0]), f.title
+
+
+def _write(tmp_path: Path, fix: str) -> Path:
+    shutil.copy(KNOWN, tmp_path / "known-bugs.toml")
+    # Every catalogue bug that reproduces must be caught: keep the real caught entries.
+    caught = [
+        block for block in CENSUS.read_text().split("[[fix]]")[1:] if 'reach = "caught"' in block
+    ]
+    text = "".join("[[fix]]" + b for b in caught) + "\n[[fix]]\n" + fix
+    path = tmp_path / "census.toml"
+    path.write_text(text)
+    return path
+
+
+GOOD = """commit = ""
+title = "xfs: something"
+fs = "xfs"
+area = "replay"
+fixed_in = ["6.12.69+deb12-amd64"]
+buggy = ["6.12.57+deb12-amd64"]
+basis = "title"
+note = "no hash"
+"""
+
+
+@pytest.mark.parametrize(
+    ("fix", "message"),
+    [
+        (GOOD + 'reach = "reachable"\n', "key 'fix[9].reach' = 'reachable': not one of"),
+        (
+            GOOD + 'reach = "not-expressible"\nneeds = ["time-travel"]\n',
+            "key 'fix[9].needs[0]' = 'time-travel': not one of",
+        ),
+        (GOOD + 'reach = "caught"\n', "key 'fix[9].bug' = '(the default)': a caught fix names"),
+        (
+            GOOD + 'reach = "caught"\nbug = "no-such-bug"\nnightly = "relog"\n',
+            "key 'fix[9].bug' = 'no-such-bug': no such [[bug]]",
+        ),
+        (GOOD + 'reach = "expressible"\nnightly = "none"\nnightly_why = "x"\n', "'fix[9].why'"),
+        (GOOD + 'reach = "expressible"\nwhy = "x"\nnightly = "relogg"\n', "did you mean"),
+    ],
+)
+def test_bad_census_is_exit_2_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fix: str, message: str
+) -> None:
+    path = _write(tmp_path, fix)
+    with pytest.raises(InputError) as e:
+        census.load(path)
+    assert str(path) in e.value.message
+    assert cli.main(["campaign", "census", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert message in " ".join((e.value.message + " " + (e.value.hint or "")).split())
+
+
+def test_caught_with_another_commit_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path, "")
+    text = path.read_text().replace('commit = "5254d4181add"', 'commit = "0123456789ab"', 1)
+    path.write_text(text.rstrip().removesuffix("[[fix]]"))
+    with pytest.raises(InputError, match=r"btrfs-zero-size-after-link .* is commit 5254d4181add"):
+        census.load(path)
+
+
+def test_a_reproducible_bug_left_out_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD + 'reach = "expressible"\nwhy = "x"\nnightly = "relog"\n')
+    blocks = path.read_text().split("[[fix]]")
+    path.write_text("[[fix]]".join(b for b in blocks if "btrfs-zero-size-after-link" not in b))
+    with pytest.raises(InputError, match="catches btrfs-zero-size-after-link, which no caught"):
+        census.load(path)
+
+
+def test_missing_file_is_exit_2(tmp_path: Path) -> None:
+    assert cli.main(["campaign", "census", str(tmp_path / "nope.toml")]) == 2
+
+
+def test_command_table_json_and_filter(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["campaign", "census", str(CENSUS)]) == 0
+    out = capsys.readouterr().out
+    assert "btrfs-zero-size-after-link" in out and "reach 9/61" in out
+    assert cli.main(["campaign", "census", str(CENSUS), "--json", "--reach", "caught"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["counts"] == {"caught": 9, "expressible": 6, "not-expressible": 46}
+    assert {f["reach"] for f in got["fixes"]} == {"caught"} and len(got["fixes"]) == 9
+    assert got["ratio_caught"] == round(9 / 61, 4)
+    assert got["needs"][0] == {"need": "corrupt-image", "fixes": 10, "alone": 8}
+
+
+def test_doc_tables_are_the_commands_output(real: census.Census) -> None:
+    doc = (REPO / "docs" / "census.md").read_text()
+    start = doc.index(report.BEGIN) + len(report.BEGIN) + 1
+    end = doc.index(report.END)
+    assert doc[start:end] == report.markdown(real), (
+        "docs/census.md is stale: regenerate its table with `scenario campaign census --markdown`"
+    )

@@ -13,6 +13,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from harness import paths
 from harness.config.campaign import CampaignFile
+from harness.config.census import CensusFile
 
 # Set by the loader from the file, never written in it.
 _INTERNAL = ("name", "path", "extends", "overrides")
@@ -20,22 +21,26 @@ _INTERNAL = ("name", "path", "extends", "overrides")
 
 def kinds() -> dict[str, type[BaseModel]]:
     """Every file kind with a schema: each experiment kind's scenarios (from its record in
-    ``harness/experiments/registry.py``) and campaigns."""
+    ``harness/experiments/registry.py``), campaigns and the census."""
     from harness.experiments.registry import kinds as registered
 
     out: dict[str, type[BaseModel]] = {n: k.settings for n, k in registered().items()}
-    return {**out, "campaign": CampaignFile}
+    return {**out, "campaign": CampaignFile, "census": CensusFile}
+
+
+# Kinds that are files of their own, not scenarios: no ``extends``, required keys kept.
+_FILES: dict[str, type[BaseModel]] = {"campaign": CampaignFile, "census": CensusFile}
 
 
 def schema(kind: str) -> dict[str, Any]:
-    """The JSON Schema of one kind of file (``crash``, ``zfs``, ``campaign``)."""
-    what = "file" if kind == "campaign" else "scenario"
+    """The JSON Schema of one kind of file (``crash``, ``zfs``, ``campaign``, ``census``)."""
+    what = "file" if kind in _FILES else "scenario"
     return _schema([kinds()[kind]], f"crashlab {kind} {what}")
 
 
 def scenario_schema() -> dict[str, Any]:
     """Both scenario kinds in one schema: a file must fit one of them."""
-    models = [m for n, m in kinds().items() if n != "campaign"]
+    models = [m for n, m in kinds().items() if n not in _FILES]
     return _schema(models, "crashlab scenario")
 
 
@@ -52,7 +57,7 @@ def _schema(models: list[type[BaseModel]], title: str) -> dict[str, Any]:
         for key in _INTERNAL:
             props.pop(key, None)
         top["required"] = [r for r in top.get("required", []) if r not in _INTERNAL]
-    if models != [CampaignFile]:
+    if not (len(models) == 1 and models[0] in _FILES.values()):
         for top in tops:
             top["properties"]["extends"] = {
                 "type": "string",
@@ -75,7 +80,11 @@ def _schema(models: list[type[BaseModel]], title: str) -> dict[str, Any]:
 
 def files() -> dict[str, dict[str, Any]]:
     """What ``docs/schema/`` holds: file name -> schema."""
-    return {"scenario.json": scenario_schema(), "campaign.json": schema("campaign")}
+    return {
+        "scenario.json": scenario_schema(),
+        "campaign.json": schema("campaign"),
+        "census.json": schema("census"),
+    }
 
 
 def write(directory: Path | None = None) -> list[Path]:

@@ -40,7 +40,7 @@ class Reach(StrEnum):
 
 # What a not-expressible fix needs that the lab lacks: one word each, so the counts add up.
 NEEDS: dict[str, str] = {
-    "timestamps": "an oracle that compares mtime/ctime/atime",
+    "timestamps": "times the oracle does not judge (atime; rule 20 judges mtime and ctime)",
     "ro-mount": "a read-only mount of the crash state (recovery's dry run)",
     "ro-device": "a read-only block device under the mount",
     "norecovery": "a mount that skips log replay (norecovery / nologreplay)",

@@ -27,7 +27,7 @@ def run(argv: list[str], timeout: float) -> contract.Command:
 
 
 # Kernel messages of a mount worth keeping: journal recovery and its refusals.
-KMSG_WORDS = ("JBD2", "jbd2", "EXT4-fs", "XFS", "BTRFS", "recovery")
+KMSG_WORDS = ("JBD2", "jbd2", "EXT4-fs", "XFS", "BTRFS", "F2FS-fs", "recovery", "recover_")
 
 
 def fsck_argv(fs: str, dev: str, repair: bool) -> list[str]:

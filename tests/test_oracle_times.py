@@ -105,3 +105,14 @@ def test_an_oracle_without_clocks_checks_no_time(tmp_path: Path) -> None:
         del e["until"], e["clock"]
     set_mtime(root / "a", 1)
     assert oracle.verify(str(root), o, "crashlab:sync:1").ok
+
+
+def test_check_times_false_sends_an_untimed_copy(tmp_path: Path) -> None:
+    # A scenario's check.times = false (f2fs's data control): the same tree, its time out
+    # of the window, passes once the clocks are gone; the run's own document is unchanged.
+    root = tmp_path / "r"
+    o = run(root, [Op("create", "a"), Op("write", "a", data=b"x"), Op("fsync", "a")])
+    set_mtime(root / "a", entry(o, 1)["until"] + SECOND)
+    assert not oracle.verify(str(root), o, "crashlab:sync:1").ok
+    assert oracle.verify(str(root), oracle.untimed(o), "crashlab:sync:1").ok
+    assert "until" in entry(o, 1)

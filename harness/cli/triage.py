@@ -16,6 +16,7 @@ from harness.triage import explain
 if TYPE_CHECKING:
     from harness.triage.finding import Triaged
     from harness.triage.minimal import Result
+    from harness.triage.target import Target
 
 console = ui.console()
 
@@ -141,11 +142,15 @@ def _deliver(args: argparse.Namespace) -> int:
     """--fstests and --report: from a triaged finding's report folder."""
     from harness.fstests import check
     from harness.model import shell
-    from harness.triage import finding, fstest
+    from harness.triage import finding, fstest, target
 
     if args.fstests is not None:
         check.require_checkout(args.fstests)  # before the store: the cheapest mistake
-    tr = finding.load(args.state_id, args.db or paths.default_db())
+    db = args.db or paths.default_db()
+    if args.report and args.fstests is None and (why := _waived(target.load(args.state_id, db))):
+        console.print(why, markup=False, soft_wrap=True)  # no triage needed to say so
+        return 0
+    tr = finding.load(args.state_id, db)
     if args.fstests is not None:
         try:
             w = fstest.write(tr, args.fstests.resolve())
@@ -169,19 +174,24 @@ def _deliver(args: argparse.Namespace) -> int:
 
 
 def _mail(tr: Triaged) -> str:
-    """The maintainer's mail, written only for a promise the configuration keeps: a
-    loss under barrier=0 is what barrier=0 says may happen, no report on the kernel."""
-    from harness import waivers
+    """The maintainer's mail, written only for a promise the configuration keeps."""
     from harness.triage import mail
 
-    fs = tr.target.fs
-    waived = waivers.configured(str(fs.type), fs.all_mount_options())
-    if waived:
-        return (
-            f"no report written: {waived[0].why()}. The finding is counted expected; run "
-            "the steps without the option to ask the kernel for the promise."
-        )
-    return f"report: {mail.write(tr)}"
+    return _waived(tr.target) or f"report: {mail.write(tr)}"
+
+
+def _waived(t: Target) -> str:
+    """Why no mail goes to a maintainer: a loss under barrier=0 is what barrier=0 says
+    may happen, no report on the kernel ("" when the configuration keeps its promises)."""
+    from harness import waivers
+
+    waived = waivers.configured(str(t.fs.type), t.fs.all_mount_options())
+    if not waived:
+        return ""
+    return (
+        f"no report written: {waived[0].why()}. The finding is counted expected; run "
+        "the steps without the option to ask the kernel for the promise."
+    )
 
 
 def _workload_lines(r: Result) -> list[str]:

@@ -198,6 +198,11 @@ class CheckSpec(Settings):
         "",
         description="host checks on a Dask cluster: local:N or tcp://HOST:PORT (guest = false)",
     )
+    times: bool = Field(
+        True,
+        description="judge mtime and ctime (oracle rule 20); false leaves times out, for a "
+        "filesystem whose times are known to be lost (docs/findings) when data is the question",
+    )
     recovery: tuple[str, ...] = Field(
         (recovery.RW,),
         description="how the guest recovers each state (harness/model/recovery.py): rw, ro, "

@@ -30,6 +30,7 @@ from harness.config.crash import CheckSpec, CrashSpec, FsSpec
 from harness.crashstate import guestpool
 from harness.crashstate import reuse as reuse_
 from harness.crashstate.run import Progress
+from harness.model import oracle
 from harness.outcome import Outcome, is_harness, reduce
 from harness.record import logwrites
 from harness.replay import crashstates
@@ -270,7 +271,7 @@ def _with_guests(
     done = [0]
 
     def new_batch(n: int) -> _Batch:
-        return _Batch(rdir / f"batch-{n}", fs, sc.check.timeout, cpus, sc.check.recovery)
+        return _Batch(rdir / f"batch-{n}", fs, sc.check.timeout, cpus, sc.check)
 
     def settle(back: Iterator[tuple[Checked, list[check.CheckResult]]]) -> Iterator[Checked]:
         """Guests' verdicts through the ledger; the twins of a state whose check the lab
@@ -358,13 +359,15 @@ class _Batch:
         fs: FsSpec,
         timeout: float,
         cpus: int = 2,
-        modes: Sequence[str] = (),
+        spec: CheckSpec | None = None,
     ) -> None:
         self.folder = folder
         self.fs = fs
         self.timeout = timeout
         self.cpus = cpus
-        self.modes = modes  # recovery modes beside rw (model/recovery.py)
+        spec = spec or CheckSpec()
+        self.modes = spec.recovery  # recovery modes beside rw (model/recovery.py)
+        self.times = spec.times  # rule 20 judged, or the oracle sent without its clocks
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder.mkdir(parents=True)
         self.items: list[guestcheck.Item] = []
@@ -394,7 +397,8 @@ class _Batch:
         if host is not None:
             self.host[state.id] = host
         if src.oracle:
-            self.oracles[src.key] = src.oracle
+            keep = self.times or "marks" not in src.oracle  # fio's blocks have no times
+            self.oracles[src.key] = src.oracle if keep else oracle.untimed(src.oracle)
 
     def check(self) -> Iterator[tuple[Checked, list[check.CheckResult]]]:
         for sid, guest_results in guestcheck.check_batch(

@@ -24,7 +24,7 @@ from harness.check import host
 from harness.config.crash import CheckSpec, CrashSpec, FsSpec
 from harness.config.settings import canonical_json
 from harness.crashstate.run import Run
-from harness.model import fioverify
+from harness.model import fioverify, recovery
 from harness.model import oracle as guest_oracle
 from harness.replay import crashstates
 from harness.replay import replayer as replay
@@ -107,7 +107,8 @@ def context_key(
     - ``host_checker``: the host checker's own version (``e2fsck -V``), when host checks
       run: the host's e2fsprogs is not the image's.
     - ``checks``: which checks ran: a state judged by the host checker alone has a
-      verdict a guest mount could worsen.
+      verdict a guest mount could worsen; which recovery modes mounted it, and whether
+      rule 20 judged its times.
     - ``corrupt``: the positive control's damage, applied after replay, is not in the
       identity.
     - ``judges``: a digest of the lab's judging code (host and guest checks, checkstate
@@ -119,7 +120,9 @@ def context_key(
         "kernel": {"release": guest_kernel, "source": tool_versions.get("kernel")},
         "tools": {k: v for k, v in tool_versions.items() if k != "host"},
         "host_checker": host.checker_version(str(fs.type)) if check.host else None,
-        "checks": {"host": check.host, "guest": check.guest},
+        "checks": {"host": check.host, "guest": check.guest}
+        | ({"recovery": list(check.recovery)} if check.recovery != (recovery.RW,) else {})
+        | ({} if check.times else {"times": False}),
         "corrupt": crash.corrupt,
         "judges": _judges_digest(),
     }

@@ -135,10 +135,11 @@ from .namespace import Inode, Model
 from .ordering import Ordering
 from .rules.data import file_digest
 from .rules.metadata import user_xattrs
+from .stamps import untimed
 from .verify import UsageError, load_oracle, requirements, verify
 
 __all__ = [
     "AFTER_FINAL", "FORMAT", "MARK_PREFIX", "PROFILES", "Floor", "Inode", "Model", "Ordering",
     "Recorder", "Tracker", "UsageError", "file_digest", "floors", "load_oracle", "profile_of",
-    "requirements", "user_xattrs", "verify",
+    "requirements", "untimed", "user_xattrs", "verify",
 ]  # fmt: skip

@@ -30,7 +30,9 @@ def print_summary(console: Console, r: lifecycle.Report) -> None:
         console.print(f"[yellow]{esc(r.not_resumed)}[/]")
     registry.body(type(r.experiment))(console, r)
     if r.account.expected:
-        console.print("expected by design, not findings: " + counts_line(r.account.expected))
+        waived = ", ".join(sorted(set(r.account.waived.values())))
+        why = f"expected, {waived} waived the promise" if waived else "expected by design"
+        console.print(f"{esc(why)}, not findings: " + counts_line(r.account.expected))
     if r.account.control_failed:
         console.print(
             f"[red]{esc(r.account.control_failed)}[/] (scenario expects {r.scenario.expect})"

@@ -290,14 +290,21 @@ class _Guest:
         return ExecResult(argv, 0, self.out.encode(), b"", 0.5)
 
 
-def _check(out: str) -> guestcheck.CheckResult:
+def _checks(out: str) -> list[guestcheck.CheckResult]:
     from harness.config.crash import FsSpec
 
     it = guestcheck.Item("s1", Path("/nonexistent"), "crashlab:sync:1", exact=True)
     guest: Any = _Guest(out)
-    r = guestcheck._check_one(guest, "s0", it, FsSpec(type="ext4"), True, 30.0)
+    modes = ("ro", "rw", "remount")
+    r = guestcheck._check_one(guest, "s0", it, FsSpec(type="ext4"), True, 30.0, modes)
     assert guest.request.mark == "crashlab:sync:1" and guest.request.exact
+    assert guest.request.modes == ["ro", "remount"]  # rw is the check itself
     return r
+
+
+def _check(out: str) -> guestcheck.CheckResult:
+    """The read-write mount's check: the first."""
+    return _checks(out)[0]
 
 
 def test_checkstate_facts_that_do_not_parse_are_that_states_harness_error() -> None:
@@ -321,6 +328,10 @@ def test_a_state_checked_without_its_oracle_asks_for_no_mark() -> None:
 
 def test_checkstate_facts_that_parse_are_judged() -> None:
     assert _check(FACTS.to_json()).outcome is Outcome.DATA_LOSS
+    # One check a mode beside it: ro held what it must, the second mount changed "a".
+    modes = {r.checker: r.outcome for r in _checks(FACTS.to_json())[1:]}
+    assert modes == {"mount[ro]+verify": Outcome.CONSISTENT,
+                     "mount[remount]+verify": Outcome.DATA_LOSS}  # fmt: skip
     serve = contract.CheckFacts(serve_error="Traceback ...\nValueError: boom").to_json()
     r = _check(serve)
     assert r.outcome is Outcome.HARNESS_ERROR and "boom" in r.output

@@ -92,7 +92,7 @@ def test_oracle_has_teeth(small_run: tuple[lifecycle.Report, Path], tmp_path: Pa
     results = list(
         guestcheck.check_batch([guestcheck.Item(sid, img, final)], sc.fs, {"": oracle}, timeout=120)
     )
-    assert [r.outcome for _, r in results] == [Outcome.DATA_LOSS]
+    assert [[r.outcome for r in rs] for _, rs in results] == [[Outcome.DATA_LOSS]]
 
 
 def test_qemu_blklogwrites_recorder(tmp_path: Path) -> None:

@@ -52,5 +52,13 @@ def test_jfs_directory_fsync_writes_nothing_and_loses_the_name(
     # Every other state recovers: the image's fsck.jfs (images/jfsutils) replays the log
     # before the mount, where Debian 12's failed (8 of these 12 read mount_failed with it).
     others = {m: o for m, (o, _) in guest.items() if m != "crashlab:sync:1"}
-    assert len(others) >= 10 and set(others.values()) == {"consistent"}, guest
+    assert len(others) >= 10, guest
+    # ... but for the root's times (oracle rule 20): the same lazy commit leaves the
+    # directory fsync's mtime unwritten until a later commit (measured: the state at
+    # the next mark shows the root's mtime still mkfs's).
+    for mark, outcome in others.items():
+        note = guest[mark][1].splitlines()[0]
+        assert outcome == "consistent" or (
+            outcome == "data_loss" and '"path": "/", "stamp"' in note and "missing" not in note
+        ), (mark, guest[mark])
     assert not any("logredo failed" in out for _, out in guest.values()), guest

@@ -116,3 +116,15 @@ def test_check_times_false_sends_an_untimed_copy(tmp_path: Path) -> None:
     assert not oracle.verify(str(root), o, "crashlab:sync:1").ok
     assert oracle.verify(str(root), oracle.untimed(o), "crashlab:sync:1").ok
     assert "until" in entry(o, 1)
+
+
+def test_a_lost_time_names_the_finding_only_when_nothing_else_was_lost() -> None:
+    from harness.model.contract import Mismatch, Stamp, Verdict
+
+    stamp = Mismatch(path="/", stamp=Stamp(which="mtime", got=1, low=2, high=3))
+    bytes_ = Mismatch(path="a", expected="e0", got="9f", size=1, expected_size=2)
+    both = Verdict(mark="m", exact=True, known=True, checked=2, mismatched=[stamp, bytes_],
+                   ok=False)  # fmt: skip
+    assert rules.broken(both) == (rules.RULES["content"], "a")
+    alone = Verdict(mark="m", exact=True, known=True, checked=2, mismatched=[stamp], ok=False)
+    assert rules.broken(alone) == (rules.RULES["times"], "/")

@@ -219,10 +219,12 @@ def test_guest_rounds_are_batched_and_compared_by_oracle_finding(
         outcome = Outcome.CONSISTENT if ok else Outcome.DATA_LOSS
         return CheckResult("guest", "mount+verify", outcome, 0, 0.0, note, note=note)
 
-    def check_batch(items: Any, fs: Any, oracles: Any, *, timeout: float, cpus: int = 2) -> Any:
+    def check_batch(
+        items: Any, fs: Any, oracles: Any, *, timeout: float, cpus: int = 2, modes: Any = ()
+    ) -> Any:
         calls.append(len(items))
         for it in items:
-            yield it.key, finding(it.image, it.mark)
+            yield it.key, [finding(it.image, it.mark)]  # one check: rw, no other mode
 
     monkeypatch.setattr(judge.guestcheck, "check_batch", check_batch)
     argv = ["check-log", str(ext4_small[0]), "--fs", "ext4", "--device-size", "32M"]

@@ -69,6 +69,12 @@ def test_a_nofsync_findings_workload_is_minimised_by_re_recording(
     run = lifecycle.execute(sc, db=db)
     with Store.open(db, create=False) as st:
         lost = [s for s in st.run_detail(run.run_id).states if s.outcome == "data_loss"]
+        # A state that lost a name or its bytes, not only a time (rule 20: the root's
+        # mtime, which a sync that does nothing leaves behind too): its names are ops'.
+        times = {sid for (sid,) in st.execute(
+            "SELECT state_id FROM verdicts WHERE run_id = ? AND rule = 'times'", (run.run_id,)
+        )}  # fmt: skip
+    lost = [s for s in lost if s.id not in times]
     assert lost, dict(run.counts)
     r = minimal.triage(lost[0].id, db, max_candidates=40, workload=True)
     w = r.workload

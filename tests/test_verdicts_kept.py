@@ -82,7 +82,7 @@ def test_a_guest_failing_mid_batch_keeps_the_judged_states(
     def fake_check(guest: Any, serial: str, it: guestcheck.Item, *args: Any) -> Any:
         if it.key == "s2":
             raise GuestAgentError("the guest agent channel broke")
-        return host.CheckResult("guest", "mount+verify", Outcome.DATA_LOSS, 0, 0.1)
+        return [host.CheckResult("guest", "mount+verify", Outcome.DATA_LOSS, 0, 0.1)]
 
     monkeypatch.setattr(guestcheck, "start_guest", fake_guest)
     monkeypatch.setattr(guestcheck, "_prepare", lambda guest, oracle: None)
@@ -91,7 +91,7 @@ def test_a_guest_failing_mid_batch_keeps_the_judged_states(
     fs: Any = SimpleNamespace(type="ext4")
     got = list(guestcheck.check_batch(items, fs, {}, timeout=5))
     assert [k for k, _ in got] == ["s0", "s1", "s2", "s3"]  # each state exactly once
-    assert [r.outcome for _, r in got] == [
+    assert [r.outcome for _, (r,) in got] == [
         Outcome.DATA_LOSS,
         Outcome.DATA_LOSS,
         Outcome.HARNESS_ERROR,

@@ -52,7 +52,8 @@ def rule_of(verdict: Outcome, results: Sequence[CheckResult]) -> tuple[str, str 
     if facts.get("missing"):
         path = str(facts["missing"][0])
         return ("dir-missing" if path.endswith("/") else "file-missing"), path.rstrip("/")
-    for m in facts.get("mismatched", []):
+    mismatched = facts.get("mismatched", [])
+    for m in [m for m in mismatched if "stamp" not in m][:1]:  # a time last (rules.broken)
         for key, rule in MISMATCH_RULES:
             if key in m:
                 return rule, m.get("path")
@@ -61,6 +62,8 @@ def rule_of(verdict: Outcome, results: Sequence[CheckResult]) -> tuple[str, str 
         return "removal-undone", str(facts["present"][0])
     if facts.get("nlink"):
         return "nlink", facts["nlink"][0].get("path")
+    if mismatched:
+        return "times", mismatched[0].get("path")
     return "data-loss", None
 
 

@@ -57,17 +57,21 @@ MISMATCH_RULES = (
 
 def broken(v: Verdict) -> tuple[Rule, str | None]:
     """The rule the verdict's first failed requirement broke, and the name it broke it
-    on: read from the typed verdict where it is made, never from stored text."""
+    on: read from the typed verdict where it is made, never from stored text. A lost
+    time (rule 20) names the finding only when nothing else was lost: a state that lost a
+    file's bytes and its directory's mtime lost the bytes."""
     if v.missing:
         path = v.missing[0]
         return RULES["dir-missing" if path.endswith("/") else "file-missing"], path.rstrip("/")
-    for m in v.mismatched[:1]:
+    for m in [m for m in v.mismatched if m.stamp is None][:1]:
         name = next((r for key, r in MISMATCH_RULES if getattr(m, key) is not None), "")
         return RULES[name or "content"], m.path
     if v.present:
         return RULES["removal-undone"], v.present[0]
     if v.nlink:
         return RULES["nlink"], v.nlink[0].path
+    for m in v.mismatched[:1]:
+        return RULES["times"], m.path
     return RULES["data-loss"], None
 
 

@@ -13,6 +13,7 @@ from harness.guest import opgen
 from harness.model import oracle
 from harness.model.ops import Op
 from harness.model.oracle import rules
+from harness.outcome import Outcome
 
 SECOND = 10**9
 
@@ -128,3 +129,17 @@ def test_a_lost_time_names_the_finding_only_when_nothing_else_was_lost() -> None
     assert rules.broken(both) == (rules.RULES["content"], "a")
     alone = Verdict(mark="m", exact=True, known=True, checked=2, mismatched=[stamp], ok=False)
     assert rules.broken(alone) == (rules.RULES["times"], "/")
+
+
+def test_triage_keeps_the_loss_not_a_lost_time() -> None:
+    from harness.triage import symptom
+
+    lost = symptom.Symptom(
+        Outcome.DATA_LOSS,
+        frozenset({(symptom.RULES["missing"], "f2"), (symptom.RULES["stamp"], "/")}),
+    )
+    only_time = symptom.Symptom(Outcome.DATA_LOSS, frozenset({(symptom.RULES["stamp"], "/")}))
+    assert not only_time.same_way(lost)  # the root's mtime is no stand-in for f2
+    assert lost.same_way(only_time)  # when times were all the original lost, they count
+    note = '{"mark": "m", "mismatched": [{"path": "/", "stamp": {"which": "mtime"}}]}'
+    assert symptom.findings(note) == {(symptom.RULES["stamp"], "/")}

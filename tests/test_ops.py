@@ -109,7 +109,7 @@ def test_rule_19_a_clone_is_durable_like_written_data_and_leaves_its_source() ->
 
 
 def test_every_rule_is_numbered_in_the_oracle_and_in_docs_verdicts() -> None:
-    """A rule is a row of oracle/rules.py, a paragraph of the oracle's docstring and a
+    """A rule is a row of an oracle/rules/ module, a paragraph of the oracle's docstring and a
     numbered item of docs/verdicts.md: the three say the same numbers."""
     import re
 

@@ -14,6 +14,7 @@ import os
 import sys
 import traceback
 from dataclasses import replace
+from typing import Any
 
 from ..model import contract, fioverify, kernlog, oracle, recovery
 from . import fifoserve, recover, runner
@@ -103,9 +104,10 @@ def _check(a: contract.CheckRequest, kmsg: runner.Kmsg) -> contract.CheckFacts:
 def verdict(a: contract.CheckRequest) -> contract.Verdict | None:
     """The oracle's verdict of the tree mounted at ``a.mountpoint`` (None: no oracle).
     OSError reading it is the filesystem's: an unreadable tree is a finding."""
-    if not a.oracle:
-        return None
-    data = oracle.load_oracle(a.oracle)
+    return _judged(a, oracle.load_oracle(a.oracle)) if a.oracle else None
+
+
+def _judged(a: contract.CheckRequest, data: dict[str, Any]) -> contract.Verdict:
     # A fio workload's oracle is its blocks' (rule 12), the op generator's its files'.
     judge = fioverify.verify if data.get("fio") else oracle.verify
     try:
@@ -124,8 +126,8 @@ def _unreadable(a: contract.CheckRequest, e: OSError) -> contract.Verdict:
 def _verify(a: contract.CheckRequest, facts: contract.CheckFacts) -> contract.CheckFacts:
     """The mounted state verified against the oracle."""
     try:
-        facts = replace(facts, verify=verdict(a))
-        data = oracle.load_oracle(a.oracle)
+        data = oracle.load_oracle(a.oracle)  # once a state: verdict() is the modes' path
+        facts = replace(facts, verify=_judged(a, data))
         if data.get("pattern"):
             # An application pattern: what the state left of each target file.
             # Imported only here: its imports cost a second per state under TCG.

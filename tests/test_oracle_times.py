@@ -6,13 +6,16 @@ moved by hand where a test wants one out of its window."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from harness.guest import opgen
 from harness.model import oracle
 from harness.model.ops import Op
-from harness.model.oracle import rules
+from harness.model.oracle import rules, stamps
 from harness.outcome import Outcome
 
 SECOND = 10**9
@@ -73,10 +76,21 @@ def test_sync_bounds_every_file_and_directory(tmp_path: Path) -> None:
     assert [m.path for m in v.mismatched] == ["d/"] and rules.broken(v)[0].number == 20
 
 
-def test_a_cut_exactly_at_the_mark_is_bounded_by_that_mark(tmp_path: Path) -> None:
+def test_a_cut_exactly_at_the_mark_is_bounded_by_that_mark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Between mark 1 and mark 2 the file b is created: the root's mtime moves inside the
     # interval. A state cut anywhere before mark 2 may show it; one cut exactly at mark 1
-    # holds nothing later than mark 1's clock.
+    # holds nothing later than mark 1's clock. The kernel stamps b's create with its coarse
+    # clock, which lags time_ns() by up to a tick (CI saw it read 1.2 ms before mark 1's
+    # clock): each mark waits 50 ms, longer than a tick at any HZ, before the next op.
+    placed = stamps.Stamps.mark
+
+    def mark_then_wait(self: stamps.Stamps, model: Any, op: Any) -> None:
+        placed(self, model, op)
+        time.sleep(0.05)
+
+    monkeypatch.setattr(stamps.Stamps, "mark", mark_then_wait)
     root = tmp_path / "r"
     o = run(root, [Op("create", "a"), Op("sync"), Op("create", "b"), Op("fsync_dir")])
     first = entry(o, 1)

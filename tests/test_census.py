@@ -16,7 +16,10 @@ from harness.config import census
 from harness.config.census import NEEDS, Reach
 from harness.config.settings import load_toml
 from harness.errors import InputError
+from harness.experiments.search import budget
+from harness.model.families import FAMILIES
 from harness.report import census as report
+from harness.report import nights
 
 REPO = Path(__file__).resolve().parent.parent
 CENSUS = REPO / "campaigns" / "census.toml"
@@ -107,11 +110,22 @@ note = "no hash"
         ),
         (GOOD + 'reach = "caught"\n', f"key '{BAD}.bug' = '(the default)': a caught fix names"),
         (
-            GOOD + 'reach = "caught"\nbug = "no-such-bug"\nnightly = "relog"\n',
+            GOOD + 'reach = "caught"\nbug = "no-such-bug"\nnightly = "none"\nnightly_why = "x"\n',
             f"key '{BAD}.bug' = 'no-such-bug': no such [[bug]]",
         ),
         (GOOD + 'reach = "expressible"\nnightly = "none"\nnightly_why = "x"\n', f"'{BAD}.why'"),
         (GOOD + 'reach = "expressible"\nwhy = "x"\nnightly = "relogg"\n', "did you mean"),
+        (
+            GOOD + 'reach = "expressible"\nwhy = "x"\nnightly = "relog"\n',
+            f"key '{BAD}.shapes' = '(the default)': nightly 'relog' gives the shapes it meets",
+        ),
+        (
+            GOOD + 'reach = "expressible"\nwhy = "x"\nnightly = "relog"\n'
+            'shapes = ["truncate-zero(foo) fsync(foo); link(foo, bar) fsync_dir"]\n',
+            f"key '{BAD}.shapes[0]' = 'truncate-zero(foo) fsync(foo); link(foo, bar) fsync_dir': "
+            "'link(foo, bar) fsync_dir' is no ACE step (ace-n's, as describe spells it) "
+            "did you mean 'link(foo, bar) fsync_dir()'?",
+        ),
     ],
 )
 def test_bad_census_is_exit_2_naming_the_key(
@@ -136,7 +150,8 @@ def test_caught_with_another_commit_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_reproducible_bug_left_out_is_refused(tmp_path: Path) -> None:
-    path = _write(tmp_path, GOOD + 'reach = "expressible"\nwhy = "x"\nnightly = "relog"\n')
+    path = _write(tmp_path, GOOD + 'reach = "expressible"\nwhy = "x"\nnightly = "none"\n'
+                  'nightly_why = "x"\n')  # fmt: skip
     blocks = path.read_text().split("[[fix]]")
     path.write_text("[[fix]]".join(b for b in blocks if "btrfs-zero-size-after-link" not in b))
     with pytest.raises(InputError, match="catches btrfs-zero-size-after-link, which no caught"):
@@ -175,3 +190,49 @@ def test_doc_tables_are_the_commands_output(real: census.Census) -> None:
     assert doc[start:end] == report.markdown(real), (
         "docs/census.md is stale: regenerate its table with `scenario campaign census --markdown`"
     )
+
+
+def test_each_nightly_family_said_is_where_the_nightly_meets_the_shapes(
+    real: census.Census,
+) -> None:
+    met = nights.nights(real)
+    for f in real.fixes:
+        if f.nightly in FAMILIES:
+            assert any(m.run.endswith(f" {f.nightly}") and m.per_night for m in met[f.title]), (
+                f.title
+            )
+        elif f.nightly == "ace-n-slice":
+            assert any("slice" in m.run and m.nights == 1 for m in met[f.title]), f.title
+        elif not f.shapes:
+            assert met[f.title] == [], f.title  # no shapes: not computed, never "met"
+
+
+def test_a_position_is_the_walked_order_s_and_nights_divide_it_by_a_night(
+    real: census.Census, tmp_path: Path
+) -> None:
+    # budget.order, the order a budgeted run really records in, walked by hand for the
+    # nightly's btrfs relog run: the census's position of the zero-size fix is its.
+    fix = next(f for f in real.fixes if f.bug == "btrfs-zero-size-after-link")
+    run = next(r for r in nights.runs(real) if r.fs == "btrfs" and r.label.endswith(" relog"))
+    want = [tuple(s.split("; ")) for s in fix.shapes]
+    walked = budget.order(run.spec, run.seed)
+    pos, first = next(
+        (n, d) for n, d in enumerate(walked, 1) if tuple(d["ops"].split("; ")) in want
+    )
+    m = nights.meeting(fix, run)
+    assert m is not None and (m.position, m.workload) == (pos, first["id"])
+    assert m.per_night == int(20 / 60 * real.nightly.workloads_per_hour)  # its budget is 20m
+    # A slower night: the same position over fewer workloads a night.
+    slow = census.Nightly(campaign=real.nightly.campaign, workloads_per_hour=30, rate_source="x")
+    r2 = nights.Walked(run.label, run.fs, run.spec, run.seed, int(20 / 60 * 30))
+    m2 = nights.meeting(fix, r2)
+    assert slow.workloads_per_hour == 30 and m2 is not None
+    assert m2.nights == -(-pos // 10) and m2.nights > 1
+
+
+def test_json_gives_each_fix_its_nights(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["campaign", "census", str(CENSUS), "--json", "--reach", "caught"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    zero = next(f for f in got["fixes"] if f["bug"] == "btrfs-zero-size-after-link")
+    assert zero["nights"][0]["nights"] >= 1 and zero["nights"][0]["workload"].startswith("xseq2-")
+    assert got["nightly"]["workloads_per_hour"] > 0

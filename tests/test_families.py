@@ -99,6 +99,18 @@ def test_the_seeded_order_is_a_permutation_fixed_by_the_seed() -> None:
     assert one == again and sorted(one) == sorted(other) == fam and one != other
 
 
+@pytest.mark.parametrize(
+    ("grammar", "family"), [("ace-x", "relog"), ("ace-n", "held-fd"), ("ace", "")]
+)
+def test_the_order_computed_from_members_is_the_walked_one(grammar: str, family: str) -> None:
+    """``ordered`` (the census's nights) sorts the family's members by the permutation's
+    inverse instead of walking the index space: the same list ``shuffled`` walks."""
+    walked = list(acespace.shuffled(2, 5, grammar, family))
+    assert acespace.ordered(2, 5, grammar, family) == walked
+    assert list(acespace.members(2, grammar, family)) == sorted(walked)
+    assert len(walked) == acespace.count(2, grammar, family)
+
+
 def test_a_budgeted_run_taken_up_again_goes_on_where_it_stopped() -> None:
     w = scenario.load("ace-seq2", ["workload.family=dir-move", "workload.budget=90m",
                                    "workload.sample=0"]).workload  # fmt: skip

@@ -17,7 +17,9 @@ from harness.config import census as config_census
 from harness.config.census import Reach
 from harness.outcome import EXIT_OK
 from harness.report import census as report
+from harness.report import nights
 from harness.report.markup import esc
+from harness.report.nights import Meeting
 
 console = ui.console()
 
@@ -61,14 +63,14 @@ def cmd_census(args: argparse.Namespace) -> int:
     if args.markdown:
         print(report.markdown(census), end="")
         return EXIT_OK
-    console.print(_table(report.select(census, reach)))
+    console.print(_table(report.select(census, reach), nights.nights(census)))
     console.print(report.summary(census), markup=False)
     needs = "; ".join(f"{k} {n} ({a} alone)" for k, n, a in census.needs_counts())
     console.print(f"needs (fixes naming it, alone): {needs}", markup=False)
     return EXIT_OK
 
 
-def _table(fixes: list[config_census.Fix]) -> Table:
+def _table(fixes: list[config_census.Fix], met: dict[str, list[Meeting]]) -> Table:
     # Titles and reasons wrap (overflow fold) so the table fits the terminal's width.
     t = Table(box=box.SIMPLE_HEAD, expand=False)
     t.add_column("fix", overflow="fold", ratio=3)
@@ -82,5 +84,8 @@ def _table(fixes: list[config_census.Fix]) -> Table:
         pkgs = ", ".join(f.fixed_in) or "none"
         pkgs += "\nbuggy: " + (", ".join(f.buggy) or "-")
         reach = f"[{_STYLE[f.reach]}]{esc(report.reach_text(f))}[/]"
-        t.add_row(esc(head), esc(f.fs), esc(f.area), esc(pkgs), reach, esc(f.nightly or "-"))
+        night = f"\nnight {met[f.title][0].nights}" if met[f.title] else ""
+        t.add_row(
+            esc(head), esc(f.fs), esc(f.area), esc(pkgs), reach, esc((f.nightly or "-") + night)
+        )
     return t

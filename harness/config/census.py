@@ -13,6 +13,7 @@ reproduces must be a caught entry, so the census and the catalogue cannot drift 
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -27,6 +28,7 @@ from harness.config import settings
 from harness.config.campaign import CampaignFile
 from harness.config.settings import Settings, problem
 from harness.errors import InputError
+from harness.model import ace
 from harness.model.families import FAMILIES
 
 DEFAULT_PATH = Path("campaigns/census.toml")
@@ -85,6 +87,12 @@ class Fix(Settings):
     why: str = Field("", description="expressible: why not caught yet; 'other': what")
     nightly: str = Field("", description="the nightly family or slice meeting its shape")
     nightly_why: str = ""
+    shapes: tuple[str, ...] = Field(
+        (),
+        description="ACE steps that show the bug, spelt as `ace describe` spells them "
+        "('truncate-zero(foo) fsync(foo); link(foo, bar) fsync_dir()'): where the nightly "
+        "meets them says after how many nights (harness/report/nights.py)",
+    )
     basis: Literal["commit", "title", "catalogue"] = Field(
         description="what the classification read: the commit, the title alone, or the "
         "known-bugs catalogue's reading (docs/known-bugs.md)"
@@ -142,6 +150,23 @@ class Fix(Settings):
                           hint=_close(self.nightly, NIGHTLY))  # fmt: skip
         if self.nightly == "none" and not self.nightly_why:
             raise problem("nightly 'none' says why in nightly_why", key="nightly_why")
+        if self.nightly != "none" and not self.shapes:
+            raise problem(
+                f"nightly {self.nightly!r} gives the shapes it meets", key="shapes",
+                hint="ACE steps as `python3 -m harness.guest.ace list` spells them",
+            )  # fmt: skip
+        steps = _steps()
+        for i, shape in enumerate(self.shapes):
+            for step in (s.strip() for s in shape.split(";")):
+                if step not in steps:
+                    raise problem(f"{step!r} is no ACE step (ace-n's, as describe spells it)",
+                                  key=f"shapes[{i}]", hint=_close(step, steps))  # fmt: skip
+
+
+@functools.cache
+def _steps() -> frozenset[str]:
+    """Every step ace-n (which holds ace and ace-x) can spell."""
+    return frozenset(ace.unit_label(c, p) for c, p in ace.units(False, "ace-n"))
 
 
 def _is_package(name: str) -> bool:
@@ -153,6 +178,16 @@ def _close(value: str, options: Iterable[str]) -> str | None:
     return f"did you mean {close[0]!r}?" if close else None
 
 
+class Nightly(Settings):
+    """``[nightly]``: the campaign whose search meets the fixes' shapes, and its pace."""
+
+    campaign: str = Field("nightly.toml", description="relative to the census file")
+    workloads_per_hour: float = Field(
+        gt=0, description="workloads a budget's hour records and checks (measured)"
+    )
+    rate_source: str = Field(min_length=1, description="the measurement the rate comes from")
+
+
 class CensusFile(Settings):
     """The file: what was read, and one ``[[fix]]`` per crash-consistency fix."""
 
@@ -160,6 +195,7 @@ class CensusFile(Settings):
     known_bugs: str = Field(
         "known-bugs.toml", description="the catalogue caught fixes name, relative to the file"
     )
+    nightly: Nightly | None = Field(None, description="without it, no nights are computed")
     fix: tuple[Fix, ...] = Field(min_length=1)
 
 
@@ -168,6 +204,7 @@ class Census:
     path: Path
     description: str
     fixes: tuple[Fix, ...]
+    nightly: Nightly | None
 
     def of(self, reach: Reach) -> list[Fix]:
         return [f for f in self.fixes if f.reach is reach]
@@ -208,7 +245,7 @@ def load(path: Path = DEFAULT_PATH) -> Census:
     f: CensusFile = settings.validate(path, CensusFile, settings.load_toml(path))
     _check_titles(path, f)
     _check_catalogue(path, f, path.parent / f.known_bugs)
-    return Census(path, f.description.strip(), f.fix)
+    return Census(path, f.description.strip(), f.fix, f.nightly)
 
 
 def _check_titles(path: Path, f: CensusFile) -> None:

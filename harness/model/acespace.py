@@ -161,16 +161,22 @@ def relogs(picked: Sequence[tuple[Core, tuple[str, str]]]) -> bool:
     return bool(families.matches("relog", picked))
 
 
-def shuffled(seq: int, seed: int, grammar: str = "ace", family: str = "") -> Iterator[int]:
-    """Every valid workload of ``family`` (all when empty) once, in an order fixed by
-    ``seed``: an affine permutation of the index space (a stride coprime with its size),
-    so a budgeted run taken up again walks the same order and skips what it recorded."""
+def _affine(seq: int, seed: int, grammar: str) -> tuple[int, int, int]:
+    """``shuffled``'s permutation of the index space: (size, stride coprime with it,
+    offset), the k-th index of the order being ``(offset + k * stride) % size``."""
     total = space(seq, grammar)
     rng = random.Random(seed)
     stride = rng.randrange(1, total) if total > 1 else 1
     while math.gcd(stride, total) != 1:
         stride += 1
-    offset = rng.randrange(total)
+    return total, stride, rng.randrange(total)
+
+
+def shuffled(seq: int, seed: int, grammar: str = "ace", family: str = "") -> Iterator[int]:
+    """Every valid workload of ``family`` (all when empty) once, in an order fixed by
+    ``seed``: an affine permutation of the index space (a stride coprime with its size),
+    so a budgeted run taken up again walks the same order and skips what it recorded."""
+    total, stride, offset = _affine(seq, seed, grammar)
     for k in range(total):
         i = (offset + k * stride) % total
         picked = decode(seq, i, grammar)
@@ -178,23 +184,71 @@ def shuffled(seq: int, seed: int, grammar: str = "ace", family: str = "") -> Ite
             yield i
 
 
+def ordered(seq: int, seed: int, grammar: str = "ace", family: str = "") -> list[int]:
+    """``shuffled``'s order, whole: the family's ``members`` sorted by their place in the
+    permutation (its inverse), not found by walking the index space -- a seq-3 family's
+    last workload lies tens of millions of indices in."""
+    total, stride, offset = _affine(seq, seed, grammar)
+    back = pow(stride, -1, total)  # k = (i - offset) / stride, mod total
+    return sorted(members(seq, grammar, family), key=lambda i: (i - offset) * back % total)
+
+
+Names = tuple[tuple[tuple[str, int], ...], frozenset[str]]  # files with sizes, dirs
+
+
+def _names(files: dict[str, int], dirs: set[str]) -> Names:
+    return tuple(sorted(files.items())), frozenset(dirs)
+
+
+BASE: Names = _names({f: BASE_SIZE for f in FILES}, {"", *BASE_DIRS})
+
+
+def _children(
+    state: Names, walk: Any, last: bool, grammar: str
+) -> Iterator[tuple[int, Names, Any]]:
+    """Each op that can follow a prefix: its digit, the names and the walk after it."""
+    for digit, (c, (pkind, ppath)) in enumerate(units(last, grammar)):
+        files, dirs = dict(state[0]), set(state[1])
+        if _step_persist(c, pkind, ppath, files, dirs):
+            nxt = families.advance(walk, c, pkind, ppath) if walk is not None else None
+            yield digit, _names(files, dirs), nxt
+
+
+@functools.cache
+def _completions(state: Names, walk: Any, left: int, grammar: str) -> int:
+    """How many ways ``left`` more ops complete a prefix into a valid workload (of the
+    walk's family, when there is one)."""
+    if left == 0:
+        return 1 if walk is None or walk.hit else 0
+    return sum(
+        _completions(s, w, left - 1, grammar)
+        for _, s, w in _children(state, walk, left == 1, grammar)
+    )
+
+
 def count(seq: int, grammar: str = "ace", family: str = "") -> int:
     """Exactly how many valid workloads of ``seq`` ops (of ``family`` when given) there
     are, by dynamic programming: the names left and the family's walk after a prefix are
     all its suffixes depend on, and few prefixes differ in them."""
+    return _completions(BASE, families.start(family) if family else None, seq, grammar)
 
-    @functools.cache
-    def rest(state: tuple[Any, ...], walk: Any, left: int) -> int:
+
+def members(seq: int, grammar: str = "ace", family: str = "") -> Iterator[int]:
+    """Every valid workload of ``family`` (all when empty), in index order, found by a
+    walk that enters only prefixes ``_completions`` says some workload completes: its
+    cost grows with the family's size, not with the index space's."""
+    radix = [len(units(True, grammar)), len(units(False, grammar))]
+
+    @functools.cache  # many prefixes leave the same names and walk: their suffixes agree
+    def kids(state: Names, walk: Any, left: int) -> tuple[tuple[int, Names, Any], ...]:
+        every = _children(state, walk, left == 1, grammar)
+        return tuple(k for k in every if _completions(k[1], k[2], left - 1, grammar))
+
+    def below(state: Names, walk: Any, left: int, index: int) -> Iterator[int]:
         if left == 0:
-            return 1 if not family or walk.hit else 0
-        total = 0
-        for c, (pkind, ppath) in units(left == 1, grammar):
-            files, dirs = dict(state[0]), set(state[1])
-            if not _step_persist(c, pkind, ppath, files, dirs):
-                continue
-            nxt = families.advance(walk, c, pkind, ppath) if family else None
-            total += rest((tuple(sorted(files.items())), frozenset(dirs)), nxt, left - 1)
-        return total
+            yield index
+            return
+        for digit, s, w in kids(state, walk, left):
+            yield from below(s, w, left - 1, index * radix[left > 1] + digit)
 
-    base = (tuple(sorted({f: BASE_SIZE for f in FILES}.items())), frozenset({"", *BASE_DIRS}))
-    return rest(base, families.start(family) if family else None, seq)
+    yield from below(BASE, families.start(family) if family else None, seq, 0)

@@ -6,9 +6,12 @@ the document and campaigns/census.toml cannot disagree.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from harness.config.census import NEEDS, Census, Fix, Reach
+from harness.report import nights
+from harness.report.nights import Meeting
 
 BEGIN = "<!-- census:begin (generated: scenario campaign census --markdown) -->"
 END = "<!-- census:end -->"
@@ -27,10 +30,16 @@ def reach_text(f: Fix) -> str:
     return "needs " + ", ".join(f.needs) + (f": {f.why}" if f.why else "")
 
 
-def nightly_text(f: Fix) -> str:
+def nightly_text(f: Fix, met: Sequence[Meeting] = ()) -> str:
+    """The family or slice said, the soonest nightly run that meets the shapes, and why."""
     if not f.nightly:
         return "-"
-    return f.nightly + (f" ({f.nightly_why})" if f.nightly_why else "")
+    out = f.nightly
+    if met:
+        out += f"; {met[0].text()}"
+    elif f.shapes:
+        out += "; no nightly run meets its shapes"
+    return out + (f" ({f.nightly_why})" if f.nightly_why else "")
 
 
 def summary(census: Census) -> str:
@@ -46,6 +55,7 @@ def summary(census: Census) -> str:
 
 def to_json(census: Census, reach: Reach | None = None) -> dict[str, Any]:
     r1, r2 = census.ratios()
+    met = nights.nights(census)
     return {
         "file": str(census.path),
         "total": len(census.fixes),
@@ -54,7 +64,11 @@ def to_json(census: Census, reach: Reach | None = None) -> dict[str, Any]:
         "ratio_caught": round(r1, 4),
         "ratio_reachable": round(r2, 4),
         "needs": [{"need": k, "fixes": n, "alone": a} for k, n, a in census.needs_counts()],
-        "fixes": [f.model_dump(mode="json") for f in select(census, reach)],
+        "nightly": census.nightly.model_dump(mode="json") if census.nightly else None,
+        "fixes": [
+            {**f.model_dump(mode="json"), "nights": [nights.to_json(m) for m in met[f.title]]}
+            for f in select(census, reach)
+        ],
     }
 
 
@@ -64,6 +78,7 @@ def _cell(text: str) -> str:
 
 def markdown(census: Census) -> str:
     """The tables of docs/census.md: per filesystem, the fixes, the needs."""
+    met = nights.nights(census)
     out = [summary(census) + ".", ""]
     out += ["| fs | caught | expressible | not expressible | total |", "|---|---|---|---|---|"]
     for fs, c in sorted(census.by_fs().items()):
@@ -92,7 +107,7 @@ def markdown(census: Census) -> str:
             ", ".join(f.fixed_in) or "none",
             ", ".join(f.buggy) or "-",
             reach_text(f),
-            nightly_text(f),
+            nightly_text(f, met[f.title]),
             f.basis,
         )
         out.append("| " + " | ".join(_cell(c) for c in cells) + " |")

@@ -13,7 +13,17 @@ import pytest
 
 from harness.fstests import gen
 from harness.model import opfile, oracle, shell
-from harness.model.ops import PERSIST_OPS, SPECS, SYNC_OPS, SYNCED_WRITES, TABLE, WRITE_OPS, Op
+from harness.model.ops import (
+    ENDS,
+    PERSIST_OPS,
+    SHUTDOWN_FLAGS,
+    SPECS,
+    SYNC_OPS,
+    SYNCED_WRITES,
+    TABLE,
+    WRITE_OPS,
+    Op,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = {
@@ -26,8 +36,9 @@ def test_every_op_is_written_once_and_its_sets_are_read_off_the_table() -> None:
     assert len(SPECS) == len(TABLE)
     # What the lab's rules were written against, now derived: a change here is a change
     # of the oracle's behaviour and must be one on purpose.
-    assert {"fsync", "fdatasync", "fsync_dir", "sync", "syncfs", "fsync_fd",
-                        "fdatasync_fd"} == SYNC_OPS  # fmt: skip
+    assert {"fsync", "fdatasync", "fsync_dir", "sync", "syncfs", "fsync_fd", "fdatasync_fd",
+            *SHUTDOWN_FLAGS} == SYNC_OPS  # fmt: skip
+    assert set(SHUTDOWN_FLAGS) == ENDS  # a shutdown ends the workload: nothing runs after it
     assert SYNCED_WRITES == {"osync_write": "fsync", "odsync_write": "fdatasync",
                              "dwrite_dsync": "fdatasync"}  # fmt: skip
     assert SYNC_OPS | set(SYNCED_WRITES) == PERSIST_OPS
@@ -54,7 +65,10 @@ def test_every_op_has_its_call_in_the_guest() -> None:
     """syscalls.perform compares the op's kind with each name: every table op is there."""
     tree = ast.parse((REPO / "harness/guest/syscalls.py").read_text())
     named = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)}
-    assert {s.name for s in TABLE} - named == set()
+    # The shutdowns by their flags' table: one ioctl, FS_IOC_SHUTDOWN, three flags.
+    words = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    assert "SHUTDOWN_FLAGS" in words
+    assert {s.name for s in TABLE} - named - set(SHUTDOWN_FLAGS) == set()
 
 
 def test_one_translation_speaks_both_dialects() -> None:

@@ -267,7 +267,7 @@ def _known_bugs_table(rows: Sequence[knownbugs.BugRow]) -> Table:
             more = f" {v.findings}/{v.states} states" if v.run_id else ""
             more += f" {v.seconds:.0f} s" if v.seconds else ""
             cols.append(f"{esc(v.kernel)}: {what}{esc(more)}")
-        fix = f"{b.commit[:12]} {b.title}" + (f" ({b.fstests})" if b.fstests else "")
+        fix = f"{b.commit[:12] or '(no hash)'} {b.title}" + (f" ({b.fstests})" if b.fstests else "")
         if not b.reproduces:
             fix += f"\nnot reproduced: {b.reason}"
         t.add_row(esc(b.name), esc(b.fs), esc(fix), *cols)

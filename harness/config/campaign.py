@@ -67,7 +67,11 @@ class BugSpec(Settings):
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", description="a short slug")
     fs: str
-    commit: str = Field(pattern=r"^[0-9a-f]{12,40}$", description="the upstream fix")
+    commit: str = Field(
+        pattern=r"^([0-9a-f]{12,40})?$",
+        description="the upstream fix; '' when only Debian's changelog title is known (the "
+        "census's note says which sources were searched)",
+    )
     title: str = Field(min_length=1, description="the fix's subject line")
     fstests: str = Field("", description="the fstests test that covers it, if any")
     scenario: str = Field(description="the crash scenario the steps run in")

@@ -282,11 +282,14 @@ def _check_catalogue(path: Path, f: CensusFile, catalogue: Path) -> None:
                 "reproducible, so it catches nothing",
                 hint="make the fix expressible and say why",
             )
-        same = fix.commit and (b.commit.startswith(fix.commit) or fix.commit.startswith(b.commit))
+        if fix.commit:
+            same = b.commit.startswith(fix.commit) or fix.commit.startswith(b.commit or "-")
+        else:  # a fix known by its changelog title alone: the catalogue names it so too
+            same = not b.commit and fix.title.startswith(b.title)
         if not same:
             raise InputError(
                 f"{path}: key 'fix[{i}].commit' = {fix.commit!r}: {fix.bug} in {catalogue} "
-                f"is commit {b.commit}",
+                f"is commit {b.commit or '(none: the title ' + repr(b.title) + ')'}",
                 hint="a caught fix's commit is its catalogue bug's",
             )
         caught[fix.bug] = i

@@ -27,6 +27,7 @@ from harness.config.workloads import (
 )
 from harness.errors import InputError
 from harness.model import recovery
+from harness.model.ops import SHUTDOWN_FS
 
 if TYPE_CHECKING:
     pass
@@ -145,6 +146,19 @@ class FsSpec(Settings):
         ]
 
 
+Method = Literal["power-cut", "shutdown", "shutdown-logflush", "shutdown-nologflush"]
+
+
+def check_method(fs: FsSpec, crash: CrashSpec) -> None:
+    """A shutdown needs a filesystem with FS_IOC_SHUTDOWN."""
+    if crash.method != "power-cut" and str(fs.type) not in SHUTDOWN_FS:
+        raise problem(
+            f"{fs.type} has no shutdown ioctl (FS_IOC_SHUTDOWN) for {crash.method!r}",
+            f"crash.method = 'power-cut', or fs.type one of {', '.join(SHUTDOWN_FS)}",
+            key="crash.method",
+        )
+
+
 class CrashSpec(Settings):
     states: tuple[StateSpec, ...] = Field(
         ({"kind": "fua"},),  # validated like any value
@@ -163,6 +177,17 @@ class CrashSpec(Settings):
     corrupt: Literal["none", "zero-durable-block"] = Field(
         "none", description="a positive control: damage each replayed state before the check"
     )
+    method: Method = Field(
+        "power-cut",
+        description="how the workload ends: power-cut (a sync, then the log is cut "
+        "anywhere), or FS_IOC_SHUTDOWN with its flag -- shutdown (a freeze first), "
+        "shutdown-logflush, shutdown-nologflush -- whose own state the disk keeps whole "
+        "(harness/model/ops.py)",
+    )
+
+    def end_op(self) -> str:
+        """The op that ends the workload (opgen's --end)."""
+        return "sync" if self.method == "power-cut" else self.method.replace("-", "_")
 
 
 def parse_dask_target(text: str) -> tuple[str, Any]:
@@ -294,6 +319,15 @@ class Scenario(ScenarioBase):
     @model_validator(mode="after")
     def _recovery_modes(self) -> Scenario:
         check_recovery(self.fs, self.check)
+        check_method(self.fs, self.crash)
+        if self.crash.method != "power-cut" and not isinstance(
+            self.workload, OpsWorkload | FileWorkload
+        ):
+            raise problem(
+                f"{self.crash.method} ends the op workloads (ops, file)",
+                "crash.method = 'power-cut' for this workload",
+                key="crash.method",
+            )
         return self
 
     @model_validator(mode="after")

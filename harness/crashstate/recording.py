@@ -34,6 +34,7 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
             fsync_names=bool(w.fsync_names),
             noop_sync=w.noop_sync,
             ordered_metadata=w.ordered_metadata,
+            end=sc.crash.end_op(),
         )
     if isinstance(w, AppWorkload):
         return record.WorkloadSpec(
@@ -55,6 +56,7 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
         extended=w.extended,
         bug_ops=w.bug_ops,
         family=w.family,
+        end=sc.crash.end_op(),
     )
 
 

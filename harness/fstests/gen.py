@@ -151,6 +151,8 @@ def _checks(req: dict[str, Any], md5: dict[str, str]) -> tuple[list[str], list[s
             out += [f"# file: SCRATCH_MNT/{path}", f"{name}=0x{value}", ""]
     for name in req["absent"]:
         prog.append(f'[ -e {_p(name)} -o -L {_p(name)} ] && echo "{name} exists, must be gone"')
+    for name in req.get("named", []):  # a log flush's name: the file, whatever it holds
+        prog.append(f'[ -f {_p(name)} ] || echo "{name} is missing"')
     return prog, out
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..model import opfile
 from ..model.generate import Generator, family_seed
-from ..model.ops import PERSIST_OPS, Op
+from ..model.ops import ENDS, PERSIST_OPS, Op
 from ..model.oracle import FORMAT, MARK_PREFIX, Tracker, UsageError, load_oracle, verify
 from . import runner
 from .syscalls import perform
@@ -82,6 +82,7 @@ def execute(
     flush_after_sync: bool = False,
     on_mark: Callable[[str], None] | None = None,
     ordered: bool = False,
+    end: str = "sync",
 ) -> dict[str, Any]:
     """Run ops (given, or ``count`` drawn from ``generator``) and return the oracle body.
 
@@ -89,8 +90,12 @@ def execute(
     switched on at a sync point (``dropremount.py``). ``flush_after_sync`` fsyncs the
     device ``dm_name`` after each sync call, before its mark: the device's dirty buffer
     cache is written and a cache FLUSH sent (blkdev_fsync) -- an experiment that tells a
-    filesystem's missing flush from a rule of ours (the model does not change). The
-    returned dict has ``marks``, ``final_mark``, ``ops``, ``complete`` and ``error``.
+    filesystem's missing flush from a rule of ours (the model does not change). ``end``
+    is the op that ends the workload: ``sync``, or a shutdown (``crash.method``); a
+    workload whose own ops end with a shutdown ends there. After a shutdown the device
+    is flushed before its mark: a shutdown loses no cache, so the state at its mark is
+    every write the filesystem sent. The returned dict has ``marks``, ``final_mark``,
+    ``ops``, ``complete`` and ``error``.
     """
     track = Tracker(fsync_names, ordered, root)
     log: list[dict[str, Any]] = []
@@ -109,7 +114,7 @@ def execute(
             ) from None
         track.after(op)
         if op.kind in PERSIST_OPS:
-            if flush_after_sync and not noop_sync:
+            if (flush_after_sync or op.kind in ENDS) and dm_name and not noop_sync:
                 flush_device(dm_name)
             text = track.next_mark()
             emit_mark(mark_cmd, dm_name, text)
@@ -130,7 +135,8 @@ def execute(
     try:
         for op in source():
             step(op)
-        step(Op("sync"))
+        if not (log and log[-1]["op"] in ENDS):
+            step(Op(end))
         log[-1]["final"] = True
         final_mark = log[-1]["mark"]
     except OpFailed as e:
@@ -200,6 +206,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         noop_sync=args.noop_sync,
         flush_after_sync=args.flush_after_sync,
         ordered=args.ordered_metadata,
+        end=args.end,
     )
     oracle = oracle_doc(args, body)
     write_json(args.oracle, oracle)
@@ -265,6 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--ordered-metadata",
         action="store_true",
         help="judge by the ordered-metadata profile (oracle.py rule 18)",
+    )
+    r.add_argument(
+        "--end",
+        choices=("sync", *ENDS),
+        default="sync",
+        help="the op that ends the workload: sync, or a shutdown (crash.method)",
     )
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("verify", help="check a mounted crash state against the oracle")

@@ -16,16 +16,17 @@ import fcntl
 import mmap
 import os
 
-from ..model.ops import FALLOC_FLAGS, SYNC_OPS, SYNCED_WRITES, UTIMES_BASE, Op
+from ..model.ops import FALLOC_FLAGS, SHUTDOWN_FLAGS, SYNC_OPS, SYNCED_WRITES, UTIMES_BASE, Op
 from . import runner
 
 MORE_OPS = frozenset(
     {
         "open", "close", "tmpfile", "linkat", "write_fd", "fsync_fd", "fdatasync_fd",
         "symlink", "chmod", "chown", "utimes", "rename_noreplace", "exchange",
-        "dwrite_dsync", "subvol_create", "snapshot", "clone",
+        "dwrite_dsync", "subvol_create", "snapshot", "clone", *SHUTDOWN_FLAGS,
     }
 )  # fmt: skip
+FS_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32)
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2  # linux/fs.h
 AT_FDCWD = -100
 AT_EMPTY_PATH = 0x1000
@@ -115,6 +116,13 @@ def perform_more(root: str, op: Op, noop_sync: bool, fds: dict[str, int]) -> Non
             done += os.pwrite(fds[op.fd], view[done:], op.offset + done)
     elif k in ("fsync_fd", "fdatasync_fd"):  # perform skips them under noop_sync
         (os.fsync if k == "fsync_fd" else os.fdatasync)(fds[op.fd])
+    elif k in SHUTDOWN_FLAGS:
+        _in_a_lab_guest(k)
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.ioctl(fd, FS_IOC_SHUTDOWN, SHUTDOWN_FLAGS[k].to_bytes(4, "little"))
+        finally:
+            os.close(fd)
     elif k == "symlink":
         os.symlink(op.target, p)
     elif k == "chmod":
@@ -137,6 +145,18 @@ def perform_more(root: str, op: Op, noop_sync: bool, fds: dict[str, int]) -> Non
         _btrfs(["snapshot", p, os.path.join(root, op.dst)])
     else:
         raise ValueError(f"unknown op {k!r}")
+
+
+def _in_a_lab_guest(k: str) -> None:
+    """Refuse a shutdown outside the lab's guests: on a host (a test on a tmp directory)
+    it would stop the host's own filesystem."""
+    try:
+        with open("/proc/cmdline") as f:
+            ours = "init=/sbin/crashlab-init" in f.read().split()
+    except OSError:
+        ours = False
+    if not ours:
+        raise OSError(errno.EPERM, f"{k} runs only in a crashlab guest (init=/sbin/crashlab-init)")
 
 
 def perform(root: str, op: Op, noop_sync: bool = False, fds: dict[str, int] | None = None) -> None:

@@ -135,6 +135,7 @@ class _Checker:
     def __post_init__(self) -> None:
         self.model = Model()
         self.symlinks: set[str] = set()
+        self.ended = ""  # the op that ended the workload (a shutdown)
 
     def exists(self, path: str) -> bool:
         return path in self.model.files or path in self.model.dirs
@@ -157,6 +158,10 @@ class _Checker:
 
         path, dst, fd = op.get("path", ""), op.get("dst", ""), op.get("fd")
         spec = SPECS[k]
+        if self.ended:
+            fail(f"an op after {self.ended}", f"{self.ended} ends the workload: make it the last")
+        if spec.ends:
+            self.ended = k
         if spec.fs and self.fs and self.fs not in spec.fs:
             can = " or ".join(spec.fs)
             fail(

@@ -51,12 +51,16 @@ class Spec:
     in_files: bool = True  # a workload file may name it
     requires: tuple[str, ...] = ()  # the fstests _require lines its test needs
     no_shell: str = ""  # why no shell command can do it
+    ends: bool = False  # the filesystem takes no op after it: the workload's last
 
     def usage(self) -> str:
         return " ".join([self.name, *(a.upper() for a in self.args)])
 
 
 _IO_WRITE = '{io} -f {flags}-c "pwrite -q {off} {n}" {p}'
+# FS_IOC_SHUTDOWN: ext4 (which serves ext3 here), xfs and f2fs; btrfs has none on the
+# kernels the lab boots (6.1, 6.12).
+SHUTDOWN_FS = ("ext3", "ext4", "xfs", "f2fs")
 _S = Spec
 TABLE: tuple[Spec, ...] = (
     # The namespace.
@@ -140,6 +144,20 @@ TABLE: tuple[Spec, ...] = (
        persists="fsync", handle=True),
     _S("fdatasync_fd", ("fd",), "fdatasync(2) through a held descriptor",
        '{io} -r -c "fdatasync" {held}', persists="fdatasync", handle=True),
+    # A crash by shutdown (FS_IOC_SHUTDOWN): the filesystem stops taking I/O, the disk keeps
+    # what it was sent (no cache is lost), and the workload ends there. What it makes
+    # durable first is its flag's: a freeze (default: as sync), a log force (logflush: the
+    # names the log holds, not the data it does not), nothing (nologflush). fstests'
+    # _scratch_shutdown is xfs_io's `shutdown` (nologflush) and `shutdown -f` (logflush).
+    _S("shutdown", (), "ioctl(FS_IOC_SHUTDOWN, DEFAULT)", persists="sync", ends=True,
+       fs=SHUTDOWN_FS, no_shell="xfs_io's shutdown sends only the log flags; the default "
+       "flag's freeze first has no shell spelling"),
+    _S("shutdown_logflush", (), "ioctl(FS_IOC_SHUTDOWN, LOGFLUSH)",
+       '{io} -x -c "shutdown -f" {p}', persists="names", ends=True, fs=SHUTDOWN_FS,
+       requires=("_require_scratch_shutdown",)),
+    _S("shutdown_nologflush", (), "ioctl(FS_IOC_SHUTDOWN, NOLOGFLUSH)",
+       '{io} -x -c "shutdown" {p}', persists="nothing", ends=True, fs=SHUTDOWN_FS,
+       requires=("_require_scratch_shutdown",)),
 )  # fmt: skip
 SPECS: dict[str, Spec] = {s.name: s for s in TABLE}
 # Persistence points (a mark follows each), and those that also write: the sync each is.
@@ -151,6 +169,9 @@ CONTENT_KEEPING = frozenset(s.name for s in TABLE if s.keeps_content)
 INODE_META_OPS = frozenset(s.name for s in TABLE if s.meta)
 HANDLE_OPS = frozenset(s.name for s in TABLE if s.handle)
 RENAMES = frozenset(s.name for s in TABLE if s.renames)
+ENDS = frozenset(s.name for s in TABLE if s.ends)
+# FS_IOC_SHUTDOWN's flags (linux/fs.h: FS_SHUTDOWN_FLAGS_*; f2fs's F2FS_GOING_DOWN_* agree).
+SHUTDOWN_FLAGS = {"shutdown": 0, "shutdown_logflush": 1, "shutdown_nologflush": 2}
 # fallocate(2) modes: (keeps the size, zeroes the range), their flags (linux/falloc.h)
 # and xfs_io's command for each.
 FALLOC_MODES: dict[str, tuple[bool, bool]] = {

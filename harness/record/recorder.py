@@ -56,6 +56,7 @@ class WorkloadSpec:
     ops_json: str = ""  # "file": the parsed ops (harness/model/opfile.py), as JSON
     ordered_metadata: bool = False  # judged by oracle rule 18 too
     family: str = ""  # "ops": the first seed drawn whose workload is of this op family
+    end: str = "sync"  # "ops", "file": the op that ends the workload (crash.method)
 
 
 @dataclass(frozen=True)
@@ -393,6 +394,7 @@ def _generator_argv(w: WorkloadSpec, seed: int, oracle_path: str, marks: list[st
         program += ["--extended"] if w.extended else []
         program += ["--bug-ops"] if w.bug_ops else []
         program += ["--family", w.family] if w.family else []
+        program += ["--end", w.end] if w.end != "sync" else []
     else:
         program = ["apppat.py", "--pattern", w.pattern, "--size", str(w.max_size)]
         program += ["--transactions", str(w.transactions)]

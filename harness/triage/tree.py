@@ -39,6 +39,8 @@ def table(oracle: Mapping[str, Any], mark: str | None, exact: bool, note: str) -
             )
     for name in req.get("absent", []):
         rows.append(f"| `{name}` | absent | {reported.get(name, 'as expected')} |")
+    for name in req.get("named", []):
+        rows.append(f"| `{name}` | a file, any content | {reported.get(name, 'as expected')} |")
     if reported.get("", ""):
         rows.append(f"\n{reported['']}")
     return rows

@@ -73,6 +73,8 @@ class Recorder:
         # Rule 3: a state cut exactly at the mark holds none of the interval's changes.
         entry["exact"] = {"files": touched, "absent": [n for n in absent if n in self._paths]}
         entry["dirs"] = [d for d in entry["dirs"] if d not in self._paths]
+        if "named" in entry:
+            entry["named"] = [n for n in entry["named"] if n not in self._paths]
         if "dir_times" in entry:  # rule 20: as the directories themselves
             entry["dir_times"] = {
                 d: t for d, t in entry["dir_times"].items() if d not in self._paths
@@ -94,6 +96,8 @@ class Recorder:
             "dirs": model.durable_dirs(),
             "absent": model.durable_absent(),
         }
+        if named := model.durable_named():  # a log flush's names (oracles before it: none)
+            self._pending["named"] = named
         self._paths, self._inodes = set(), set()
         self._appended, self._other = set(), set()
         self._either = {}
@@ -129,6 +133,7 @@ class Floor:
         self.rec.settle()
         for entry, low in zip(marks, self.rec.marks, strict=True):
             names = {*low["files"], *low["prefixes"], *low["either"], *low["absent"]}
+            names |= set(low.get("named", []))
             names |= {d + "/" for d in low["dirs"]}
             exact = sorted({*low["exact"]["files"], *low["exact"]["absent"]})
             entry.setdefault("floors", {})[self.profile] = {"names": sorted(names), "exact": exact}

@@ -13,6 +13,7 @@ from ..ops import (
     HANDLE_OPS,
     INODE_META_OPS,
     RENAMES,
+    SHUTDOWN_FLAGS,
     SPECS,
     SYNC_OPS,
     SYNCED_WRITES,
@@ -68,6 +69,10 @@ class Model:
         self.handles: dict[str, Inode | str | None] = {}
         self.removed_ino: dict[str, int] = {}  # a removed file name -> its inode
         self.held_removed: dict[str, str] = {}  # a held directory removed -> its old path
+        # A log flush (shutdown_logflush) made every name durable with its inode, not its
+        # data: such files must exist, any content (``durable_named``). Not yet said of a
+        # directory's fsync, whose new files the stock kernels are still to be measured on.
+        self.names_hold_inodes = False
 
     def _new_inode(self) -> Inode:
         inode = Inode(self._next_ino, data_durable=self.fsync_names)
@@ -147,7 +152,7 @@ class Model:
             inode.changed()
         elif k in ("rename", "link", "unlink", "mkdir", "rmdir"):
             self._apply_names(op)
-        elif k in ("fsync", "fdatasync", "fsync_dir", "sync", "syncfs"):
+        elif k in ("fsync", "fdatasync", "fsync_dir", "sync", "syncfs", *SHUTDOWN_FLAGS):
             self._apply_sync(op)
         else:
             self._apply_more(op)
@@ -186,8 +191,15 @@ class Model:
                     self.held_removed[fd] = op.path
 
     def _apply_sync(self, op: Any) -> None:
-        """fsync, fdatasync, a directory's fsync, sync and syncfs (rules 1, 8, 9, 14)."""
-        k = op.kind
+        """fsync, fdatasync, a directory's fsync, sync and syncfs (rules 1, 8, 9, 14), and
+        the shutdowns: the default one freezes (a sync) first, logflush forces the log
+        (``_log_flushed``), nologflush makes nothing durable."""
+        k = SPECS[op.kind].persists if op.kind in SHUTDOWN_FLAGS else op.kind
+        if op.kind in SHUTDOWN_FLAGS and not self.fsync_names:
+            return  # POSIX has no shutdown: what one makes durable is the filesystem's word
+        if k == "names":
+            self._log_flushed()
+            return
         if k == "fsync":
             self._fsynced(self.files[op.path], op.path)
         elif k == "fdatasync":
@@ -210,6 +222,23 @@ class Model:
                 self.ordering.pending.clear()
             for inode in self.files.values():
                 inode.meta_durable = True
+
+    def _log_flushed(self) -> None:
+        """A log force: every namespace op and inode update is in the log, so every name,
+        directory and removal is durable, and each inode's attributes; not the data a
+        delayed allocation or a writeback has not reached (ext4's ordered commit writes
+        only allocated blocks; xfs's log holds no file data)."""
+        for name in self.file_name_durable:
+            self.file_name_durable[name] = True
+        for d in self.dirs:
+            self.dirs[d] = True
+        self.gone |= self.removed
+        self.removed.clear()
+        for inode in self.files.values():
+            inode.xattrs_durable = inode.meta_durable = True
+        if self.ordering is not None:
+            self.ordering.pending.clear()
+        self.names_hold_inodes = True
 
     def _fsynced(self, inode: Inode, path: str | None) -> None:
         """fsync of a file, through ``path`` or a held descriptor (``None``)."""
@@ -470,6 +499,17 @@ class Model:
                     req["owner"] = list(inode.owner)
                 out[path] = req
         return out
+
+    def durable_named(self) -> list[str]:
+        """Files whose name and inode a log flush made durable but not their data: they
+        must exist, whatever they hold (rule 1's name)."""
+        if not self.names_hold_inodes:
+            return []
+        return sorted(
+            p for p, inode in self.files.items()
+            if not inode.data_durable and self.file_name_durable[p]
+            and self.dir_durable(parent(p))
+        )  # fmt: skip
 
     def durable_dirs(self) -> list[str]:
         return sorted(d for d in self.dirs if d and self.dir_durable(d))

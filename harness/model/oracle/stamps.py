@@ -24,7 +24,7 @@ Key = int | str  # a file by its inode number, a directory by its path
 def committed(model: Model, op: Any) -> set[Key]:
     """The inodes ``op`` (already applied) committed whole."""
     k = SYNCED_WRITES.get(op.kind, op.kind)
-    if k in ("sync", "syncfs"):
+    if k in ("sync", "syncfs", "shutdown", "shutdown_logflush"):  # a freeze, a log force
         return {i.ino for i in model.files.values()} | set(model.dirs)
     if not model.fsync_names:
         return set()

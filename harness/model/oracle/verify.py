@@ -118,3 +118,6 @@ def _walk(found: Found, req: dict[str, Any]) -> None:
     for name in req.get("absent", []):
         found.checked += 1
         names.absent(found, name)
+    for name in req.get("named", []):
+        found.checked += 1
+        names.named(found, name)

@@ -28,6 +28,13 @@ def directory(found: Found, d: str) -> bool:
     return False
 
 
+def named(found: Found, name: str) -> None:
+    """A name made durable with its inode but not its data (a log flush) is there, a
+    regular file with any content (rule 1's name)."""
+    if not os.path.isfile(found.full(name)):
+        found.missing.append(name)
+
+
 def absent(found: Found, name: str) -> None:
     """A durably removed name stays gone (rule 6)."""
     if os.path.lexists(found.full(name)):

@@ -82,13 +82,14 @@ def record_batch(
     ordered_metadata: bool = False,
     tag: str = "",
     cpus: int = GuestSpec.cpus,
+    end: str = "sync",
 ) -> dict[str, float]:
     """Record ``workloads`` in one guest; keep each one's folder. A workload is an
     ``ace.describe`` dict (its ``seq`` and ``index``) or, for triage's candidates, one
     with a ``source`` (``ace.source_ops``) and the ops it ``keep``s, its ``index`` unique
     in the batch. Returns the batch's phase seconds (boot, record). ``tag`` names its
     disks' files, so batches recorded at once (``guestpool.parallel``) have their own;
-    ``cpus``: the guest's vCPUs."""
+    ``cpus``: the guest's vCPUs; ``end``: the op that ends each workload (crash.method)."""
     size = fs.disk_size
     log_size = size + LOG_SLACK
     rdir.mkdir(parents=True, exist_ok=True)
@@ -122,6 +123,7 @@ def record_batch(
             *(["--noop-sync"] if noop_sync else []),
             *(["--flush-after-sync"] if flush_after_sync else []),
             *(["--ordered-metadata"] if ordered_metadata else []),
+            *(["--end", end] if end != "sync" else []),
         ]  # fmt: skip
         for i, w in enumerate(workloads):
             argv = [*common, *_which(w), "--dut-offset", str(i * size)]

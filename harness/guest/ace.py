@@ -23,6 +23,7 @@ from typing import Any
 from ..model import contract, families, kernlog
 from ..model.ace import GRAMMARS, describe, index_of, ops_of, source_ops, space
 from ..model.acespace import count, selection
+from ..model.ops import ENDS
 from ..model.oracle import FORMAT, MARK_PREFIX
 from . import fifoserve, opgen, runner
 
@@ -76,6 +77,7 @@ def cmd_record(a: argparse.Namespace) -> contract.AceRecord:
             noop_sync=a.noop_sync,
             flush_after_sync=a.flush_after_sync,
             ordered=a.ordered_metadata,
+            end=a.end,
         )
         sh("umount", ["umount", a.root])
         mark("crashlab:umount")
@@ -226,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--noop-sync", action="store_true")
     r.add_argument("--flush-after-sync", action="store_true")
     r.add_argument("--ordered-metadata", action="store_true", help="oracle rule 18 too")
+    r.add_argument("--end", choices=("sync", *ENDS), default="sync", help="the last op")
     r.add_argument("--timeout", type=float, default=300)
     s = sub.add_parser("serve", help="record workloads asked through FIFOs in FOLDER")
     s.add_argument("folder")

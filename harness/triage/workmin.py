@@ -131,6 +131,7 @@ class Rerecorder:
                 flush_after_sync=bool(self.workload.get("flush_after_sync")),
                 ordered_metadata=bool(self.workload.get("ordered_metadata")),
                 progress=lambda _: None,
+                end=self.sc.crash.end_op(),
             )
         verdicts = dict(zip(keeps, self.judge(wanted), strict=True))
         self.rounds += 1  # round 0: the whole workload and the empty one

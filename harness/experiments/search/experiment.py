@@ -174,6 +174,7 @@ class Search(lifecycle.Experiment):
                 ordered_metadata=self.sc.workload.ordered_metadata,
                 progress=step,
                 flush_after_sync=self.sc.workload.flush_after_sync,
+                end=self.sc.crash.end_op(),
                 tag=f"-{i}",
                 cpus=cpus,
             )

@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 
 from harness.config import settings
 from harness.config.base import ScenarioBase
-from harness.config.crash import CheckSpec, CrashSpec, FsSpec, check_recovery
+from harness.config.crash import CheckSpec, CrashSpec, FsSpec, check_method, check_recovery
 from harness.config.settings import Settings, problem
 from harness.config.workloads import check_family, ordered_metadata_field
 from harness.model import ace, acespace, families
@@ -197,6 +197,7 @@ class SearchScenario(ScenarioBase):
     @model_validator(mode="after")
     def _recovery_modes(self) -> SearchScenario:
         check_recovery(self.fs, self.check)
+        check_method(self.fs, self.crash)
         return self
 
     @model_validator(mode="after")

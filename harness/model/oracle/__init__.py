@@ -107,6 +107,13 @@ Rules, per mark n (``marks[i]`` in the oracle file):
    time (POSIX: data integrity only); utimes may set mtime back, freeing it from below.
    atime never.
 
+21. Shutdown (``shutdown``, ``shutdown_logflush``, ``shutdown_nologflush``: ioctl
+   FS_IOC_SHUTDOWN ends the workload): the default flag freezes first (as sync); the
+   log flush makes every name, directory, removal and inode attribute durable but no
+   data, so a file it named whose data nothing made durable must exist with any content
+   (``named``, checked as rule 1's name); no log flush makes nothing more durable. The
+   filesystem's promise, not POSIX's: the ``posix`` floor requires nothing of it.
+
 Profiles: ``posix`` (rules without 1's name promise), ``fsync-names`` (the journaled
 filesystems' default) and ``ordered-metadata`` (and rule 18). A run's oracle says its
 profile and, per mark, what each weaker one requires (``floors``); a failed check says

@@ -113,6 +113,12 @@ class FsSpec(Settings):
                     f"set data_mode = {opt.removeprefix('data=')!r}",
                     key="mount_options",
                 )
+        if self.fast_commit and self.type != FsType.EXT4:
+            raise problem(
+                f"fast_commit is a feature of ext4's journal, not of {self.type}",
+                "fs.type = 'ext4', or drop fast_commit from fs.mkfs_options",
+                key="mkfs_options",
+            )
         least = MIN_DISK[self.type]
         if self.disk_size < least:
             raise problem(
@@ -125,6 +131,15 @@ class FsSpec(Settings):
     @property
     def journaled(self) -> bool:
         return journaled(self.type, self.mkfs_options)
+
+    @property
+    def fast_commit(self) -> bool:
+        """ext4's fast commits (``mkfs -O fast_commit``): an fsync logs the inode's own
+        changes in the journal's fast-commit area, replayed after the journal."""
+        words = [
+            w for o in self.mkfs_options for w in o.replace("-O", " ").replace(",", " ").split()
+        ]
+        return "fast_commit" in words
 
     def all_mount_options(self) -> tuple[str, ...]:
         """Mount options with the data mode folded in, ready for ``mount -o``."""
@@ -147,6 +162,18 @@ class FsSpec(Settings):
 
 
 Method = Literal["power-cut", "shutdown", "shutdown-logflush", "shutdown-nologflush"]
+
+
+def check_ordered(fs: FsSpec, ordered: bool) -> None:
+    """The ordered-metadata profile is one journal committing in order: an fsync under
+    fast commits logs only its inode's changes, so earlier namespace ops may not be."""
+    if ordered and fs.fast_commit:
+        raise problem(
+            "fast commits log an fsync'd inode's own changes, not every earlier namespace "
+            "op: the ordered-metadata profile does not hold (docs/verdicts.md rule 18)",
+            "drop workload.ordered_metadata, or fast_commit from fs.mkfs_options",
+            key="workload.ordered_metadata",
+        )
 
 
 def check_method(fs: FsSpec, crash: CrashSpec) -> None:
@@ -320,6 +347,7 @@ class Scenario(ScenarioBase):
     def _recovery_modes(self) -> Scenario:
         check_recovery(self.fs, self.check)
         check_method(self.fs, self.crash)
+        check_ordered(self.fs, bool(getattr(self.workload, "ordered_metadata", False)))
         if self.crash.method != "power-cut" and not isinstance(
             self.workload, OpsWorkload | FileWorkload
         ):

@@ -16,7 +16,14 @@ from pydantic import Field, model_validator
 
 from harness.config import settings
 from harness.config.base import ScenarioBase
-from harness.config.crash import CheckSpec, CrashSpec, FsSpec, check_method, check_recovery
+from harness.config.crash import (
+    CheckSpec,
+    CrashSpec,
+    FsSpec,
+    check_method,
+    check_ordered,
+    check_recovery,
+)
 from harness.config.settings import Settings, problem
 from harness.config.workloads import check_family, ordered_metadata_field
 from harness.model import ace, acespace, families
@@ -198,6 +205,7 @@ class SearchScenario(ScenarioBase):
     def _recovery_modes(self) -> SearchScenario:
         check_recovery(self.fs, self.check)
         check_method(self.fs, self.crash)
+        check_ordered(self.fs, self.workload.ordered_metadata)
         return self
 
     @model_validator(mode="after")

@@ -91,6 +91,14 @@ class FsSpec(Settings):
     mkfs_options: tuple[str, ...] = ()
     mount_options: tuple[str, ...] = ()
     disk_size: Size = Field(DEFAULT_DISK, description="size of the disk under test")
+    fill: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="fill the filesystem to this fraction before the workload, its free "
+        "space left in holes (harness/guest/fill.py); ops may then fail with ENOSPC, and "
+        "are recorded as failed (0: no fill)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> FsSpec:

@@ -32,6 +32,7 @@ from harness.crashstate import recording, recoverycrash, reuse
 from harness.crashstate.run import Progress, Run
 from harness.outcome import Outcome, expected_without_journal, is_finding, reduce
 from harness.record import fsstress, logwrites
+from harness.record import recorder as record
 from harness.replay import crashstates
 from harness.store import db as store
 from harness.store import logevents
@@ -76,7 +77,10 @@ class OneLog(Generic[R]):
         stats = add_log(run.store, run.run_id, lg)
         if self.start_after is None:  # a check-log run chose its own start
             targets = self.oracle.get("targets") or ()
-            self.start_after = crashstates.start_after(lg, sc.crash.after_mark, targets)
+            after = sc.crash.after_mark
+            if getattr(sc.fs, "fill", 0) and after == record.MKFS_MARK:
+                after = record.FILL_MARK  # the fill's own writes are no workload's states
+            self.start_after = crashstates.start_after(lg, after, targets)
         every = self.generate(lg)
         self.states = crashstates.spread(every, sc.crash.max_states)
         # A run that checks 40 of a log's 66 FUA states says so: fstests' generic/482

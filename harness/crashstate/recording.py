@@ -35,6 +35,7 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
             noop_sync=w.noop_sync,
             ordered_metadata=w.ordered_metadata,
             end=sc.crash.end_op(),
+            full=sc.fs.fill > 0,
         )
     if isinstance(w, AppWorkload):
         return record.WorkloadSpec(
@@ -57,6 +58,7 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
         bug_ops=w.bug_ops,
         family=w.family,
         end=sc.crash.end_op(),
+        full=sc.fs.fill > 0,
     )
 
 

@@ -19,6 +19,7 @@ in the guest), which also checks a mounted state (``verify``).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -27,11 +28,13 @@ from typing import Any
 
 from ..model import opfile
 from ..model.generate import Generator, family_seed
-from ..model.ops import ENDS, PERSIST_OPS, Op
+from ..model.ops import ENDS, HANDLE_OPS, PERSIST_OPS, WRITE_OPS, Op
 from ..model.oracle import FORMAT, MARK_PREFIX, Tracker, UsageError, load_oracle, verify
 from . import runner
 from .syscalls import perform
 
+# Ops that change a file's bytes: after one failed, the file is read back (``failed``).
+BYTES_OPS = frozenset({*WRITE_OPS, "truncate", "falloc", "rewrite"})
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -83,6 +86,7 @@ def execute(
     on_mark: Callable[[str], None] | None = None,
     ordered: bool = False,
     end: str = "sync",
+    tolerate: frozenset[int] = frozenset(),
 ) -> dict[str, Any]:
     """Run ops (given, or ``count`` drawn from ``generator``) and return the oracle body.
 
@@ -94,8 +98,10 @@ def execute(
     is the op that ends the workload: ``sync``, or a shutdown (``crash.method``); a
     workload whose own ops end with a shutdown ends there. After a shutdown the device
     is flushed before its mark: a shutdown loses no cache, so the state at its mark is
-    every write the filesystem sent. The returned dict has ``marks``, ``final_mark``,
-    ``ops``, ``complete`` and ``error``.
+    every write the filesystem sent. An op failing with an errno in ``tolerate``
+    (ENOSPC on a filled disk, ``fs.fill``) is recorded as failed (its entry's
+    ``failed``) and the workload goes on. The returned dict has ``marks``,
+    ``final_mark``, ``ops``, ``complete`` and ``error``.
     """
     track = Tracker(fsync_names, ordered, root)
     log: list[dict[str, Any]] = []
@@ -109,9 +115,13 @@ def execute(
         try:
             perform(root, op, noop_sync, fds)
         except OSError as e:
-            raise OpFailed(
-                f"op {entry['i']} {op.kind} {op.path!r}: {e.strerror}", e.errno
-            ) from None
+            if e.errno not in tolerate or op.kind in HANDLE_OPS:
+                raise OpFailed(
+                    f"op {entry['i']} {op.kind} {op.path!r}: {e.strerror}", e.errno
+                ) from None
+            entry["failed"] = errno.errorcode.get(e.errno or 0, str(e.errno))
+            failed(op)
+            return
         track.after(op)
         if op.kind in PERSIST_OPS:
             if (flush_after_sync or op.kind in ENDS) and dm_name and not noop_sync:
@@ -122,6 +132,16 @@ def execute(
             entry["mark"] = text
             if on_mark is not None:
                 on_mark(text)
+
+    def failed(op: Op) -> None:
+        """An op the full disk failed: a namespace op or an attribute changed nothing; a
+        write, truncate or fallocate may have changed some bytes (a short write, a
+        partial allocation), so the model takes the file's bytes as they are now --
+        none of them durable. A failed persistence op places no mark: it promised
+        nothing."""
+        if op.kind in BYTES_OPS and op.path in track.model.files:
+            with open(os.path.join(root, op.path), "rb") as f:
+                track.after(Op("rewrite", op.path, data=f.read()))
 
     def source() -> Iterable[Op]:
         if ops is not None:
@@ -207,6 +227,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         flush_after_sync=args.flush_after_sync,
         ordered=args.ordered_metadata,
         end=args.end,
+        tolerate=frozenset({errno.ENOSPC, errno.EDQUOT}) if args.tolerate_enospc else frozenset(),
     )
     oracle = oracle_doc(args, body)
     write_json(args.oracle, oracle)
@@ -278,6 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("sync", *ENDS),
         default="sync",
         help="the op that ends the workload: sync, or a shutdown (crash.method)",
+    )
+    r.add_argument(
+        "--tolerate-enospc",
+        action="store_true",
+        help="an op failing with ENOSPC or EDQUOT is recorded as failed (fs.fill)",
     )
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("verify", help="check a mounted crash state against the oracle")

@@ -30,6 +30,7 @@ DM_NAME = "crashlab-lw"
 MOUNTPOINT = "/mnt/test"
 GUEST_DIR = "/tmp/crashlab"
 MKFS_MARK = "crashlab:mkfs"
+FILL_MARK = "crashlab:fill"  # after fs.fill's files are synced: the workload's start
 UMOUNT_MARK = "crashlab:umount"
 FSTESTS_MKFS_MARK = "mkfs"
 
@@ -57,6 +58,7 @@ class WorkloadSpec:
     ordered_metadata: bool = False  # judged by oracle rule 18 too
     family: str = ""  # "ops": the first seed drawn whose workload is of this op family
     end: str = "sync"  # "ops", "file": the op that ends the workload (crash.method)
+    full: bool = False  # "ops", "file": the disk was filled, so ENOSPC fails an op, not the run
 
 
 @dataclass(frozen=True)
@@ -301,6 +303,10 @@ def _record_in(
         step("mount", fs.mount_argv(dev, MOUNTPOINT))
     except HarnessError as e:
         raise _refused_options(guest, fs, e) from None
+    if fs.fill:
+        argv = ["python3", f"{GUEST_DIR}/fill.py", "--root", MOUNTPOINT, "--fraction", str(fs.fill)]
+        info["fill"] = json.loads(step("fill", argv))
+        marker.mark(step, FILL_MARK)
     oracle_path = f"{GUEST_DIR}/oracle.json"
     oracle: dict[str, Any] = {}
     marks = (
@@ -395,6 +401,7 @@ def _generator_argv(w: WorkloadSpec, seed: int, oracle_path: str, marks: list[st
         program += ["--bug-ops"] if w.bug_ops else []
         program += ["--family", w.family] if w.family else []
         program += ["--end", w.end] if w.end != "sync" else []
+        program += ["--tolerate-enospc"] if w.full else []
     else:
         program = ["apppat.py", "--pattern", w.pattern, "--size", str(w.max_size)]
         program += ["--transactions", str(w.transactions)]

@@ -23,7 +23,8 @@ from .marks import profile_of
 @dataclass(frozen=True, kw_only=True)
 class OpEntry(Message):
     """One op of the document's list: the op as ``Op.describe`` says it, its index, and
-    the mark placed after it (a persistence op), ``final`` for the workload's last sync."""
+    the mark placed after it (a persistence op), ``final`` for the workload's last sync,
+    ``failed`` for one a full disk failed."""
 
     SPARSE: ClassVar[bool] = True
     i: int | None = None
@@ -42,10 +43,12 @@ class OpEntry(Message):
     gid: int | None = None
     mark: str | None = None
     final: bool | None = None
+    failed: str | None = None  # the errno a full disk failed it with (fs.fill): ENOSPC
 
     def described(self) -> dict[str, Any]:
-        """The entry as ``Op.describe`` wrote it (no index, mark or final)."""
-        return {k: v for k, v in self.to_dict().items() if k not in ("i", "mark", "final")}
+        """The entry as ``Op.describe`` wrote it (no index, mark, final or failure)."""
+        drop = ("i", "mark", "final", "failed")
+        return {k: v for k, v in self.to_dict().items() if k not in drop}
 
     def as_op(self, fill: int = 0) -> Op:
         """The op itself, its bytes (never stored) ``fill``."""

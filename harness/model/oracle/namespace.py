@@ -209,25 +209,22 @@ class Model:
             if self.ordering is not None:
                 self.ordering.persist(self, self.ordering.dir_at.get(op.path, -1))
         elif k in ("sync", "syncfs"):  # syncfs: sync of this filesystem alone
+            self._metadata_durable()
             for inode in self.files.values():
-                inode.data_durable = inode.xattrs_durable = True
-            for name in self.file_name_durable:
-                self.file_name_durable[name] = True
-            for d in self.dirs:
-                self.dirs[d] = True
-            self.gone |= self.removed
-            self.removed.clear()
+                inode.data_durable = True
             self.last_sync = self.ops
-            if self.ordering is not None:
-                self.ordering.pending.clear()
-            for inode in self.files.values():
-                inode.meta_durable = True
 
     def _log_flushed(self) -> None:
         """A log force: every namespace op and inode update is in the log, so every name,
         directory and removal is durable, and each inode's attributes; not the data a
         delayed allocation or a writeback has not reached (ext4's ordered commit writes
         only allocated blocks; xfs's log holds no file data)."""
+        self._metadata_durable()
+        self.names_hold_inodes = True
+
+    def _metadata_durable(self) -> None:
+        """What sync and a log force share: every name, directory and removal, and each
+        inode's attributes, durable."""
         for name in self.file_name_durable:
             self.file_name_durable[name] = True
         for d in self.dirs:
@@ -238,7 +235,6 @@ class Model:
             inode.xattrs_durable = inode.meta_durable = True
         if self.ordering is not None:
             self.ordering.pending.clear()
-        self.names_hold_inodes = True
 
     def _fsynced(self, inode: Inode, path: str | None) -> None:
         """fsync of a file, through ``path`` or a held descriptor (``None``)."""

@@ -157,3 +157,23 @@ def test_triage_keeps_the_loss_not_a_lost_time() -> None:
     assert lost.same_way(only_time)  # when times were all the original lost, they count
     note = '{"mark": "m", "mismatched": [{"path": "/", "stamp": {"which": "mtime"}}]}'
     assert symptom.findings(note) == {(symptom.RULES["stamp"], "/")}
+
+
+def test_a_shutdown_s_times_are_read_before_it(tmp_path: Path) -> None:
+    # xfs answers every stat after a shutdown with EIO: what the shutdown commits is read
+    # just before it (it changes no time), and the mark after it takes that reading.
+    from harness.model.oracle.marks import Tracker
+
+    root = tmp_path / "r"
+    root.mkdir()
+    (root / "a").write_bytes(b"x")
+    track = Tracker(fsync_names=True, root=str(root))
+    track.after(Op("create", "a"))
+    before = os.stat(root / "a").st_mtime_ns
+    op = Op("shutdown_logflush")
+    track.before(op)
+    set_mtime(root / "a", before + SECOND)  # what a stat after the shutdown cannot see
+    track.after(op)
+    track.mark("crashlab:sync:1", 1)
+    ino = track.model.files["a"].ino
+    assert track.stamps is not None and track.stamps.durable[ino]["mtime"] == before

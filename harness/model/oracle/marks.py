@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..ops import ENDS
 from .namespace import Model
 from .stamps import Stamps
 
@@ -162,6 +163,8 @@ class Tracker:
         """``op`` is about to run: what it touches leaves the open interval's requirements."""
         if self.stamps is not None:
             self.stamps.before(self.model, op)
+            if op.kind in ENDS:  # nothing can be read after a shutdown
+                self.stamps.read_ahead(self.model, op)
         paths, inodes = self.model.touches(op)
         self.rec.touch(op, paths, inodes, self.model.appends(op))
         for floor in self.lower:

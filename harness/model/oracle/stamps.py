@@ -48,6 +48,7 @@ class Stamps:
         self.root = root
         self.durable: dict[Key, dict[str, int | None]] = {}
         self.clock = 0
+        self._ahead: dict[Key, dict[str, int | None]] | None = None
 
     def before(self, model: Model, op: Any) -> None:
         """utimes can set mtime back in time: below the durable value, which then no
@@ -62,15 +63,27 @@ class Stamps:
                     del self.durable[key]
 
     def mark(self, model: Model, op: Any) -> None:
-        """A persistence op returned and its mark is placed: read what it committed."""
+        """A persistence op returned and its mark is placed: read what it committed
+        (read before it, for an op after which nothing can be read: ``read_ahead``)."""
         self.clock = time.time_ns()  # the kernel's coarse clock never runs ahead of it
+        got, self._ahead = self._ahead, None
+        self.durable.update(got if got is not None else self._read(model, op))
+
+    def read_ahead(self, model: Model, op: Any) -> None:
+        """Before a shutdown: xfs answers every stat after it with EIO. The shutdown
+        changes no time, so what it commits reads the same before it."""
+        self._ahead = self._read(model, op)
+
+    def _read(self, model: Model, op: Any) -> dict[Key, dict[str, int | None]]:
         paths = {i.ino: p for p, i in sorted(model.files.items(), reverse=True)}
+        out: dict[Key, dict[str, int | None]] = {}
         for key in committed(model, op):
             path = paths.get(key) if isinstance(key, int) else key
             if path is None:
                 continue  # no name left: nothing can require its times
             st = os.lstat(os.path.join(self.root, path))
-            self.durable[key] = {"mtime": st.st_mtime_ns, "ctime": st.st_ctime_ns}
+            out[key] = {"mtime": st.st_mtime_ns, "ctime": st.st_ctime_ns}
+        return out
 
     def attach(self, entry: dict[str, Any]) -> None:
         """Give a new mark's requirements their times: each durable file's and

@@ -114,6 +114,12 @@ Rules, per mark n (``marks[i]`` in the oracle file):
    (``named``, checked as rule 1's name); no log flush makes nothing more durable. The
    filesystem's promise, not POSIX's: the ``posix`` floor requires nothing of it.
 
+22. A failed op (ENOSPC on a filled disk, ``fs.fill``; the op entry's ``failed``): it
+   promised nothing and changed nothing durable. A namespace op or an attribute is left
+   out of the model; after a failed write, truncate or fallocate the model takes the
+   file's real bytes (``opgen.execute``), none durable; a failed persistence op places
+   no mark.
+
 Profiles: ``posix`` (rules without 1's name promise), ``fsync-names`` (the journaled
 filesystems' default) and ``ordered-metadata`` (and rule 18). A run's oracle says its
 profile and, per mark, what each weaker one requires (``floors``); a failed check says

@@ -124,6 +124,7 @@ def record_batch(
             *(["--flush-after-sync"] if flush_after_sync else []),
             *(["--ordered-metadata"] if ordered_metadata else []),
             *(["--end", end] if end != "sync" else []),
+            *(["--fill", str(fs.fill)] if fs.fill else []),
         ]  # fmt: skip
         for i, w in enumerate(workloads):
             argv = [*common, *_which(w), "--dut-offset", str(i * size)]

@@ -25,7 +25,7 @@ from ..model.ace import GRAMMARS, describe, index_of, ops_of, source_ops, space
 from ..model.acespace import count, selection
 from ..model.ops import ENDS
 from ..model.oracle import FORMAT, MARK_PREFIX
-from . import fifoserve, opgen, runner
+from . import fifoserve, fill, opgen, runner
 
 UNSUPPORTED = (errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL)
 
@@ -68,6 +68,8 @@ def cmd_record(a: argparse.Namespace) -> contract.AceRecord:
         sh("mkfs", [*json.loads(a.mkfs), dev])
         mark("crashlab:mkfs")
         sh("mount", [*json.loads(a.mount), dev, a.root])
+        if a.fill:  # before the base file set: the states start after its sync
+            result["fill"] = fill.fill(a.root, a.fill, fill.CHUNK)
         body = opgen.execute(
             a.root,
             _ops(a),
@@ -78,6 +80,7 @@ def cmd_record(a: argparse.Namespace) -> contract.AceRecord:
             flush_after_sync=a.flush_after_sync,
             ordered=a.ordered_metadata,
             end=a.end,
+            tolerate=opgen.FULL_DISK if a.fill else frozenset(),
         )
         sh("umount", ["umount", a.root])
         mark("crashlab:umount")
@@ -229,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--flush-after-sync", action="store_true")
     r.add_argument("--ordered-metadata", action="store_true", help="oracle rule 18 too")
     r.add_argument("--end", choices=("sync", *ENDS), default="sync", help="the last op")
+    r.add_argument("--fill", type=float, default=0.0, help="fs.fill: fill to this fraction")
     r.add_argument("--timeout", type=float, default=300)
     s = sub.add_parser("serve", help="record workloads asked through FIFOs in FOLDER")
     s.add_argument("folder")

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 
 FILL_DIR = ".crashlab-fill"
+CHUNK = 128 * 1024  # each fill file, and so each hole the fill leaves
 
 
 def used(root: str) -> float:
@@ -56,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="fill", description=(__doc__ or "").splitlines()[0])
     p.add_argument("--root", required=True)
     p.add_argument("--fraction", type=float, required=True)
-    p.add_argument("--chunk", type=int, default=128 * 1024)
+    p.add_argument("--chunk", type=int, default=CHUNK)
     a = p.parse_args(argv)
     if not 0 < a.fraction < 1:
         print("fill: error: --fraction must be between 0 and 1", file=sys.stderr)

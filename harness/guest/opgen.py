@@ -35,6 +35,7 @@ from .syscalls import perform
 
 # Ops that change a file's bytes: after one failed, the file is read back (``failed``).
 BYTES_OPS = frozenset({*WRITE_OPS, "truncate", "falloc", "rewrite"})
+FULL_DISK = frozenset({errno.ENOSPC, errno.EDQUOT})  # what a filled disk fails an op with
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -227,7 +228,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         flush_after_sync=args.flush_after_sync,
         ordered=args.ordered_metadata,
         end=args.end,
-        tolerate=frozenset({errno.ENOSPC, errno.EDQUOT}) if args.tolerate_enospc else frozenset(),
+        tolerate=FULL_DISK if args.tolerate_enospc else frozenset(),
     )
     oracle = oracle_doc(args, body)
     write_json(args.oracle, oracle)

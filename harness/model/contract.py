@@ -336,6 +336,7 @@ class AceRecord(Message):
     oracle: dict[str, Any] | None = None  # the oracle document (oracle.py's format)
     error: str = ""
     kernel: list[str] = field(default_factory=list)  # a lost log's or failed disk's lines
+    fill: dict[str, Any] | None = None  # fs.fill: the files left, the fraction used
     version: int = VERSION
 
 

@@ -29,13 +29,32 @@ LISTS = {
 FALLBACK = "linux-fsdevel@vger.kernel.org"
 
 
+# How the run ended its workload (crash.method): the subject's words and the body's.
+ENDS = {
+    "power-cut": (
+        "power failure", "a power failure (a crash state replayed from a dm-log-writes log)"
+    ),
+    "shutdown": ("shutdown", "a shutdown (FS_IOC_SHUTDOWN, default flag: a freeze first)"),
+    "shutdown-logflush": (
+        "log-flushing shutdown", "a shutdown (FS_IOC_SHUTDOWN with the log flush)"
+    ),
+    "shutdown-nologflush": ("shutdown", "a shutdown (FS_IOC_SHUTDOWN without a log flush)"),
+}  # fmt: skip
+
+
+def ended(tr: Triaged) -> tuple[str, str]:
+    """How the finding's run ended the workload, short and long."""
+    method = str(tr.target.params.get("crash", {}).get("method", "power-cut"))
+    return ENDS.get(method, ENDS["power-cut"])
+
+
 def subject(tr: Triaged) -> str:
     k = finding.kernel(tr)
     version = k["upstream"] or k["release"]
     extra = f"Debian {k['version']}" if k["version"] else k["release"]
+    where = version if extra == version else f"{version} ({extra})"  # the kernel once
     return (
-        f"[REPORT] {tr.target.fs.type}: {finding.short_symptom(tr)} after power failure on "
-        f"{version} ({extra})"
+        f"[REPORT] {tr.target.fs.type}: {finding.short_symptom(tr)} after {ended(tr)[0]} on {where}"
     )
 
 
@@ -47,8 +66,7 @@ def body(tr: Triaged) -> str:
     lines = [
         "Hello,",
         "",
-        f"after a power failure (a crash state replayed from a dm-log-writes log), {fs.type} "
-        f"loses what fsync promised: {finding.symptom(tr)}.",
+        f"after {ended(tr)[1]}, {fs.type} loses what fsync promised: {finding.symptom(tr)}.",
         "",
         f"Kernel: {k['release']}"
         + (

@@ -356,6 +356,12 @@ class Scenario(ScenarioBase):
         check_recovery(self.fs, self.check)
         check_method(self.fs, self.crash)
         check_ordered(self.fs, bool(getattr(self.workload, "ordered_metadata", False)))
+        if getattr(self.workload, "processes", 1) > 1 and self.fs.fill:
+            raise problem(
+                "a full disk's failed ops are recorded one process at a time",
+                "fs.fill = 0, or workload.processes = 1",
+                key="workload.processes",
+            )
         if self.crash.method != "power-cut" and not isinstance(
             self.workload, OpsWorkload | FileWorkload
         ):

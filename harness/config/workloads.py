@@ -62,6 +62,11 @@ class OracleKeys(Settings):
     )
 
 
+# Threads in one guest of 2 vCPUs (and one model each, for drawing): past 8 they only
+# queue, and the guest's memory holds every process's file data twice.
+MAX_PROCESSES = 8
+
+
 class OpsWorkload(OracleKeys):
     """The seeded op generator, ``harness/guest/opgen.py``."""
 
@@ -94,6 +99,13 @@ class OpsWorkload(OracleKeys):
         "are drawn from the run's, in a fixed order, until one's workload is; the oracle "
         "keeps the seed drawn",
     )
+    processes: int = Field(
+        1,
+        ge=1,
+        le=MAX_PROCESSES,
+        description="draw and call the ops in this many processes at once, each in its own "
+        "directory (harness/guest/procs.py: an fsync racing another's writes and renames)",
+    )
 
     @model_validator(mode="after")
     def _family(self) -> OpsWorkload:
@@ -102,6 +114,16 @@ class OpsWorkload(OracleKeys):
         if f in OPGEN_NEVER:
             hint = f"search ACE's grammar instead: scenario run ace-seq2 --set workload.family={f}"
             raise problem(f"{f}: {OPGEN_NEVER[f]}", hint, key="family")
+        if f and self.processes > 1:
+            raise problem(
+                "a family is the shape of one sequence of ops; processes draw their own",
+                "drop workload.family, or set workload.processes = 1", key="processes",
+            )  # fmt: skip
+        if self.processes > self.files:
+            raise problem(
+                f"{self.processes} processes share {self.files} files: each needs one",
+                f"workload.files = {self.processes} or more", key="processes",
+            )  # fmt: skip
         if f == "held-fd" and not self.bug_ops:
             raise problem(
                 "held-fd needs descriptors held across unlink", "set workload.bug_ops = true",

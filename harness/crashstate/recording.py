@@ -59,6 +59,7 @@ def workload_spec(sc: Scenario) -> record.WorkloadSpec:
         family=w.family,
         end=sc.crash.end_op(),
         full=sc.fs.fill > 0,
+        processes=w.processes,
     )
 
 

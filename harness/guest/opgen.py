@@ -23,6 +23,7 @@ import errno
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -30,7 +31,7 @@ from ..model import opfile
 from ..model.generate import Generator, family_seed
 from ..model.ops import ENDS, HANDLE_OPS, PERSIST_OPS, WRITE_OPS, Op
 from ..model.oracle import FORMAT, MARK_PREFIX, Tracker, UsageError, load_oracle, verify
-from . import runner
+from . import procs, runner
 from .syscalls import perform
 
 # Ops that change a file's bytes: after one failed, the file is read back (``failed``).
@@ -88,6 +89,7 @@ def execute(
     ordered: bool = False,
     end: str = "sync",
     tolerate: frozenset[int] = frozenset(),
+    processes: int = 1,
 ) -> dict[str, Any]:
     """Run ops (given, or ``count`` drawn from ``generator``) and return the oracle body.
 
@@ -101,7 +103,9 @@ def execute(
     is flushed before its mark: a shutdown loses no cache, so the state at its mark is
     every write the filesystem sent. An op failing with an errno in ``tolerate``
     (ENOSPC on a filled disk, ``fs.fill``) is recorded as failed (its entry's
-    ``failed``) and the workload goes on. The returned dict has ``marks``,
+    ``failed``) and the workload goes on. ``processes`` > 1: the generator's ``count``
+    ops are drawn and called by that many processes at once, each in its own directory
+    (``procs.py`` says why the oracle stays sound). The returned dict has ``marks``,
     ``final_mark``, ``ops``, ``complete`` and ``error``.
     """
     track = Tracker(fsync_names, ordered, root)
@@ -124,6 +128,9 @@ def execute(
             failed(op)
             return
         track.after(op)
+        place_mark(op, entry)
+
+    def place_mark(op: Op, entry: dict[str, Any]) -> None:
         if op.kind in PERSIST_OPS:
             if (flush_after_sync or op.kind in ENDS) and dm_name and not noop_sync:
                 flush_device(dm_name)
@@ -133,6 +140,23 @@ def execute(
             entry["mark"] = text
             if on_mark is not None:
                 on_mark(text)
+
+    lock = threading.Lock()
+    held: dict[int, dict[str, int]] = {}  # each process's own descriptors
+
+    def call(op: Op, k: int) -> None:
+        try:
+            perform(root, op, noop_sync, held.setdefault(k, {}))
+        except OSError as e:
+            raise OpFailed(f"process {k}: {op.kind} {op.path!r}: {e.strerror}", e.errno) from None
+
+    def returned(op: Op, k: int) -> None:
+        with lock:  # the model, the op list and the marks: one order, the returns'
+            track.before(op)
+            entry = {"i": len(log), "proc": k, **op.describe()}
+            log.append(entry)
+            track.after(op)
+            place_mark(op, entry)
 
     def failed(op: Op) -> None:
         """An op the full disk failed: a namespace op or an attribute changed nothing; a
@@ -147,7 +171,7 @@ def execute(
     def source() -> Iterable[Op]:
         if ops is not None:
             yield from ops
-        elif generator is not None:
+        elif generator is not None and processes == 1:
             for _ in range(count):
                 yield generator.next(track.model)
 
@@ -156,6 +180,19 @@ def execute(
     try:
         for op in source():
             step(op)
+        if processes > 1 and generator is not None:
+            for k in range(processes):
+                step(Op("mkdir", procs.home(k)))
+            step(Op("sync"))
+
+            def make(k: int) -> Generator:
+                return generator.fork(
+                    procs.seed_of(generator.seed, k), generator.max_files // processes or 1
+                )
+
+            failure = procs.run(processes, count, make, fsync_names, call, returned)
+            if failure is not None:
+                raise failure
         if not (log and log[-1]["op"] in ENDS):
             step(Op(end))
         log[-1]["final"] = True
@@ -163,7 +200,7 @@ def execute(
     except OpFailed as e:
         error, failed_errno = str(e), e.errno
     finally:
-        for fd in fds.values():
+        for fd in [*fds.values(), *(f for d in held.values() for f in d.values())]:
             os.close(fd)
     return {
         "profile": track.profile,
@@ -198,6 +235,7 @@ def oracle_doc(args: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]
         "fsync_names": args.fsync_names == "yes",
         **({"bug_ops": True} if getattr(args, "bug_ops", False) else {}),  # dropremount: none
         **({"family": args.family} if getattr(args, "family", "") else {}),
+        **({"processes": args.processes} if getattr(args, "processes", 1) > 1 else {}),
         **body,
     }
 
@@ -229,6 +267,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         ordered=args.ordered_metadata,
         end=args.end,
         tolerate=FULL_DISK if args.tolerate_enospc else frozenset(),
+        processes=args.processes,
     )
     oracle = oracle_doc(args, body)
     write_json(args.oracle, oracle)
@@ -305,6 +344,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--tolerate-enospc",
         action="store_true",
         help="an op failing with ENOSPC or EDQUOT is recorded as failed (fs.fill)",
+    )
+    r.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="draw and call the ops in this many processes at once (procs.py)",
     )
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("verify", help="check a mounted crash state against the oracle")

@@ -7,6 +7,7 @@ with the extended and bug-ops mixes beside it."""
 from __future__ import annotations
 
 import argparse
+import copy
 import random
 
 from . import families
@@ -79,6 +80,7 @@ class Generator:
         extended: bool = False,
         bug_ops: bool = False,
     ) -> None:
+        self.seed = seed
         self.rng = random.Random(seed)
         self.max_files = max_files
         self.max_size = max_size
@@ -87,6 +89,14 @@ class Generator:
         weights = {**WEIGHTS, **(EXTENDED if extended else {}), **(BUG_OPS if bug_ops else {})}
         self.kinds = list(weights)
         self.weights = list(weights.values())
+
+    def fork(self, seed: int, max_files: int) -> Generator:
+        """The same op mix and sizes, drawn from ``seed`` over ``max_files`` files: one
+        process's generator of a run with several (``guest/procs.py``)."""
+        other = copy.copy(self)
+        other.seed, other.rng, other.counter = seed, random.Random(seed), 0
+        other.max_files, other.max_dirs = max_files, max(2, max_files // 4)
+        return other
 
     def _name(self, prefix: str) -> str:
         self.counter += 1

@@ -59,6 +59,7 @@ class WorkloadSpec:
     family: str = ""  # "ops": the first seed drawn whose workload is of this op family
     end: str = "sync"  # "ops", "file": the op that ends the workload (crash.method)
     full: bool = False  # "ops", "file": the disk was filled, so ENOSPC fails an op, not the run
+    processes: int = 1  # "ops": drawn and called by this many processes at once
 
 
 @dataclass(frozen=True)
@@ -402,6 +403,7 @@ def _generator_argv(w: WorkloadSpec, seed: int, oracle_path: str, marks: list[st
         program += ["--family", w.family] if w.family else []
         program += ["--end", w.end] if w.end != "sync" else []
         program += ["--tolerate-enospc"] if w.full else []
+        program += ["--processes", str(w.processes)] if w.processes > 1 else []
     else:
         program = ["apppat.py", "--pattern", w.pattern, "--size", str(w.max_size)]
         program += ["--transactions", str(w.transactions)]

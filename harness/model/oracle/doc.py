@@ -44,10 +44,11 @@ class OpEntry(Message):
     mark: str | None = None
     final: bool | None = None
     failed: str | None = None  # the errno a full disk failed it with (fs.fill): ENOSPC
+    proc: int | None = None  # the process that called it (workload.processes)
 
     def described(self) -> dict[str, Any]:
         """The entry as ``Op.describe`` wrote it (no index, mark, final or failure)."""
-        drop = ("i", "mark", "final", "failed")
+        drop = ("i", "mark", "final", "failed", "proc")
         return {k: v for k, v in self.to_dict().items() if k not in drop}
 
     def as_op(self, fill: int = 0) -> Op:

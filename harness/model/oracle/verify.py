@@ -50,6 +50,8 @@ def requirements(oracle: dict[str, Any], mark: str | None, exact: bool) -> dict[
     """What a state whose last mark is ``mark`` must hold (None: nothing)."""
     if mark in AFTER_FINAL and oracle.get("final_mark"):
         mark, exact = oracle["final_mark"], True  # nothing happened after the final sync
+    elif oracle.get("processes", 1) > 1:
+        exact = False  # a call in flight at the mark may be partly in a cut there (procs.py)
     entry: dict[str, Any] | None = next((m for m in oracle["marks"] if m["mark"] == mark), None)
     if entry is None:
         return None

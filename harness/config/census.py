@@ -49,7 +49,7 @@ NEEDS: dict[str, str] = {
     "remount-after-recovery": "a second mount cycle after the recovering one",
     "shutdown": "the filesystem's shutdown ioctl (FS_IOC_SHUTDOWN, EXT4_IOC_SHUTDOWN)",
     "enospc": "a full filesystem at the crash",
-    "race": "two processes at once",
+    "race": "two processes at once on the same inodes (workload.processes keeps them apart)",
     "external-log": "an external journal or log device",
     "multi-device": "a filesystem over several devices",
     "fast-commit": "ext4 fast commits (mkfs -O fast_commit) and a reader of their blocks",

@@ -23,9 +23,11 @@ CHUNK = 128 * 1024  # each fill file, and so each hole the fill leaves
 
 
 def used(root: str) -> float:
-    """The fraction of the filesystem's blocks in use (as df counts them)."""
+    """The fraction of the filesystem's blocks in use, as root sees it: the workload runs
+    as root, which may write into ext4's reserved blocks (``f_bfree``, not df's
+    ``f_bavail``: filled by df's count, root still had 5 % to write into)."""
     st = os.statvfs(root)
-    return 1.0 - st.f_bavail / st.f_blocks
+    return 1.0 - st.f_bfree / st.f_blocks
 
 
 def fill(root: str, fraction: float, chunk: int) -> dict[str, float | int]:

@@ -120,6 +120,12 @@ Rules, per mark n (``marks[i]`` in the oracle file):
    file's real bytes (``opgen.execute``), none durable; a failed persistence op places
    no mark.
 
+23. Processes (the oracle's ``processes``; ``guest/procs.py``): ops of several
+   processes, each in its own directory, recorded in the order they returned; a
+   process's persistence ops promise only its own names, a drawn sync is its
+   directory's fsync, and no cut is judged exact (a call in flight at a mark may be
+   partly in it).
+
 Profiles: ``posix`` (rules without 1's name promise), ``fsync-names`` (the journaled
 filesystems' default) and ``ordered-metadata`` (and rule 18). A run's oracle says its
 profile and, per mark, what each weaker one requires (``floors``); a failed check says

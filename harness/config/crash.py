@@ -96,8 +96,9 @@ class FsSpec(Settings):
         ge=0,
         lt=1,
         description="fill the filesystem to this fraction before the workload, its free "
-        "space left in holes (harness/guest/fill.py); ops may then fail with ENOSPC, and "
-        "are recorded as failed (0: no fill)",
+        "space left in holes (harness/guest/fill.py; beyond what it gives to data, e.g. "
+        "ext4's ~0.977, it is left full); ops may then fail with ENOSPC, and are recorded "
+        "as failed (0: no fill)",
     )
 
     @model_validator(mode="after")

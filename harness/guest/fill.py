@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 FILL_DIR = ".crashlab-fill"
 CHUNK = 128 * 1024  # each fill file, and so each hole the fill leaves
+BLOCK = 4096  # the last files, once no chunk fits
 
 
 def used(root: str) -> float:
@@ -34,17 +35,14 @@ def fill(root: str, fraction: float, chunk: int) -> dict[str, float | int]:
     where = os.path.join(root, FILL_DIR)
     os.makedirs(where, exist_ok=True)
     over = fraction + (1.0 - fraction) / 2
-    block = os.urandom(chunk)  # not zeros: no filesystem may skip or share them
     names: list[str] = []
-    while used(root) < over:
-        name = os.path.join(where, f"{len(names):06d}")
-        try:
-            with open(name, "wb") as f:
-                f.write(block)
-        except OSError:  # full before the overshoot: free space below what was asked
-            os.unlink(name)
-            break
-        names.append(name)
+    # Chunks while there is room, then blocks: a filesystem refuses a large write well
+    # before its last blocks are gone (ext4 keeps some for metadata), and a fraction
+    # beyond what it gives leaves it full, every write that needs a block refused.
+    for size in (chunk, BLOCK):
+        block = os.urandom(size)  # not zeros: no filesystem may skip or share them
+        while used(root) < over and _write(os.path.join(where, f"{len(names):06d}"), block):
+            names.append(os.path.join(where, f"{len(names):06d}"))
     removed = 0
     for name in names[::2]:
         if used(root) <= fraction:
@@ -53,6 +51,16 @@ def fill(root: str, fraction: float, chunk: int) -> dict[str, float | int]:
         removed += 1
     os.sync()
     return {"files": len(names) - removed, "removed": removed, "used": round(used(root), 4)}
+
+
+def _write(name: str, data: bytes) -> bool:
+    """Write a fill file; False when the filesystem is full (what fit is kept)."""
+    try:
+        with open(name, "wb") as f:
+            f.write(data)
+    except OSError:
+        return False
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -100,6 +100,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_triage(args: argparse.Namespace) -> int:
     if args.fstests is not None or args.report:
         return _deliver(args)
+    return _triage(args)
+
+
+def _triage(args: argparse.Namespace) -> int:
+    """Minimise the state (and the workload), write the report folder, say what it found."""
     from harness.record import logwrites
     from harness.triage import minimal, report
 
@@ -150,6 +155,11 @@ def _deliver(args: argparse.Namespace) -> int:
     if args.report and args.fstests is None and (why := _waived(target.load(args.state_id, db))):
         console.print(why, markup=False, soft_wrap=True)  # no triage needed to say so
         return 0
+    if not triaged(target.load(args.state_id, db)):
+        # Asked for the report of a finding not triaged yet: triage it first, as the
+        # plain command would, then deliver from the folder that wrote.
+        console.print("not triaged yet: triaging first", markup=False)
+        _triage(args)
     tr = finding.load(args.state_id, db)
     if args.fstests is not None:
         try:
@@ -171,6 +181,13 @@ def _deliver(args: argparse.Namespace) -> int:
         console.print(_mail(tr), markup=False, soft_wrap=True)
     console.print(f"report folder: {tr.folder / 'README.md'}", markup=False)
     return 0
+
+
+def triaged(t: Target) -> bool:
+    """Whether the finding's report folder holds its triage."""
+    from harness.triage import report
+
+    return (report.folder(t.run.id, t.state.id) / "triage.json").exists()
 
 
 def _mail(tr: Triaged) -> str:

@@ -202,9 +202,11 @@ def test_through_main(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "not an SQLite database" in " ".join(capsys.readouterr().err.split())
 
 
-def test_piped_output_is_never_folded_or_cut(db: Path) -> None:
-    """Piped into a file or a CI log (no terminal, no COLUMNS), a table keeps its cells
-    whole and a long line is one line: what a nightly log shows is what was found."""
+def test_piped_show_fits_100_columns_and_cuts_nothing(db: Path) -> None:
+    """Piped (``| less``, a CI log: no terminal, no COLUMNS), ``results show`` fits 100
+    columns: a long value wraps inside its cell instead of widening the table (issue
+    48: it printed lines of 1,326 characters), and nothing is cut -- the state's id is
+    whole on its line and every character of its 600-character description is there."""
     import os
     import subprocess
     import sys
@@ -213,5 +215,10 @@ def test_piped_output_is_never_folded_or_cut(db: Path) -> None:
     argv = [sys.executable, "-m", "harness", "results", "show", latest(db), "--db", str(db)]
     out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True).stdout
     assert "…" not in out, out
-    # the state's 600-character description on one line of the table, whole
-    assert any(LONG.strip() in line for line in out.splitlines()), out
+    assert max(len(line) for line in out.splitlines()) <= 100, out
+    assert any("fua-6" in line.split() or "│ fua-6 " in line for line in out.splitlines())
+    cells = "".join(line.split("│")[6].strip() for line in out.splitlines() if line.count("│") == 8)
+    assert LONG.replace(" ", "") in cells.replace(" ", "")
+    wide = subprocess.run(argv, capture_output=True, text=True, check=True,
+                          env={**env, "COLUMNS": "300"}).stdout  # fmt: skip
+    assert max(len(line) for line in wide.splitlines()) > 100  # COLUMNS still wins

@@ -30,6 +30,9 @@ def _open(args: argparse.Namespace) -> Store:
     return Store.open(args.db or default_db(), create=False)
 
 
+SHOW_WIDTH = 100
+
+
 def _console() -> Console:
     return ui.console()
 
@@ -82,7 +85,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     with _open(args) as store:
         detail = store.run_detail(args.run)
     reports = triaged(detail.run.id)
-    console = _console()
+    # Piped (`| less`), a run's page fits 100 columns: its long values (a scenario's
+    # description, a workload file's text) wrap in their cells instead of widening the
+    # table to 1,300 characters; a terminal's own width wins, and COLUMNS.
+    console = ui.console(piped=SHOW_WIDTH)
     if args.json:
         console.out(json.dumps({**detail.to_json(), "triage": list(map(str, reports))}, indent=2))
         return 0

@@ -59,15 +59,15 @@ class _Unpadded(io.TextIOBase):
 _LINE_END = re.compile(r"[ \t]+\n")
 
 
-def console(*, stderr: bool = False) -> Console:
+def console(*, stderr: bool = False, piped: int = PIPE_WIDTH) -> Console:
     """The lab's console: never folds a line it prints (soft_wrap: a command printed for
     copy-paste must paste whole, in a terminal or a pipe), never colours numbers inside
-    ids, and piped, as wide as a table needs and without the padding after each line's
-    last character. ``COLUMNS`` still wins."""
+    ids, and piped, ``piped`` columns wide (by default as wide as a table needs) and
+    without the padding after each line's last character. ``COLUMNS`` still wins."""
     out = Console(stderr=stderr, highlight=False, soft_wrap=True)
     if not out.is_terminal:
         pipe = cast(TextIO, _Unpadded(stderr))  # a text stream: write, flush, isatty
         out = Console(file=pipe, highlight=False, soft_wrap=True)
         if "COLUMNS" not in os.environ:
-            out.width = PIPE_WIDTH
+            out.width = piped
     return out

@@ -107,8 +107,10 @@ def _print_states(console: Console, states: Sequence[StateRow]) -> None:
     unchecked = sum(1 for s in states if s.outcome is None)
     if flagged:
         st = Table(title="states that were not consistent", title_justify="left")
-        cols = ("state", "outcome", "promise broken", "generator", "last mark", "description")
-        for col in (*cols, "checks"):
+        # An id is copied whole into the next command: it never folds; the prose does.
+        st.add_column("state", no_wrap=True)
+        st.add_column("outcome", no_wrap=True)
+        for col in ("promise broken", "generator", "last mark", "description", "checks"):
             st.add_column(col, overflow="fold")
         for s in flagged[:SHOWN_STATES]:
             st.add_row(
@@ -130,7 +132,9 @@ def _print_states(console: Console, states: Sequence[StateRow]) -> None:
         if len(flagged) > SHOWN_STATES:
             console.print(f"… and {len(flagged) - SHOWN_STATES} more: use --json for all")
         for name in sorted({s.promise.broken for s in flagged if s.promise and s.promise.broken}):
-            console.print(f"{name}: {promises.PROFILES.get(name, '?')}", markup=False)
+            # Prose: it wraps at the console's width (a command line would not).
+            said = f"{name}: {promises.PROFILES.get(name, '?')}"
+            console.print(said, markup=False, soft_wrap=False)
     elif states:
         console.print("every checked state was consistent")
     if unchecked:

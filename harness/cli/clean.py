@@ -1,4 +1,6 @@
-"""``scenario lab clean``: remove what killed harnesses left (harness/vm/leftovers.py):
+"""``scenario lab schedule``: a campaign every night (harness/campaign/schedule.py).
+
+``scenario lab clean``: remove what killed harnesses left (harness/vm/leftovers.py):
 orphaned guests, unused guest work directories, libvirt guests' root overlays and, with
 ``--libvirt URI --pool NAME``,
 the volumes of libvirt guests that are gone. Found by the lab's own names only."""
@@ -7,9 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
+from harness import paths, proc
+from harness.campaign import schedule
 from harness.cli import ui
+from harness.errors import InputError
 from harness.vm import leftovers, libvirt_storage, libvirtd
 
 console = ui.console()
@@ -26,6 +32,47 @@ def register(sub: Any) -> None:
     c.add_argument("--pool", default="crashlab", help="its storage pool (default: crashlab)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_clean)
+    s = lsub.add_parser(
+        "schedule",
+        help="a campaign every night: print (or install) its systemd units, or a cron line",
+        description="Print the systemd service and timer that run CAMPAIGN every night from "
+        "this checkout (harness/campaign/schedule.py); --install writes them and enables the "
+        "timer; --cron prints the crontab line for a host without systemd.",
+    )
+    s.add_argument("--campaign", type=Path, default=Path("campaigns/nightly.toml"))
+    s.add_argument("--db", type=Path, default=None, help="the store (default results/lab.sqlite)")
+    s.add_argument("--at", default="01:00", help="local time of day, HH:MM (default 01:00)")
+    how = s.add_mutually_exclusive_group()
+    how.add_argument("--cron", action="store_true", help="the crontab line instead")
+    how.add_argument("--install", action="store_true", help="write the units, enable the timer")
+    s.add_argument("--root", type=Path, default=Path("/"), help=argparse.SUPPRESS)
+    s.set_defaults(func=cmd_schedule)
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    campaign = args.campaign if args.campaign.is_absolute() else paths.REPO / args.campaign
+    if not campaign.is_file():
+        raise InputError(f"--campaign {args.campaign}: no such campaign file",
+                         hint="e.g. campaigns/nightly.toml")  # fmt: skip
+    db = (args.db or paths.default_db()).resolve()
+    s = schedule.Schedule(paths.REPO, campaign, db, paths.cache_dir(), args.at)
+    if args.cron:
+        console.out(s.cron())
+        return 0
+    if not args.install:
+        for name, text in (("service", s.service()), ("timer", s.timer())):
+            console.out(f"# /etc/systemd/system/{schedule.UNIT}.{name}\n{text}")
+        return 0
+    if args.root == Path("/") and not schedule.systemd_running():
+        raise InputError("systemd is not this host's init: the units would never run",
+                         hint="scenario lab schedule --cron, into root's crontab")  # fmt: skip
+    for path in schedule.install(s, args.root):
+        console.print(f"wrote {path}", markup=False)
+    if args.root == Path("/"):
+        proc.run(["systemctl", "daemon-reload"])
+        proc.run(["systemctl", "enable", "--now", f"{schedule.UNIT}.timer"])
+        console.print(f"enabled {schedule.UNIT}.timer: {s.at} every night", markup=False)
+    return 0
 
 
 def cmd_clean(args: argparse.Namespace) -> int:

@@ -35,6 +35,7 @@ class Schedule:
     db: Path
     cache: Path
     at: str = "01:00"  # local time, HH:MM
+    budget: str | None = None  # after each night, ``scenario lab prune`` to this size
 
     def __post_init__(self) -> None:
         if not _AT.match(self.at):
@@ -60,10 +61,16 @@ class Schedule:
             f"WorkingDirectory={self.checkout}",
             f"Environment=CRASHLAB_CACHE={self.cache}",
             f"ExecStart={shlex.join(self.argv)}",
+            *([f"ExecStopPost={shlex.join(self.prune_argv)}"] if self.budget else []),
             "# 1: a finding -- the night did its work; 2 and 3 are the lab's own failures.",
             "SuccessExitStatus=1",
             "",
         ])  # fmt: skip
+
+    @property
+    def prune_argv(self) -> list[str]:
+        """After the night, whatever its end: the disk back within the budget."""
+        return [self.argv[0], "lab", "prune", "--budget", str(self.budget), "--db", str(self.db)]
 
     def timer(self) -> str:
         return "\n".join([
@@ -87,9 +94,10 @@ class Schedule:
         lock = self.cache / f"{UNIT}.lock"
         log = self.db.with_name(f"{self.db.stem}-nightly.log")
         busy = f'echo "$(date -Is) {UNIT}: the night before is still running; not started"'
+        night = shlex.join(self.argv) + (f"; {shlex.join(self.prune_argv)}" if self.budget else "")
         run = (
             f"cd {shlex.quote(str(self.checkout))} && CRASHLAB_CACHE={shlex.quote(str(self.cache))}"
-            f" flock -n -E 75 {shlex.quote(str(lock))} {shlex.join(self.argv)};"
+            f" flock -n -E 75 {shlex.quote(str(lock))} sh -c {shlex.quote(night)};"
             f" [ $? -eq 75 ] && {busy}"
         )
         return f"{minute} {hour} * * * ({run}) >> {shlex.quote(str(log))} 2>&1"

@@ -12,10 +12,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness import paths, proc
+from harness import paths, proc, prune
 from harness.campaign import schedule
 from harness.cli import ui
 from harness.errors import InputError
+from harness.image import build as image
+from harness.store.db import Store
 from harness.vm import leftovers, libvirt_storage, libvirtd
 
 console = ui.console()
@@ -46,7 +48,22 @@ def register(sub: Any) -> None:
     how.add_argument("--cron", action="store_true", help="the crontab line instead")
     how.add_argument("--install", action="store_true", help="write the units, enable the timer")
     s.add_argument("--root", type=Path, default=Path("/"), help=argparse.SUPPRESS)
+    s.add_argument("--budget", default=None, help="after each night, prune to this size (20G)")
     s.set_defaults(func=cmd_schedule)
+    pr = lsub.add_parser(
+        "prune",
+        help="keep the kernel cache, images and run folders within a disk budget",
+        description="Remove the least recently used kernels, images and run folders until "
+        "the lab's disk use is within the budget; never the store, a running or resumable "
+        "run's folder, a finding's log or triage, the current image, or a kernel an "
+        "unfinished campaign names (harness/prune.py).",
+    )
+    pr.add_argument("--budget", default=None,
+                    help=f"e.g. 20G (default ${prune.BUDGET_ENV})")  # fmt: skip
+    pr.add_argument("--db", type=Path, default=None, help="the store (default results/lab.sqlite)")
+    pr.add_argument("--dry-run", action="store_true", help="only say what would go")
+    pr.add_argument("--json", action="store_true")
+    pr.set_defaults(func=cmd_prune)
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
@@ -55,7 +72,9 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         raise InputError(f"--campaign {args.campaign}: no such campaign file",
                          hint="e.g. campaigns/nightly.toml")  # fmt: skip
     db = (args.db or paths.default_db()).resolve()
-    s = schedule.Schedule(paths.REPO, campaign, db, paths.cache_dir(), args.at)
+    if args.budget is not None:
+        prune.budget(args.budget)  # a bad size: exit 2 now, not after a night
+    s = schedule.Schedule(paths.REPO, campaign, db, paths.cache_dir(), args.at, args.budget)
     if args.cron:
         console.out(s.cron())
         return 0
@@ -72,6 +91,35 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         proc.run(["systemctl", "daemon-reload"])
         proc.run(["systemctl", "enable", "--now", f"{schedule.UNIT}.timer"])
         console.print(f"enabled {schedule.UNIT}.timer: {s.at} every night", markup=False)
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    budget = prune.budget(args.budget)
+    with Store.open(args.db or paths.default_db(), create=False) as store:
+        items = prune.survey(store, image.load_recipe().hash)
+    going, after = prune.plan(items, budget)
+    if not args.dry_run:
+        prune.remove(going)
+    before = sum(i.size for i in items)
+    if args.json:
+        said = {
+            "budget": budget, "before": before, "after": after, "removed": not args.dry_run,
+            "going": [i.to_json() for i in going],
+            "kept": [i.to_json() for i in items if i.keep],
+        }  # fmt: skip
+        console.out(json.dumps(said, indent=2))
+        return 0
+    verb = "would remove" if args.dry_run else "removed"
+    for i in going:
+        console.print(f"{verb} {i.kind} {i.path} ({prune.human(i.size)})", markup=False)
+    line = f"{prune.human(before)} -> {prune.human(after)} of a {prune.human(budget)} budget"
+    console.print(line, markup=False)
+    if after > budget:
+        kept = sum(i.size for i in items if i.keep)
+        console.print(f"the budget cannot be met: {prune.human(kept)} is kept "
+                      "(running, resumable, findings, the current image, other stores' runs)",
+                      markup=False)  # fmt: skip
     return 0
 
 

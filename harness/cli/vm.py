@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
-from harness import outcome, paths, tools
+from harness import outcome, paths, prune, tools
 from harness.cli import backend, ui
 from harness.config.settings import parse_size, validate
 from harness.config.vm import VmChoice
@@ -187,6 +187,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             add(f"accelerator on {args.libvirt_uri}", res.accelerator, "bold", res.reason + again)
     for k in kernel_store.cached():
         add("kernel", "cached", "green", f"{k.name}: {kernel_store.describe(k.source)}")
+    used = prune.usage()
+    parts = ", ".join(f"{kind} {prune.human(n)}" for kind, n in used.items())
+    limit = os.environ.get(prune.BUDGET_ENV)
+    over = limit is not None and sum(used.values()) > parse_size(limit)
+    add("disk", prune.human(sum(used.values())), "yellow" if over else "",
+        f"{parts}; budget {limit or 'none'} (${prune.BUDGET_ENV}; scenario lab prune)")  # fmt: skip
     if args.json:
         keys = ("check", "status", "detail")
         checks = [dict(zip(keys, (c, st, d), strict=True)) for c, st, _, d in rows]

@@ -165,6 +165,15 @@ class StoreCampaigns:
             )
         )
 
+    def pending_overrides(self) -> list[list[str]]:
+        """The ``--set`` overrides of every element an unfinished campaign has still to
+        run (what a running or resumable campaign will need)."""
+        rows = self._conn.execute(
+            "SELECT e.overrides FROM campaign_elements e JOIN campaigns c"
+            " ON c.id = e.campaign_id WHERE c.status != 'done' AND e.status != 'done'"
+        )
+        return [list(json.loads(r[0])) for r in rows]
+
     def resolve_campaign_id(self, prefix: str) -> list[str]:
         """Ids of the campaigns whose id is ``prefix`` (that one only) or starts with it."""
         exact = self._conn.execute("SELECT id FROM campaigns WHERE id = ?", (prefix,)).fetchone()

@@ -36,6 +36,7 @@ class Schedule:
     cache: Path
     at: str = "01:00"  # local time, HH:MM
     budget: str | None = None  # after each night, ``scenario lab prune`` to this size
+    notify: str | None = None  # the digest's command (``campaign digest --notify``)
 
     def __post_init__(self) -> None:
         if not _AT.match(self.at):
@@ -61,11 +62,20 @@ class Schedule:
             f"WorkingDirectory={self.checkout}",
             f"Environment=CRASHLAB_CACHE={self.cache}",
             f"ExecStart={shlex.join(self.argv)}",
-            *([f"ExecStopPost={shlex.join(self.prune_argv)}"] if self.budget else []),
+            # After the night, whatever its end; "-": news (exit 1) is no failure of the unit.
+            f"ExecStopPost=-{shlex.join(self.digest_argv)}",
+            *([f"ExecStopPost=-{shlex.join(self.prune_argv)}"] if self.budget else []),
             "# 1: a finding -- the night did its work; 2 and 3 are the lab's own failures.",
             "SuccessExitStatus=1",
             "",
         ])  # fmt: skip
+
+    @property
+    def digest_argv(self) -> list[str]:
+        """After the night, whatever its end: what changed since the one before."""
+        notify = ["--notify", self.notify] if self.notify else []
+        return [self.argv[0], "campaign", "digest", str(self.campaign), "--db", str(self.db),
+                *notify]  # fmt: skip
 
     @property
     def prune_argv(self) -> list[str]:
@@ -94,7 +104,8 @@ class Schedule:
         lock = self.cache / f"{UNIT}.lock"
         log = self.db.with_name(f"{self.db.stem}-nightly.log")
         busy = f'echo "$(date -Is) {UNIT}: the night before is still running; not started"'
-        night = shlex.join(self.argv) + (f"; {shlex.join(self.prune_argv)}" if self.budget else "")
+        after = [self.digest_argv, *([self.prune_argv] if self.budget else [])]
+        night = "; ".join(shlex.join(a) for a in [self.argv, *after])
         run = (
             f"cd {shlex.quote(str(self.checkout))} && CRASHLAB_CACHE={shlex.quote(str(self.cache))}"
             f" flock -n -E 75 {shlex.quote(str(lock))} sh -c {shlex.quote(night)};"

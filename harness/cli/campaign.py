@@ -23,6 +23,7 @@ from harness.campaign import runner as campaign
 from harness.check import distributed
 from harness.cli import backend, ui
 from harness.cli import census as cli_census
+from harness.cli import digest as cli_digest
 from harness.config import campaign as config_campaign
 from harness.config import scenario
 from harness.config.campaign import Campaign, Element
@@ -99,6 +100,7 @@ def register(sub: Any) -> None:
     kb.add_argument("--json", action="store_true")
     kb.set_defaults(func=cmd_known_bugs)
     cli_census.register(csub)
+    cli_digest.register(csub)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

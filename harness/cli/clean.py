@@ -49,6 +49,8 @@ def register(sub: Any) -> None:
     how.add_argument("--install", action="store_true", help="write the units, enable the timer")
     s.add_argument("--root", type=Path, default=Path("/"), help=argparse.SUPPRESS)
     s.add_argument("--budget", default=None, help="after each night, prune to this size (20G)")
+    s.add_argument("--notify", default=None, metavar="CMD",
+                   help="after each night, called with its digest (digest --notify)")  # fmt: skip
     s.set_defaults(func=cmd_schedule)
     pr = lsub.add_parser(
         "prune",
@@ -74,7 +76,9 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     db = (args.db or paths.default_db()).resolve()
     if args.budget is not None:
         prune.budget(args.budget)  # a bad size: exit 2 now, not after a night
-    s = schedule.Schedule(paths.REPO, campaign, db, paths.cache_dir(), args.at, args.budget)
+    s = schedule.Schedule(
+        paths.REPO, campaign, db, paths.cache_dir(), args.at, args.budget, args.notify
+    )
     if args.cron:
         console.out(s.cron())
         return 0

@@ -165,6 +165,14 @@ class StoreCampaigns:
             )
         )
 
+    def campaign_nights(self, name: str, n: int) -> list[str]:
+        """The ids of the newest ``n`` campaigns called ``name`` (its nights), newest first."""
+        rows = self._conn.execute(
+            "SELECT id FROM campaigns WHERE name = ? ORDER BY started_at DESC, rowid DESC LIMIT ?",
+            (name, n),
+        )
+        return [str(r[0]) for r in rows]
+
     def pending_overrides(self) -> list[list[str]]:
         """The ``--set`` overrides of every element an unfinished campaign has still to
         run (what a running or resumable campaign will need)."""

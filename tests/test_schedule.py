@@ -70,15 +70,11 @@ def test_bad_time_and_campaign_are_exit_2(
     assert capsys.readouterr().out.startswith("15 3 * * * ")
 
 
-def test_with_a_budget_each_night_ends_in_a_prune(tmp_path: Path) -> None:
+def test_with_a_budget_each_night_ends_in_a_digest_and_a_prune(tmp_path: Path) -> None:
     s = a_schedule(tmp_path)
     s = schedule.Schedule(s.checkout, s.campaign, s.db, s.cache, s.at, budget="20G")
-    post = next(x for x in s.service().splitlines() if x.startswith("ExecStopPost="))
-    assert shlex.split(post.removeprefix("ExecStopPost="))[1:5] == [
-        "lab",
-        "prune",
-        "--budget",
-        "20G",
-    ]
-    assert "lab prune --budget 20G" in s.cron()
+    posts = [x.removeprefix("ExecStopPost=-") for x in s.service().splitlines()
+             if x.startswith("ExecStopPost=-")]  # fmt: skip
+    assert [shlex.split(x)[1:3] for x in posts] == [["campaign", "digest"], ["lab", "prune"]]
+    assert "lab prune --budget 20G" in s.cron() and "campaign digest" in s.cron()
     assert cli.main(["lab", "schedule", "--budget", "lots"]) == 2

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.scenariorun import said, scenario_run
 
 REPO = Path(__file__).resolve().parent.parent
 STEPS = REPO / "campaigns" / "known-bugs" / "ext4-fc-replay-ro-mount.ops"
@@ -23,12 +24,8 @@ pytestmark = pytest.mark.vm
 
 
 def run(db: Path, *more: str) -> subprocess.CompletedProcess[str]:
-    argv = [
-        sys.executable, "-m", "harness", "run", "ext4-fast-commit-fsync",
-        "--workload-file", str(STEPS), "--set", "crash.states=[{kind='mark'}]",
-        "--db", str(db), *more,
-    ]  # fmt: skip
-    return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=1800)
+    return scenario_run(db, "ext4-fast-commit-fsync", "--workload-file", str(STEPS),
+                        "--set", "crash.states=[{kind='mark'}]", *more)  # fmt: skip
 
 
 def checks(db: Path, kernel: str) -> list[tuple[str, str, str]]:
@@ -43,11 +40,11 @@ def checks(db: Path, kernel: str) -> list[tuple[str, str, str]]:
 def test_the_ro_mount_replays_fast_commits_only_on_the_fixed_kernel(tmp_path: Path) -> None:
     db = tmp_path / "lab.sqlite"
     buggy = run(db, "--kernel", "6.12.115+deb12-amd64", "--set", "check.times=false")
-    assert buggy.returncode == 1, buggy.stdout[-3000:] + buggy.stderr[-3000:]
+    assert buggy.returncode == 1, said(buggy)
     got = checks(db, "6.12.115+deb12-amd64")
     assert [(c, o) for c, o, _ in got] == [("mount[ro]+verify", "mount_failed")]
     fixed = run(db, "--kernel", "6.12.117+deb12-amd64")
-    assert fixed.returncode == 1, fixed.stdout[-3000:] + fixed.stderr[-3000:]
+    assert fixed.returncode == 1, said(fixed)
     got = checks(db, "6.12.117+deb12-amd64")
     # Only the parent's time, in both modes: the ro mount replayed (the fix).
     assert sorted(c for c, _, _ in got) == ["mount+verify", "mount[ro]+verify"]

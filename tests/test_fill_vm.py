@@ -5,33 +5,24 @@ stock kernel keeps every promise (a negative control: no finding)."""
 
 from __future__ import annotations
 
-import json
-import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from harness import paths
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.scenariorun import only_oracle, said, scenario_run
 
 pytestmark = pytest.mark.vm
 
 
 def test_a_filled_ext4_records_enospc_and_keeps_its_promises(tmp_path: Path) -> None:
     db = tmp_path / "lab.sqlite"
-    argv = [
-        sys.executable, "-m", "harness", "run", "ext4-ordered-fsync", "--db", str(db),
+    r = scenario_run(
+        db, "ext4-ordered-fsync",
         "--set", "fs.fill=0.995", "--set", "workload.ops=60", "--set", "crash.max_states=8",
         "--set", "crash.states=[{kind='mark'}]",
-    ]  # fmt: skip
-    r = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=1800)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    with sqlite3.connect(db) as con:
-        (run_id,), *_ = con.execute("SELECT id FROM runs").fetchall()
-    oracle = json.loads((paths.work_dir() / "runs" / run_id / "oracle.json").read_text())
+    )  # fmt: skip
+    assert r.returncode == 0, said(r)
+    oracle = only_oracle(db)
     failed = [e for e in oracle["ops"] if e.get("failed")]
     assert failed and {e["failed"] for e in failed} == {"ENOSPC"}
     assert oracle["complete"]

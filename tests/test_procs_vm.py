@@ -6,35 +6,28 @@ control)."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from harness import paths
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.scenariorun import only_oracle, said, scenario_run
 
 pytestmark = pytest.mark.vm
 
 
 def test_two_processes_race_and_the_stock_kernel_keeps_its_promises(tmp_path: Path) -> None:
     db = tmp_path / "lab.sqlite"
-    argv = [
-        sys.executable, "-m", "harness", "run", "ext4-ordered-fsync", "--db", str(db),
+    r = scenario_run(
+        db, "ext4-ordered-fsync",
         "--set", "workload.processes=2", "--set", "workload.ops=80",
         "--set", "crash.states=[{kind='mark'}]", "--set", "crash.max_states=12",
-    ]  # fmt: skip
-    r = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=1800)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    )  # fmt: skip
+    assert r.returncode == 0, said(r)
     with sqlite3.connect(db) as con:
-        (run_id,), *_ = con.execute("SELECT id FROM runs").fetchall()
         outcomes = Counter(o for (o,) in con.execute("SELECT outcome FROM checks"))
-    oracle = json.loads((paths.work_dir() / "runs" / run_id / "oracle.json").read_text())
+    oracle = only_oracle(db)
     calls = Counter(e.get("proc") for e in oracle["ops"] if e.get("proc") is not None)
     assert calls == {0: 40, 1: 40} and oracle["processes"] == 2
     # The two interleaved: neither ran all its calls before the other began.

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.scenariorun import said, scenario_run
 
 REPO = Path(__file__).resolve().parent.parent
 STEPS = REPO / "campaigns" / "known-bugs" / "ext4-logflush-shutdown.ops"
@@ -22,20 +23,17 @@ pytestmark = pytest.mark.vm
 
 
 def run(db: Path, *more: str) -> subprocess.CompletedProcess[str]:
-    argv = [
-        sys.executable, "-m", "harness", "run", "ext4-ordered-fsync",
-        "--workload-file", str(STEPS), "--set", 'fs.mount_options=["nodelalloc"]',
-        "--set", "crash.states=[{kind='mark'}]", "--db", str(db), *more,
-    ]  # fmt: skip
-    return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=1800)
+    return scenario_run(db, "ext4-ordered-fsync", "--workload-file", str(STEPS),
+                        "--set", 'fs.mount_options=["nodelalloc"]',
+                        "--set", "crash.states=[{kind='mark'}]", *more)  # fmt: skip
 
 
 def test_a_log_flushing_shutdown_loses_names_on_the_buggy_kernel_only(tmp_path: Path) -> None:
     db = tmp_path / "lab.sqlite"
     buggy = run(db, "--kernel", "6.12.95+deb12-amd64")
-    assert buggy.returncode == 1, buggy.stdout[-3000:] + buggy.stderr[-3000:]
+    assert buggy.returncode == 1, said(buggy)
     fixed = run(db)
-    assert fixed.returncode == 0, fixed.stdout[-3000:] + fixed.stderr[-3000:]
+    assert fixed.returncode == 0, said(fixed)
     with sqlite3.connect(db) as con:
         rows = con.execute(
             "SELECT r.guest_kernel, c.outcome, c.output"

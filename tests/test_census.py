@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.campaign import nights
 from harness.cli import main as cli
 from harness.config import census
 from harness.config.census import NEEDS, Reach
@@ -19,7 +20,6 @@ from harness.errors import InputError
 from harness.experiments.search import budget
 from harness.model.families import FAMILIES
 from harness.report import census as report
-from harness.report import nights
 
 REPO = Path(__file__).resolve().parent.parent
 CENSUS = REPO / "campaigns" / "census.toml"
@@ -187,7 +187,7 @@ def test_doc_tables_are_the_commands_output(real: census.Census) -> None:
     doc = (REPO / "docs" / "census.md").read_text()
     start = doc.index(report.BEGIN) + len(report.BEGIN) + 1
     end = doc.index(report.END)
-    assert doc[start:end] == report.markdown(real), (
+    assert doc[start:end] == report.markdown(real, nights.nights(real)), (
         "docs/census.md is stale: regenerate its table with `scenario campaign census --markdown`"
     )
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import prune
 from harness.cli import main as cli
 from harness.errors import InputError
 from harness.outcome import Outcome
+from harness.store import prune
 from harness.store.db import (
     CheckResult,
     CrashState,

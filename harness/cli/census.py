@@ -12,14 +12,14 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
+from harness.campaign import nights
 from harness.cli import ui
 from harness.config import census as config_census
 from harness.config.census import Reach
 from harness.outcome import EXIT_OK
 from harness.report import census as report
-from harness.report import nights
+from harness.report.census import Meeting
 from harness.report.markup import esc
-from harness.report.nights import Meeting
 
 console = ui.console()
 
@@ -57,13 +57,14 @@ def register(csub: Any) -> None:
 def cmd_census(args: argparse.Namespace) -> int:
     census = config_census.load(args.file)
     reach = Reach(args.reach) if args.reach else None
+    met = nights.nights(census)
     if args.json:
-        print(json.dumps(report.to_json(census, reach), indent=2))
+        print(json.dumps(report.to_json(census, met, reach), indent=2))
         return EXIT_OK
     if args.markdown:
-        print(report.markdown(census), end="")
+        print(report.markdown(census, met), end="")
         return EXIT_OK
-    console.print(_table(report.select(census, reach), nights.nights(census)))
+    console.print(_table(report.select(census, reach), met))
     console.print(report.summary(census), markup=False)
     needs = "; ".join(f"{k} {n} ({a} alone)" for k, n, a in census.needs_counts())
     console.print(f"needs (fixes naming it, alone): {needs}", markup=False)

@@ -12,11 +12,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness import paths, proc, prune
+from harness import paths, proc
 from harness.campaign import schedule
 from harness.cli import ui
 from harness.errors import InputError
 from harness.image import build as image
+from harness.store import prune
 from harness.store.db import Store
 from harness.vm import leftovers, libvirt_storage, libvirtd
 

@@ -13,15 +13,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from harness import paths
+from harness import outcome, paths
 from harness.cli import ui
 from harness.config import campaign
-from harness.outcome import EXIT_OK
 from harness.report import digest
 from harness.store.db import Store
 
 console = ui.console()
-EXIT_NEWS = 1
 
 
 def register(csub: Any) -> None:
@@ -63,7 +61,7 @@ def cmd_digest(args: argparse.Namespace) -> int:
         console.print(f"digest: {md}", markup=False)
     if args.notify:
         _notify(args.notify, md)
-    return EXIT_NEWS if d.needs_a_person else EXIT_OK
+    return outcome.status(finding=d.needs_a_person)  # 1: news that needs a person
 
 
 def _notify(command: str, md: Path) -> None:

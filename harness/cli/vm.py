@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
-from harness import outcome, paths, prune, tools
+from harness import outcome, paths, tools
 from harness.cli import backend, ui
 from harness.config.settings import parse_size, validate
 from harness.config.vm import VmChoice
@@ -22,6 +22,7 @@ from harness.image import build as image
 from harness.kernel import store as kernel_store
 from harness.kernel.boot import booting
 from harness.report.markup import esc
+from harness.store import prune
 from harness.vm import accel, libvirt_accel, libvirt_storage, libvirtd
 from harness.vm.accel import ProbeResult
 from harness.vm.backend import Disk, GuestSpec, start_guest

@@ -91,7 +91,7 @@ class Fix(Settings):
         (),
         description="ACE steps that show the bug, spelt as `ace describe` spells them "
         "('truncate-zero(foo) fsync(foo); link(foo, bar) fsync_dir()'): where the nightly "
-        "meets them says after how many nights (harness/report/nights.py)",
+        "meets them says after how many nights (harness/campaign/nights.py)",
     )
     basis: Literal["commit", "title", "catalogue"] = Field(
         description="what the classification read: the commit, the title alone, or the "

@@ -25,6 +25,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..model import opfile
@@ -74,22 +75,113 @@ def emit_mark(mark_cmd: str, dm_name: str, text: str) -> None:
         raise OpFailed(f"{' '.join(argv)} failed ({r.rc}): {r.stderr.strip()}")
 
 
+@dataclass(frozen=True)
+class Marking:
+    """How each persistence op's mark reaches the log, and what the calls may fail with
+    (``execute``'s keyword arguments of the same names)."""
+
+    mark_cmd: str = "none"
+    dm_name: str = ""
+    noop_sync: bool = False
+    flush_after_sync: bool = False
+    on_mark: Callable[[str], None] | None = None
+    tolerate: frozenset[int] = frozenset()
+
+
+class Execution:
+    """One workload's calls, the model they drive and the op list, each op recorded when
+    it returned (one process: in turn; several: ``race``, under a lock)."""
+
+    def __init__(self, root: str, track: Tracker, how: Marking) -> None:
+        self.root, self.track, self.how = root, track, how
+        self.log: list[dict[str, Any]] = []
+        self.fds: dict[str, int] = {}  # a workload file's held descriptors
+        self.held: dict[int, dict[str, int]] = {}  # each racing process's own
+        self.lock = threading.Lock()
+
+    def step(self, op: Op) -> None:
+        """One op in turn: its call, then the model and its mark."""
+        self.track.before(op)
+        entry = {"i": len(self.log), **op.describe()}
+        self.log.append(entry)
+        try:
+            perform(self.root, op, self.how.noop_sync, self.fds)
+        except OSError as e:
+            if e.errno not in self.how.tolerate or op.kind in HANDLE_OPS:
+                raise OpFailed(
+                    f"op {entry['i']} {op.kind} {op.path!r}: {e.strerror}", e.errno
+                ) from None
+            entry["failed"] = errno.errorcode.get(e.errno or 0, str(e.errno))
+            self.failed(op)
+            return
+        self.track.after(op)
+        self.place_mark(op, entry)
+
+    def place_mark(self, op: Op, entry: dict[str, Any]) -> None:
+        h = self.how
+        if op.kind in PERSIST_OPS:
+            if (h.flush_after_sync or op.kind in ENDS) and h.dm_name and not h.noop_sync:
+                flush_device(h.dm_name)
+            text = self.track.next_mark()
+            emit_mark(h.mark_cmd, h.dm_name, text)
+            self.track.mark(text, entry["i"])
+            entry["mark"] = text
+            if h.on_mark is not None:
+                h.on_mark(text)
+
+    def failed(self, op: Op) -> None:
+        """An op the full disk failed: a namespace op or an attribute changed nothing; a
+        write, truncate or fallocate may have changed some bytes (a short write, a
+        partial allocation), so the model takes the file's bytes as they are now --
+        none of them durable. A failed persistence op places no mark: it promised
+        nothing."""
+        if op.kind in BYTES_OPS and op.path in self.track.model.files:
+            with open(os.path.join(self.root, op.path), "rb") as f:
+                self.track.after(Op("rewrite", op.path, data=f.read()))
+
+    def race(self, generator: Generator, count: int, n: int, fsync_names: bool) -> None:
+        """``count`` ops drawn and called by ``n`` processes at once (``procs.py``)."""
+        for k in range(n):
+            self.step(Op("mkdir", procs.home(k)))
+        self.step(Op("sync"))
+
+        def make(k: int) -> Generator:
+            return generator.fork(procs.seed_of(generator.seed, k), generator.max_files // n or 1)
+
+        failure = procs.run(n, count, make, fsync_names, self.call, self.returned)
+        if failure is not None:
+            raise failure
+
+    def call(self, op: Op, k: int) -> None:
+        try:
+            perform(self.root, op, self.how.noop_sync, self.held.setdefault(k, {}))
+        except OSError as e:
+            raise OpFailed(f"process {k}: {op.kind} {op.path!r}: {e.strerror}", e.errno) from None
+
+    def returned(self, op: Op, k: int) -> None:
+        with self.lock:  # the model, the op list and the marks: one order, the returns'
+            self.track.before(op)
+            entry = {"i": len(self.log), "proc": k, **op.describe()}
+            self.log.append(entry)
+            self.track.after(op)
+            self.place_mark(op, entry)
+
+    def close(self) -> None:
+        for fd in [*self.fds.values(), *(f for d in self.held.values() for f in d.values())]:
+            os.close(fd)
+
+
 def execute(
     root: str,
     ops: Iterable[Op] | None = None,
     *,
     generator: Generator | None = None,
     count: int = 0,
-    mark_cmd: str = "none",
-    dm_name: str = "",
     fsync_names: bool = True,
-    noop_sync: bool = False,
-    flush_after_sync: bool = False,
-    on_mark: Callable[[str], None] | None = None,
     ordered: bool = False,
     end: str = "sync",
-    tolerate: frozenset[int] = frozenset(),
     processes: int = 1,
+    **marking: Any,
 ) -> dict[str, Any]:
     """Run ops (given, or ``count`` drawn from ``generator``) and return the oracle body.
 
@@ -109,104 +201,32 @@ def execute(
     ``final_mark``, ``ops``, ``complete`` and ``error``.
     """
     track = Tracker(fsync_names, ordered, root)
-    log: list[dict[str, Any]] = []
+    run = Execution(root, track, Marking(**marking))
     error: str | None = None
-    fds: dict[str, int] = {}  # a workload file's held descriptors
-
-    def step(op: Op) -> None:
-        track.before(op)
-        entry = {"i": len(log), **op.describe()}
-        log.append(entry)
-        try:
-            perform(root, op, noop_sync, fds)
-        except OSError as e:
-            if e.errno not in tolerate or op.kind in HANDLE_OPS:
-                raise OpFailed(
-                    f"op {entry['i']} {op.kind} {op.path!r}: {e.strerror}", e.errno
-                ) from None
-            entry["failed"] = errno.errorcode.get(e.errno or 0, str(e.errno))
-            failed(op)
-            return
-        track.after(op)
-        place_mark(op, entry)
-
-    def place_mark(op: Op, entry: dict[str, Any]) -> None:
-        if op.kind in PERSIST_OPS:
-            if (flush_after_sync or op.kind in ENDS) and dm_name and not noop_sync:
-                flush_device(dm_name)
-            text = track.next_mark()
-            emit_mark(mark_cmd, dm_name, text)
-            track.mark(text, entry["i"])
-            entry["mark"] = text
-            if on_mark is not None:
-                on_mark(text)
-
-    lock = threading.Lock()
-    held: dict[int, dict[str, int]] = {}  # each process's own descriptors
-
-    def call(op: Op, k: int) -> None:
-        try:
-            perform(root, op, noop_sync, held.setdefault(k, {}))
-        except OSError as e:
-            raise OpFailed(f"process {k}: {op.kind} {op.path!r}: {e.strerror}", e.errno) from None
-
-    def returned(op: Op, k: int) -> None:
-        with lock:  # the model, the op list and the marks: one order, the returns'
-            track.before(op)
-            entry = {"i": len(log), "proc": k, **op.describe()}
-            log.append(entry)
-            track.after(op)
-            place_mark(op, entry)
-
-    def failed(op: Op) -> None:
-        """An op the full disk failed: a namespace op or an attribute changed nothing; a
-        write, truncate or fallocate may have changed some bytes (a short write, a
-        partial allocation), so the model takes the file's bytes as they are now --
-        none of them durable. A failed persistence op places no mark: it promised
-        nothing."""
-        if op.kind in BYTES_OPS and op.path in track.model.files:
-            with open(os.path.join(root, op.path), "rb") as f:
-                track.after(Op("rewrite", op.path, data=f.read()))
-
-    def source() -> Iterable[Op]:
-        if ops is not None:
-            yield from ops
-        elif generator is not None and processes == 1:
-            for _ in range(count):
-                yield generator.next(track.model)
-
     final_mark: str | None = None
     failed_errno: int | None = None
     try:
-        for op in source():
-            step(op)
-        if processes > 1 and generator is not None:
-            for k in range(processes):
-                step(Op("mkdir", procs.home(k)))
-            step(Op("sync"))
-
-            def make(k: int) -> Generator:
-                return generator.fork(
-                    procs.seed_of(generator.seed, k), generator.max_files // processes or 1
-                )
-
-            failure = procs.run(processes, count, make, fsync_names, call, returned)
-            if failure is not None:
-                raise failure
-        if not (log and log[-1]["op"] in ENDS):
-            step(Op(end))
-        log[-1]["final"] = True
-        final_mark = log[-1]["mark"]
+        if ops is not None:
+            for op in ops:
+                run.step(op)
+        elif generator is not None and processes == 1:
+            for _ in range(count):
+                run.step(generator.next(track.model))
+        elif generator is not None:
+            run.race(generator, count, processes, fsync_names)
+        if not (run.log and run.log[-1]["op"] in ENDS):
+            run.step(Op(end))
+        run.log[-1]["final"] = True
+        final_mark = run.log[-1]["mark"]
     except OpFailed as e:
         error, failed_errno = str(e), e.errno
     finally:
-        for fd in [*fds.values(), *(f for d in held.values() for f in d.values())]:
-            os.close(fd)
+        run.close()
     return {
         "profile": track.profile,
         "marks": track.marks(),
         "final_mark": final_mark,
-        "ops": log,
+        "ops": run.log,
         "complete": error is None,
         "error": error,
         "errno": failed_errno,

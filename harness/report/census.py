@@ -7,11 +7,34 @@ the document and campaigns/census.toml cannot disagree.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from harness.config.census import NEEDS, Census, Fix, Reach
-from harness.report import nights
-from harness.report.nights import Meeting
+
+
+@dataclass(frozen=True)
+class Meeting:
+    """Where a nightly run first meets a fix's shapes (harness/campaign/nights.py)."""
+
+    run: str
+    workload: str  # the first meeting workload's id
+    position: int  # 1-based, in the seed's order (1 for a selection taken whole)
+    size: int  # the workloads the run walks
+    per_night: int
+    nights: int
+
+    def text(self) -> str:
+        if not self.per_night:
+            return f"night 1: {self.run} takes its {self.size:,} workloads every night"
+        return (
+            f"night {self.nights}: {self.run}, {self.workload} is {self.position:,} of "
+            f"{self.size:,} in the seed's order, {self.per_night:,} a night"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
 
 BEGIN = "<!-- census:begin (generated: scenario campaign census --markdown) -->"
 END = "<!-- census:end -->"
@@ -53,9 +76,11 @@ def summary(census: Census) -> str:
     )
 
 
-def to_json(census: Census, reach: Reach | None = None) -> dict[str, Any]:
+def to_json(
+    census: Census, met: dict[str, list[Meeting]], reach: Reach | None = None
+) -> dict[str, Any]:
+    """The census and, per fix, the nightly runs that meet it (``nights.nights``)."""
     r1, r2 = census.ratios()
-    met = nights.nights(census)
     return {
         "file": str(census.path),
         "total": len(census.fixes),
@@ -66,7 +91,7 @@ def to_json(census: Census, reach: Reach | None = None) -> dict[str, Any]:
         "needs": [{"need": k, "fixes": n, "alone": a} for k, n, a in census.needs_counts()],
         "nightly": census.nightly.model_dump(mode="json") if census.nightly else None,
         "fixes": [
-            {**f.model_dump(mode="json"), "nights": [nights.to_json(m) for m in met[f.title]]}
+            {**f.model_dump(mode="json"), "nights": [m.to_json() for m in met[f.title]]}
             for f in select(census, reach)
         ],
     }
@@ -76,9 +101,8 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(census: Census) -> str:
-    """The tables of docs/census.md: per filesystem, the fixes, the needs."""
-    met = nights.nights(census)
+def markdown(census: Census, met: dict[str, list[Meeting]]) -> str:
+    """The tables of docs/census.md: per filesystem, the fixes, the needs, the nights."""
     out = [summary(census) + ".", ""]
     out += ["| fs | caught | expressible | not expressible | total |", "|---|---|---|---|---|"]
     for fs, c in sorted(census.by_fs().items()):

@@ -24,9 +24,9 @@ from email.message import EmailMessage
 from typing import Any
 from xml.etree import ElementTree as ET
 
-from harness import prune
 from harness.errors import InputError
 from harness.report import campaign_diff, known, search
+from harness.store import prune
 from harness.store.db import Store
 
 BAND = 0.2  # a recovery phase within ±20 % of last night is never news

@@ -19,12 +19,12 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from harness.config import campaign, scenario
 from harness.config.census import Census, Fix
 from harness.experiments.search.settings import AceSpec, SearchScenario, budget_seconds
 from harness.model import ace, acespace
+from harness.report.census import Meeting
 
 # A census filesystem and the runs that reach it: jbd2's fixes show through ext4.
 FS_RUNS = {"jbd2": ("ext4", "ext3")}
@@ -39,24 +39,6 @@ class Walked:
     spec: AceSpec
     seed: int
     per_night: int  # workloads a night's budget checks; 0: the whole selection every night
-
-
-@dataclass(frozen=True)
-class Meeting:
-    run: str
-    workload: str  # the first meeting workload's id
-    position: int  # 1-based, in the seed's order (1 for a selection taken whole)
-    size: int  # the workloads the run walks
-    per_night: int
-    nights: int
-
-    def text(self) -> str:
-        if not self.per_night:
-            return f"night 1: {self.run} takes its {self.size:,} workloads every night"
-        return (
-            f"night {self.nights}: {self.run}, {self.workload} is {self.position:,} of "
-            f"{self.size:,} in the seed's order, {self.per_night:,} a night"
-        )
 
 
 def runs(census: Census) -> list[Walked]:
@@ -157,8 +139,3 @@ def nights(census: Census) -> dict[str, list[Meeting]]:
         found = [m for r in walked if (m := meeting(fix, r)) is not None]
         out[fix.title] = sorted(found, key=lambda m: (m.nights, m.position))
     return out
-
-
-def to_json(m: Meeting) -> dict[str, Any]:
-    return {"run": m.run, "workload": m.workload, "position": m.position, "size": m.size,
-            "per_night": m.per_night, "nights": m.nights}  # fmt: skip

@@ -1,4 +1,4 @@
-"""A disk budget (``scenario lab prune``, harness/prune.py): the least recently used
+"""A disk budget (``scenario lab prune``, harness/store/prune.py): the least recently used
 kernels, images and run folders go first, and never the store, a running or resumable
 run's folder, a finding's log, a triaged run, the current image, a kernel a running run
 boots or an unfinished campaign names, nor another store's run. A cache and a store

@@ -59,7 +59,7 @@ def register(sub: Any) -> None:
         description="Remove the least recently used kernels, images and run folders until "
         "the lab's disk use is within the budget; never the store, a running or resumable "
         "run's folder, a finding's log or triage, the current image, or a kernel an "
-        "unfinished campaign names (harness/prune.py).",
+        "unfinished campaign names (harness/store/prune.py).",
     )
     pr.add_argument("--budget", default=None,
                     help=f"e.g. 20G (default ${prune.BUDGET_ENV})")  # fmt: skip

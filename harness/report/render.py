@@ -108,9 +108,9 @@ def _print_states(console: Console, states: Sequence[StateRow]) -> None:
     if flagged:
         st = Table(title="states that were not consistent", title_justify="left")
         # An id is copied whole into the next command: it never folds; the prose does.
-        st.add_column("state", no_wrap=True)
-        st.add_column("outcome", no_wrap=True)
-        for col in ("promise broken", "generator", "last mark", "description", "checks"):
+        for col in ("state", "outcome", "promise broken"):  # read (and copied) whole
+            st.add_column(col, no_wrap=True)
+        for col in ("generator", "last mark", "description", "checks"):
             st.add_column(col, overflow="fold")
         for s in flagged[:SHOWN_STATES]:
             st.add_row(

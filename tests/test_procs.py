@@ -84,3 +84,26 @@ def test_bad_process_counts_are_refused(overrides: list[str], said: str) -> None
     with pytest.raises(InputError) as e:
         scenario.load("ext4-ordered-fsync", overrides)
     assert "workload.processes" in e.value.message and said in e.value.message
+
+
+def test_a_call_that_ran_across_marks_frees_its_names_from_each(tmp_path: Path) -> None:
+    """Measured on ext4 6.12.118 (campaigns/setups.toml): p3's unlink, started after mark
+    15, was committed by p1's fsync before mark 16 and recorded after it; the state cut
+    between them lacked p3/f3, which mark 15 still required. A call's names now leave
+    every mark placed while it ran (``Tracker.late``)."""
+    from harness.guest.opgen import Execution, Marking
+    from harness.model.oracle.marks import Tracker
+
+    track = Tracker(fsync_names=True)
+    run = Execution(str(tmp_path), track, Marking())
+    for op in (Op("mkdir", "p0"), Op("mkdir", "p1"), Op("create", "p0/a"), Op("sync")):
+        run.step(op)
+    unlink, fsync = Op("unlink", "p0/a"), Op("fsync_dir", "p1")
+    since = run.call(unlink, 0)  # p0's unlink starts after mark 1 ...
+    run.returned(fsync, 1, run.call(fsync, 1))  # ... p1's fsync returns: mark 2 ...
+    run.returned(unlink, 0, since)  # ... and only then does p0's unlink return
+    first, second = track.marks()
+    assert (first["mark"], second["mark"]) == ("crashlab:sync:1", "crashlab:sync:2")
+    assert "p0/a" not in first["files"] and "p0/a" not in second["files"]
+    # A call that ran within one interval frees nothing earlier.
+    assert "p0" in first["dirs"] and "p1" in first["dirs"]

@@ -152,14 +152,20 @@ class Execution:
         if failure is not None:
             raise failure
 
-    def call(self, op: Op, k: int) -> None:
+    def call(self, op: Op, k: int) -> int:
+        """Process ``k``'s call; the marks placed when it started (``returned`` frees
+        what it touched from every mark placed while it ran: ``Tracker.late``)."""
+        with self.lock:
+            since = self.track.rec.placed
         try:
             perform(self.root, op, self.how.noop_sync, self.held.setdefault(k, {}))
         except OSError as e:
             raise OpFailed(f"process {k}: {op.kind} {op.path!r}: {e.strerror}", e.errno) from None
+        return since
 
-    def returned(self, op: Op, k: int) -> None:
+    def returned(self, op: Op, k: int, since: int) -> None:
         with self.lock:  # the model, the op list and the marks: one order, the returns'
+            self.track.late(op, since)
             self.track.before(op)
             entry = {"i": len(self.log), "proc": k, **op.describe()}
             self.log.append(entry)

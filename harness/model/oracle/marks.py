@@ -87,6 +87,27 @@ class Recorder:
     def pending(self) -> dict[str, Any] | None:
         return self._pending
 
+    @property
+    def placed(self) -> int:
+        """How many marks are placed (the pending one counted): a call starting now runs
+        in the interval after the last of them."""
+        return len(self.marks) + (self._pending is not None)
+
+    def late(self, since: int, names: set[str]) -> None:
+        """A call that started in the interval after mark ``since`` returned only now,
+        several marks later (processes racing, ``guest/procs.py``): its effects may be
+        in any state cut since it started, so the marks settled while it ran require
+        none of the names it touched -- as rule 2 frees a mark's own interval."""
+        for entry in self.marks:
+            if entry["n"] < since:
+                continue
+            for key in ("files", "prefixes", "either", "dir_times"):
+                for name in names & set(entry.get(key, {})):
+                    del entry[key][name]
+            for key in ("absent", "dirs", "named"):
+                if key in entry:
+                    entry[key] = [n for n in entry[key] if n not in names]
+
     def mark(self, model: Model, text: str, after_op: int) -> None:
         self.settle()
         self._pending = {
@@ -177,7 +198,15 @@ class Tracker:
             floor.model.apply(op)
 
     def next_mark(self) -> str:
-        return f"{MARK_PREFIX}{len(self.rec.marks) + 1 + (self.rec.pending is not None)}"
+        return f"{MARK_PREFIX}{self.rec.placed + 1}"
+
+    def late(self, op: Any, since: int) -> None:
+        """``op`` is about to be recorded, having started after mark ``since`` (see
+        ``Recorder.late``): call before ``before``, while the model holds what it read."""
+        if since >= self.rec.placed:
+            return  # no mark was placed while it ran
+        paths, inodes = self.model.touches(op)
+        self.rec.late(since, paths | {p for p, i in self.model.files.items() if i.ino in inodes})
 
     def mark(self, text: str, after_op: int) -> None:
         if self.stamps is not None:

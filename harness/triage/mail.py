@@ -32,18 +32,25 @@ FALLBACK = "linux-fsdevel@vger.kernel.org"
 # How the run ended its workload (crash.method): the subject's words and the body's.
 ENDS = {
     "power-cut": (
-        "power failure", "a power failure (a crash state replayed from a dm-log-writes log)"
+        "power failure", "a power failure (a crash state replayed from a dm-log-writes log)",
+        "what fsync promised",
     ),
-    "shutdown": ("shutdown", "a shutdown (FS_IOC_SHUTDOWN, default flag: a freeze first)"),
+    "shutdown": (
+        "shutdown", "a shutdown (FS_IOC_SHUTDOWN, default flag: a freeze first)",
+        "what the shutdown's freeze (a sync) promised",
+    ),
     "shutdown-logflush": (
-        "log-flushing shutdown", "a shutdown (FS_IOC_SHUTDOWN with the log flush)"
+        "log-flushing shutdown", "a shutdown (FS_IOC_SHUTDOWN with the log flush)",
+        "what fsync and the shutdown's log flush promised",
     ),
-    "shutdown-nologflush": ("shutdown", "a shutdown (FS_IOC_SHUTDOWN without a log flush)"),
+    "shutdown-nologflush": (
+        "shutdown", "a shutdown (FS_IOC_SHUTDOWN without a log flush)", "what fsync promised"
+    ),
 }  # fmt: skip
 
 
-def ended(tr: Triaged) -> tuple[str, str]:
-    """How the finding's run ended the workload, short and long."""
+def ended(tr: Triaged) -> tuple[str, str, str]:
+    """How the finding's run ended the workload, short and long, and what was promised."""
     method = str(tr.target.params.get("crash", {}).get("method", "power-cut"))
     return ENDS.get(method, ENDS["power-cut"])
 
@@ -66,7 +73,7 @@ def body(tr: Triaged) -> str:
     lines = [
         "Hello,",
         "",
-        f"after {ended(tr)[1]}, {fs.type} loses what fsync promised: {finding.symptom(tr)}.",
+        f"after {ended(tr)[1]}, {fs.type} loses {ended(tr)[2]}: {finding.symptom(tr)}.",
         "",
         f"Kernel: {k['release']}"
         + (

@@ -15,7 +15,7 @@ import os
 import time
 from typing import Any
 
-from ..ops import RENAMES, SYNCED_WRITES
+from ..ops import RENAMES, SPECS, SYNCED_WRITES
 from .namespace import Model
 
 Key = int | str  # a file by its inode number, a directory by its path
@@ -24,7 +24,7 @@ Key = int | str  # a file by its inode number, a directory by its path
 def committed(model: Model, op: Any) -> set[Key]:
     """The inodes ``op`` (already applied) committed whole."""
     k = SYNCED_WRITES.get(op.kind, op.kind)
-    if k in ("sync", "syncfs", "shutdown", "shutdown_logflush"):  # a freeze, a log force
+    if op.kind in SPECS and SPECS[op.kind].persists in ("sync", "names"):  # and a log force
         return {i.ino for i in model.files.values()} | set(model.dirs)
     if not model.fsync_names:
         return set()

@@ -16,6 +16,19 @@ MiB = 1 << 20
 
 
 @dataclass(frozen=True)
+class LogDevice:
+    """A journal or log kept on a device of its own (``fs.devices = 2``): how it is made,
+    named to the filesystem's mkfs and mount, and to the host checker. ``{dev}`` stands
+    for the log device's path (a guest device, or the host's image file)."""
+
+    size: int  # the log device's size
+    mkfs: tuple[str, ...]  # makes the log device (argv before it); () when the fs's mkfs does
+    mkfs_flags: tuple[str, ...]  # the filesystem's mkfs options naming it
+    mount_option: str  # always given: the superblock's device number is the recording's
+    check_flags: tuple[str, ...]  # the host checker's, before the image
+
+
+@dataclass(frozen=True)
 class Filesystem:
     name: str
     checker: str  # the host checker's name in results
@@ -47,6 +60,7 @@ class Filesystem:
     # What the checker must be told to read an image file, not a block device (the host's
     # checks are of files, the guest's of devices).
     file_flag: str = ""
+    log_device: LogDevice | None = None  # its journal or log may live on a second device
 
     @property
     def before_mount(self) -> tuple[str, ...]:
@@ -57,6 +71,21 @@ class Filesystem:
     def on_file(self, argv: tuple[str, ...]) -> list[str]:
         """``check`` or ``repair``, made to read an image file."""
         return [*argv, self.file_flag] if self.file_flag else list(argv)
+
+
+# ext3/ext4's external journal: a whole device made by mke2fs -O journal_dev, whose block
+# size the filesystem's mke2fs takes ("Using journal device's blocksize"); 4 KiB, as on
+# any disk of the lab's sizes. The superblock names the journal by device number, which
+# differs in every guest: journal_path= says where it is now.
+EXT_JOURNAL = LogDevice(
+    64 * MiB,
+    ("mkfs.ext4", "-F", "-q", "-O", "journal_dev", "-b", "4096"),
+    ("-J", "device={dev}"),
+    "journal_path={dev}",
+    ("-j", "{dev}"),
+)
+# xfs's external log: mkfs.xfs refuses a log below 64 MiB (xfsprogs 6.1).
+XFS_LOG = LogDevice(80 * MiB, (), ("-l", "logdev={dev},size=64m"), "logdev={dev}", ("-l", "{dev}"))
 
 
 def _ext(name: str, min_mib: int, journaled: bool) -> Filesystem:
@@ -72,6 +101,7 @@ def _ext(name: str, min_mib: int, journaled: bool) -> Filesystem:
         ("e2fsck", "-f", "-n"),
         ("e2fsck", "-f", "-y"),
         repaired=(0, 1, 2),
+        log_device=EXT_JOURNAL if journaled else None,
     )
 
 
@@ -92,6 +122,7 @@ FILESYSTEMS: dict[str, Filesystem] = {
         ("xfs_repair",),
         dirty_log="metadata changes in a log",
         file_flag="-f",
+        log_device=XFS_LOG,
     ),
     "btrfs": Filesystem(
         "btrfs",

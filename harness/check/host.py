@@ -147,7 +147,7 @@ def _check_ext(
             j = stack.enter_context(extjournal.replayed(image, scratch, run, changes))
             phases["journal_replay"] = j.seconds
             out.append(j.stdout + j.stderr)
-            _e2fsck_operational(j)
+            e2fsck_operational(j)
             if j.returncode >= 8:
                 return CheckResult(
                     "host",
@@ -155,14 +155,14 @@ def _check_ext(
                     Outcome.UNREPAIRABLE,
                     j.returncode,
                     j.seconds,
-                    _excerpt(out),
+                    excerpt(out),
                     phases,
                     note="journal replay failed",
                 )
         f = run(["e2fsck", "-f", "-n", image])
         phases["fsck"] = f.seconds
         out.append(f.stdout + f.stderr)
-        _e2fsck_operational(f)
+        e2fsck_operational(f)
         if f.returncode == 0:
             outcome, status = Outcome.CONSISTENT, 0
         else:
@@ -173,11 +173,11 @@ def _check_ext(
             out.append(rep.stdout + rep.stderr)
             status = f.returncode
     return CheckResult(
-        "host", "e2fsck", outcome, status, sum(phases.values()), _excerpt(out), phases
+        "host", "e2fsck", outcome, status, sum(phases.values()), excerpt(out), phases
     )
 
 
-def _e2fsck_operational(r: proc.Result) -> None:
+def e2fsck_operational(r: proc.Result) -> None:
     """Raise if e2fsck failed for the lab's reasons, not the image's.
 
     :raise HarnessError: usage error, cancelled, library error, or an image it could not
@@ -213,7 +213,7 @@ def _check_other(
         r,
         seconds=r.seconds + replayed.seconds,
         phases={"journal_replay": replayed.seconds, **r.phases},
-        output=_excerpt([replayed.stdout + replayed.stderr, r.output]),
+        output=excerpt([replayed.stdout + replayed.stderr, r.output]),
     )
 
 
@@ -225,7 +225,7 @@ def _check_readonly(
     phases = {"fsck": r.seconds}
     text = r.stdout + r.stderr
     if r.returncode == 0:
-        return CheckResult("host", name, Outcome.CONSISTENT, 0, r.seconds, _excerpt([text]), phases)
+        return CheckResult("host", name, Outcome.CONSISTENT, 0, r.seconds, excerpt([text]), phases)
     if dirty_log and dirty_log in text:
         # Not corruption: the log must be replayed by a mount, which only the guest does.
         return CheckResult(
@@ -234,7 +234,7 @@ def _check_readonly(
             Outcome.SKIPPED,
             r.returncode,
             r.seconds,
-            _excerpt([text]),
+            excerpt([text]),
             phases,
             note="dirty log: judged by the guest's mount",
         )
@@ -248,7 +248,7 @@ def _check_readonly(
         outcome,
         r.returncode,
         sum(phases.values()),
-        _excerpt([text, rep.stdout + rep.stderr]),
+        excerpt([text, rep.stdout + rep.stderr]),
         phases,
     )
 
@@ -278,7 +278,7 @@ def _repair_copy(
         copy.unlink(missing_ok=True)
 
 
-def _excerpt(parts: list[str]) -> str:
+def excerpt(parts: list[str]) -> str:
     return "\n".join(p.strip() for p in parts if p.strip())[-EXCERPT:]
 
 

@@ -100,6 +100,13 @@ class FsSpec(Settings):
         "ext4's ~0.977, it is left full); ops may then fail with ENOSPC, and are recorded "
         "as failed (0: no fill)",
     )
+    devices: int = Field(
+        1,
+        ge=1,
+        le=2,
+        description="2: the journal or log on a second device, each on its own "
+        "dm-log-writes with its own volatile cache (ext3/ext4 -J device=, xfs -l logdev=)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> FsSpec:
@@ -128,6 +135,15 @@ class FsSpec(Settings):
                 "fs.type = 'ext4', or drop fast_commit from fs.mkfs_options",
                 key="mkfs_options",
             )
+        if self.devices == 2 and self.log_device is None:
+            can = [str(t) for t in FsType if filesystems.get(t).log_device]
+            raise problem(
+                f"{self.type}"
+                + ("" if self.journaled else " without a journal")
+                + " keeps no journal or log on a second device",
+                f"fs.devices = 1, or fs.type one of {', '.join(can)} (with a journal)",
+                key="devices",
+            )
         least = MIN_DISK[self.type]
         if self.disk_size < least:
             raise problem(
@@ -150,16 +166,35 @@ class FsSpec(Settings):
         ]
         return "fast_commit" in words
 
-    def all_mount_options(self) -> tuple[str, ...]:
-        """Mount options with the data mode folded in, ready for ``mount -o``."""
+    @property
+    def log_device(self) -> filesystems.LogDevice | None:
+        """The second device's journal or log (``devices = 2``), else None."""
+        if self.devices < 2 or not self.journaled:
+            return None
+        return filesystems.get(self.type).log_device
+
+    def all_mount_options(self, log_dev: str = "") -> tuple[str, ...]:
+        """Mount options with the data mode folded in, ready for ``mount -o``; with the
+        log device's path when there is one (``log_dev``)."""
         mode = (f"data={self.data_mode}",) if self.data_mode else ()
-        return mode + self.mount_options
+        ld = self.log_device
+        named = (ld.mount_option.format(dev=log_dev),) if ld and log_dev else ()
+        return mode + self.mount_options + named
 
-    def mkfs_argv(self, dev: str) -> list[str]:
-        return [*filesystems.get(self.type).mkfs, *self.mkfs_options, dev]
+    def log_device_flags(self, log_dev: str) -> list[str]:
+        """What the checker is told of the log device at ``log_dev`` ([] without one)."""
+        ld = self.log_device
+        return [f.format(dev=log_dev) for f in ld.check_flags] if ld and log_dev else []
 
-    def mount_argv(self, dev: str, target: str, extra: Sequence[str] = ()) -> list[str]:
-        opts = [*self.all_mount_options(), *extra]
+    def mkfs_argv(self, dev: str, log_dev: str = "") -> list[str]:
+        ld = self.log_device
+        flags = [f.format(dev=log_dev) for f in ld.mkfs_flags] if ld and log_dev else []
+        return [*filesystems.get(self.type).mkfs, *flags, *self.mkfs_options, dev]
+
+    def mount_argv(
+        self, dev: str, target: str, extra: Sequence[str] = (), log_dev: str = ""
+    ) -> list[str]:
+        opts = [*self.all_mount_options(log_dev), *extra]
         return [
             "mount",
             "-t",
@@ -291,6 +326,35 @@ class CheckSpec(Settings):
         return self
 
 
+def check_devices(fs: FsSpec, crash: CrashSpec, check: CheckSpec, kind: str = "crash") -> None:
+    """What a log device (``fs.devices = 2``) can be checked with: states cut at marks
+    (the one cut of two logs they order, harness/crashstate/checking.py: LogDevice), in a
+    guest, recovered by a read-write mount."""
+    if fs.devices < 2:
+        return
+    if kind != "crash":
+        raise problem(
+            f"a {kind} scenario records or reads one log; a log device is a crash scenario's",
+            "fs.devices = 1, or kind = 'crash'",
+            key="fs.devices",
+        )
+    kinds = sorted({str(st.kind) for st in crash.states} - {"mark"})
+    if kinds:
+        raise problem(
+            f"with a log device, crash states are cut at marks, where both logs agree; "
+            f"{', '.join(kinds)} would cut one log between them",
+            "crash.states = [{kind = 'mark'}]",
+            key="crash.states",
+        )
+    if not check.guest or list(check.recovery) != [recovery.RW]:
+        raise problem(
+            "with a log device, a state is judged in a guest by a read-write mount "
+            f"(check.guest = {str(check.guest).lower()}, check.recovery = {list(check.recovery)})",
+            f"check.guest = true and check.recovery = [{recovery.RW!r}]",
+            key="check.recovery" if check.guest else "check.guest",
+        )
+
+
 def check_recovery(fs: FsSpec, check: CheckSpec) -> None:
     """A scenario's recovery modes are ones its filesystem offers, rw among them."""
     offered = recovery.modes_of(str(fs.type))
@@ -355,6 +419,7 @@ class Scenario(ScenarioBase):
     @model_validator(mode="after")
     def _recovery_modes(self) -> Scenario:
         check_recovery(self.fs, self.check)
+        check_devices(self.fs, self.crash, self.check)
         check_method(self.fs, self.crash)
         check_ordered(self.fs, bool(getattr(self.workload, "ordered_metadata", False)))
         if getattr(self.workload, "processes", 1) > 1 and self.fs.fill:
@@ -363,6 +428,23 @@ class Scenario(ScenarioBase):
                 "fs.fill = 0, or workload.processes = 1",
                 key="workload.processes",
             )
+        if self.fs.devices > 1 and not isinstance(self.workload, OpsWorkload | FileWorkload):
+            raise problem(
+                "a log device is recorded with the op workloads (ops, file), which mark both",
+                "fs.devices = 1 for this workload",
+                key="fs.devices",
+            )
+        if self.fs.devices > 1 and (self.recovery_crash.sample or self.crash.corrupt != "none"):
+            raise problem(
+                "a recovery crash or a damaged state is made on the filesystem's device alone",
+                "fs.devices = 1, or recovery_crash.sample = 0 and crash.corrupt = 'none'",
+                key="fs.devices",
+            )
+        if self.fs.devices > 1 and self.recorder.type != RecorderType.DM_LOG_WRITES:
+            raise problem(
+                "qemu-blklogwrites logs one disk", "recorder.type = 'dm-log-writes'",
+                key="recorder.type",
+            )  # fmt: skip
         if self.crash.method != "power-cut" and not isinstance(
             self.workload, OpsWorkload | FileWorkload
         ):

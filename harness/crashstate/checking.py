@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from harness import paths
-from harness.check import distributed, parallel
+from harness.check import distributed, pair, parallel
 from harness.check import guest as guestcheck
 from harness.check import host as check
 from harness.config.crash import CheckSpec, CrashSpec, FsSpec
 from harness.crashstate import guestpool
 from harness.crashstate import reuse as reuse_
 from harness.crashstate.run import Progress
+from harness.errors import HarnessError
 from harness.model import oracle
 from harness.outcome import Outcome, is_harness, reduce
 from harness.record import logwrites
@@ -39,6 +40,39 @@ from harness.replay.corrupt import zero_durable_block
 from harness.store.model import CheckRow, Promise
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class LogDevice:
+    """``fs.devices = 2``: the journal's or log's own device, recorded in a log of its own
+    with the same marks. A state of the filesystem's log cut exactly at a mark pairs with
+    this log cut at the same mark: both devices as a power cut at that moment left them,
+    each with what its own flushes covered (harness/replay/multicrash.py's consistent
+    cut). Cuts between marks would need an order between the logs that no log keeps."""
+
+    log: logwrites.Log
+    size: int
+
+    def state(self, state: crashstates.CrashState) -> crashstates.CrashState:
+        """The log device's state paired with ``state``.
+
+        :raise HarnessError: ``state`` is not cut exactly at a mark both logs have.
+        """
+        at = {text: i for i, text in self.log.marks.items()}
+        if not state.exact or state.mark not in at:
+            raise HarnessError(
+                f"crash state {state.id} is not cut at a mark of the log device's log",
+                detail=f"mark {state.mark!r}, exact {state.exact}",
+            )
+        prefix = at[state.mark] + 1
+        h = self.log.hash
+        sid = crashstates.state_id(h, prefix, (), None, ())
+        return crashstates.CrashState(sid, h, prefix, mark=state.mark, generator="mark")
+
+    def image(self, state: crashstates.CrashState, out: Path) -> Path:
+        """The log device's image paired with ``state``, built at ``out``."""
+        out.unlink(missing_ok=True)
+        return replay.materialize(self.log, self.state(state), out, self.size)
 
 
 @dataclass
@@ -54,6 +88,7 @@ class Source:
     # (exact or not). A recovery log's states (recoverycrash.py) must still satisfy the
     # cut whose recovery they interrupt; their own marks say nothing to the oracle.
     judged_as: crashstates.CrashState | None = None
+    log_device: LogDevice | None = None
 
     def judge(self, state: crashstates.CrashState) -> crashstates.CrashState:
         """The state whose mark and exactness the oracle reads for ``state``."""
@@ -267,7 +302,9 @@ def _with_guests(
     is yielded at once, one whose twin is in a batch when the twin's verdict is known."""
     cpus = guestpool.vcpus(sc.check.guests)
     total = sum(len(s.states) for s in sources)
-    batch_size = guestpool.batch_size(sc.check.guest_batch, cpus, total, sc.check.guests)
+    pairs = any(s.log_device for s in sources)  # two disks a state
+    wanted = sc.check.guest_batch // 2 if pairs else sc.check.guest_batch
+    batch_size = guestpool.batch_size(max(1, wanted), cpus, total, sc.check.guests)
     done = [0]
 
     def new_batch(n: int) -> _Batch:
@@ -297,19 +334,17 @@ def _with_guests(
                 for state in _timed(rp.walk(replay.replay_order(src.states)), cut):
                     progress(f"replay + host check ({fs.type})", done[0], total)
                     yield from settle(pool.ready())
-                    t = ledger.tag(src, state, rp.identity if ledger.active else None)
+                    ld = src.log_device.image(state, fast / "ld.img") if src.log_device else None
+                    identity = _identity(rp, ld) if ledger.active else None
+                    t = ledger.tag(src, state, identity)
                     if (earlier := ledger.earlier(t)) is not None:
                         done[0] += 1
                         yield earlier
                         continue
                     if ledger.waits(t, src):
                         continue
-                    host = (
-                        parallel.checked(rp, fs.type, fast / "scratch", sc.check.timeout)
-                        if sc.check.host
-                        else None
-                    )
-                    pool.open.add(sc, fs, src, t, rp.image, host)
+                    host = _host(sc, fs, rp, ld, fast / "scratch") if sc.check.host else None
+                    pool.open.add(sc, fs, src, t, rp.image, host, ld)
                     if len(pool.open) >= batch_size:
                         mounting()
                         yield from settle(pool.submit())
@@ -318,6 +353,21 @@ def _with_guests(
                 on_cut(src, cut[0])
         mounting()
         yield from settle(pool.finish())
+
+
+def _identity(rp: replay.Replayer, log_image: Path | None) -> str:
+    """The state's image identity; with a log device, of both images together."""
+    if log_image is None:
+        return rp.identity
+    return replay.combined(rp.identity, replay.image_digest(log_image))
+
+
+def _host(
+    sc: Scenario, fs: FsSpec, rp: replay.Replayer, log_image: Path | None, scratch: Path
+) -> check.CheckResult:
+    if log_image is None:
+        return parallel.checked(rp, fs.type, scratch, sc.check.timeout)
+    return pair.host_check(fs.type, rp.image, log_image, scratch, timeout=sc.check.timeout)
 
 
 def _timed(it: Iterator[T], spent: list[float]) -> Iterator[T]:
@@ -338,14 +388,15 @@ def _add_rebuilt(
 ) -> None:
     image = fast / "rebuilt.img"
     image.unlink(missing_ok=True)
+    ld = src.log_device.image(t.state, fast / "rebuilt-ld.img") if src.log_device else None
     try:
         replay.materialize(src.log, t.state, image, src.size)
-        host = (
-            check.host_check(fs.type, image, fast / "scratch", timeout=sc.check.timeout)
-            if sc.check.host
-            else None
-        )
-        batch.add(sc, fs, src, t, image, host)
+        host = None
+        if sc.check.host and ld:
+            host = pair.host_check(fs.type, image, ld, fast / "scratch", timeout=sc.check.timeout)
+        elif sc.check.host:
+            host = check.host_check(fs.type, image, fast / "scratch", timeout=sc.check.timeout)
+        batch.add(sc, fs, src, t, image, host, ld)
     finally:
         image.unlink(missing_ok=True)
 
@@ -386,13 +437,20 @@ class _Batch:
         t: Checked,
         image: Path,
         host: check.CheckResult | None,
+        log_image: Path | None = None,
     ) -> None:
         state, judge = t.state, src.judge(t.state)
         copy = self.folder / f"{len(self.items)}.img"
         check.copy_image(image, copy)
         if sc.crash.corrupt == "zero-durable-block":
             zero_durable_block(copy, fs.type, src.oracle, judge.mark, judge.exact)
-        self.items.append(guestcheck.Item(state.id, copy, judge.mark, judge.exact, src.key))
+        log_copy = None
+        if log_image is not None:
+            log_copy = self.folder / f"{len(self.items)}.log.img"
+            check.copy_image(log_image, log_copy)
+        self.items.append(
+            guestcheck.Item(state.id, copy, judge.mark, judge.exact, src.key, log_copy)
+        )
         self.states[state.id] = t
         if host is not None:
             self.host[state.id] = host

@@ -75,6 +75,11 @@ class OneLog(Generic[R]):
         self.log = self._stack.enter_context(logwrites.open_log(rdir / "log.raw"))
         lg = self.log
         stats = add_log(run.store, run.run_id, lg)
+        self.log_device: states.LogDevice | None = None
+        if sc.fs.log_device:
+            ld_log = self._stack.enter_context(logwrites.open_log(rdir / record.LOG_DEVICE_LOG))
+            add_log(run.store, run.run_id, ld_log, role="log-device")
+            self.log_device = states.LogDevice(ld_log, int(self.meta["log_device_size"]))
         if self.start_after is None:  # a check-log run chose its own start
             targets = self.oracle.get("targets") or ()
             after = sc.crash.after_mark
@@ -133,6 +138,7 @@ class OneLog(Generic[R]):
             self.run.dir,
             self.run.progress,
             self.reuse(),
+            self.log_device,
         ):
             yield c.state, c
         if self.recovery_crash():
@@ -231,9 +237,10 @@ def check_states(
     rdir: Path,
     progress: Progress,
     reuse: reuse.Reuse | None = None,
+    log_device: states.LogDevice | None = None,
 ) -> Iterator[states.Checked]:
     """The states of one log, checked (``states.check_sources``)."""
-    src = states.Source(lg, todo, oracle, size)
+    src = states.Source(lg, todo, oracle, size, log_device=log_device)
     yield from states.check_sources(sc, fs, [src], rdir, progress, reuse)
 
 

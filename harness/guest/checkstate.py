@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 import traceback
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -31,10 +32,11 @@ def run(argv: list[str], timeout: float) -> contract.Command:
 KMSG_WORDS = ("JBD2", "jbd2", "EXT4-fs", "XFS", "BTRFS", "F2FS-fs", "recovery", "recover_")
 
 
-def fsck_argv(fs: str, dev: str, repair: bool) -> list[str]:
+def fsck_argv(fs: str, dev: str, repair: bool, flags: Sequence[str] = ()) -> list[str]:
     """The filesystem's read-only check (or its repair) of ``dev``, from the table the
-    host installs beside this program (harness/filesystems.py)."""
-    return [*runner.filesystem(fs)["repair" if repair else "check"], dev]
+    host installs beside this program (harness/filesystems.py); ``flags`` name its log
+    device."""
+    return [*runner.filesystem(fs)["repair" if repair else "check"], *flags, dev]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -91,12 +93,13 @@ def _check(a: contract.CheckRequest, kmsg: runner.Kmsg) -> contract.CheckFacts:
             return replace(facts, modes=modes)
         if first is not None:
             modes.append(recover.again(a, first, verdict))
-    facts = replace(facts, fsck=(f := run(fsck_argv(a.fs, dev, repair=False), a.timeout)))
+    fl = a.fsck_flags
+    facts = replace(facts, fsck=(f := run(fsck_argv(a.fs, dev, False, fl), a.timeout)))
     if f.rc != 0:
         facts = replace(
             facts,
-            repair=run(fsck_argv(a.fs, dev, repair=True), a.timeout),
-            fsck_after_repair=run(fsck_argv(a.fs, dev, repair=False), a.timeout),
+            repair=run(fsck_argv(a.fs, dev, True, fl), a.timeout),
+            fsck_after_repair=run(fsck_argv(a.fs, dev, False, fl), a.timeout),
         )
     return replace(facts, modes=modes)
 

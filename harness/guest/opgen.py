@@ -64,9 +64,24 @@ def flush_device(dm_name: str) -> None:
 
 
 def emit_mark(mark_cmd: str, dm_name: str, text: str) -> None:
+    """The mark in the log of the device ``dm_name``, or of each of a comma-separated
+    list: those are suspended while the marks go in, so that no write reaches one
+    between its mark and another's -- the marks are one moment of every device
+    (harness/record/recorder.py: mark_logs)."""
     if mark_cmd == "none":
         return
-    argv = ["dmsetup", "message", dm_name, "0", "mark", text]
+    names = dm_name.split(",")
+    many = len(names) > 1
+    for name in names if many else ():
+        _dmsetup(["suspend", "--nolockfs", name])
+    for name in names:
+        _dmsetup(["message", name, "0", "mark", text])
+    for name in names if many else ():
+        _dmsetup(["resume", name])
+
+
+def _dmsetup(args: list[str]) -> None:
+    argv = ["dmsetup", *args]
     try:
         r = runner.run(argv)  # its environment keeps udev from stalling every message
     except OSError as e:
@@ -121,7 +136,8 @@ class Execution:
         h = self.how
         if op.kind in PERSIST_OPS:
             if (h.flush_after_sync or op.kind in ENDS) and h.dm_name and not h.noop_sync:
-                flush_device(h.dm_name)
+                for name in h.dm_name.split(","):
+                    flush_device(name)
             text = self.track.next_mark()
             emit_mark(h.mark_cmd, h.dm_name, text)
             self.track.mark(text, entry["i"])

@@ -279,6 +279,8 @@ class CheckRequest(Message):
     # Recovery modes beside the read-write mount (model/recovery.py): each before it on
     # an overlay, ``remount`` after it.
     modes: list[str] = field(default_factory=list)
+    # fs.devices = 2: what the checker is told of the log device (e2fsck -j, xfs_repair -l)
+    fsck_flags: list[str] = field(default_factory=list)
     version: int = VERSION
 
 

@@ -27,6 +27,7 @@ from harness.record import blklogwrites, fiojob, fsstress, guestfiles, guestmsg,
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 DM_NAME = "crashlab-lw"
+DM_LOG_NAME = "crashlab-lw-log"  # fs.devices = 2: the journal's or log's own device
 MOUNTPOINT = "/mnt/test"
 GUEST_DIR = "/tmp/crashlab"
 MKFS_MARK = "crashlab:mkfs"
@@ -73,6 +74,7 @@ class Recording:
     workload_output: str = ""
     notes: list[str] = field(default_factory=list)
     workload_info: dict[str, Any] = field(default_factory=dict)  # e.g. which fsstress ran
+    log_device_log: Path | None = None  # fs.devices = 2: the log device's own log
 
 
 RECORDERS = ("dm-log-writes", "qemu-blklogwrites")
@@ -102,13 +104,22 @@ def record(
     workdir.mkdir(parents=True, exist_ok=True)
     dut = workdir / "dut.raw"
     logdev = workdir / "log.raw"
-    for path, size in ((dut, fs.disk_size), (logdev, max(4 * fs.disk_size, 1 << 30))):
+    files = [(dut, fs.disk_size), (logdev, max(4 * fs.disk_size, 1 << 30))]
+    ld = fs.log_device
+    if ld:
+        files += [(workdir / LOG_DEVICE_DUT, ld.size), (workdir / LOG_DEVICE_LOG, 1 << 30)]
+    for path, size in files:
         path.unlink(missing_ok=True)
         with open(path, "wb") as f:
             f.truncate(size)
     disks: tuple[Disk, ...]
     if recorder == "dm-log-writes":
         disks = (Disk(dut, "dut"), log_disk(logdev, "log"))
+        if ld:
+            disks += (
+                Disk(workdir / LOG_DEVICE_DUT, "dut2"),
+                log_disk(workdir / LOG_DEVICE_LOG, "log2"),
+            )
     else:
         disks = (Disk(dut, "dut", blklogwrites=logdev),)
     spec = GuestSpec(disks=disks, command_timeout=timeout, workdir=None)
@@ -117,7 +128,7 @@ def record(
         seconds: dict[str, float] = {"boot": guest.boot_seconds()}
         kernel = guest.run(["uname", "-r"], check=True).out.strip()
         if recorder == "dm-log-writes":
-            marker: Marker = DmMarker(guest)
+            marker: Marker = DmMarker(guest, two=ld is not None)
         else:
             marker = HostMarker(logdev, host_marks)
         info: dict[str, Any] = {}
@@ -129,6 +140,9 @@ def record(
         with logwrites.open_log(logdev) as lg:
             fiojob.check_marks(list(lg.marks.values()), oracle)
     trim_log(logdev)
+    if ld:
+        trim_log(workdir / LOG_DEVICE_LOG)
+        (workdir / LOG_DEVICE_DUT).unlink()
     return Recording(
         log_path=logdev,
         device_size=fs.disk_size,
@@ -138,13 +152,20 @@ def record(
         accelerator=accelerator,
         workload_output=output,
         workload_info=info,
+        log_device_log=workdir / LOG_DEVICE_LOG if ld else None,
     )
+
+
+LOG_DEVICE_DUT = "dut2.raw"
+LOG_DEVICE_LOG = "log2.raw"  # beside log.raw in a run's directory
 
 
 class Marker:
     """How a mark gets into the log, and which device the filesystem is made on."""
 
     per_sync = False  # can the workload mark every fsync itself?
+    names: tuple[str, ...] = ()  # its dm-log-writes devices, the workload's --dm-name
+    log_dev: str = ""  # set up with fs.devices = 2: the log device's path
 
     def setup(self, step: Step, guest: Guest) -> str:
         raise NotImplementedError
@@ -196,23 +217,30 @@ def mark_logs(step: Step, names: Sequence[str], text: str) -> None:
 
 
 class DmMarker(Marker):
-    """dm-log-writes in the guest: ``dmsetup message ... mark TEXT``."""
+    """dm-log-writes in the guest: ``dmsetup message ... mark TEXT``; with a log device
+    (``two``), one dm-log-writes device each, every mark in both logs at one moment."""
 
     per_sync = True
 
-    def __init__(self, guest: Guest) -> None:
+    def __init__(self, guest: Guest, two: bool = False) -> None:
         self.guest = guest
+        self.names = (DM_NAME, DM_LOG_NAME) if two else (DM_NAME,)
 
     def setup(self, step: Step, guest: Guest) -> str:
-        dut = step("resolve", ["readlink", "-f", guest.disk("dut")]).strip()
-        log = step("resolve", ["readlink", "-f", guest.disk("log")]).strip()
-        return create_log_writes(step, DM_NAME, dut, log)
+        made = []
+        for name, dut, log in zip(self.names, ("dut", "dut2"), ("log", "log2"), strict=False):
+            dev = step("resolve", ["readlink", "-f", guest.disk(dut)]).strip()
+            logdev = step("resolve", ["readlink", "-f", guest.disk(log)]).strip()
+            made.append(create_log_writes(step, name, dev, logdev))
+        self.log_dev = made[1] if len(made) > 1 else ""
+        return made[0]
 
     def mark(self, step: Step, text: str) -> None:
-        mark_logs(step, [DM_NAME], text)
+        mark_logs(step, self.names, text)
 
     def teardown(self, step: Step, guest: Guest) -> None:
-        step("dm-remove", ["dmsetup", "remove", DM_NAME])
+        for name in self.names:
+            step("dm-remove", ["dmsetup", "remove", name])
         check_log_errors(guest)
 
 
@@ -294,14 +322,17 @@ def _record_in(
 
     install_scripts(guest)
     dev = marker.setup(step, guest)
-    step("mkfs", fs.mkfs_argv(dev))
+    ld, log_dev = fs.log_device, marker.log_dev
+    if ld and ld.mkfs:
+        step("mkfs", [*ld.mkfs, log_dev])
+    step("mkfs", fs.mkfs_argv(dev, log_dev))
     marker.mark(step, MKFS_MARK)
     if workload.type == "fsstress":
         # fstests' own mark too: its replay-log (--end-mark mkfs) and `scenario check-log
         # --after-mark mkfs` find generic/482's start point in the lab's log.
         marker.mark(step, FSTESTS_MKFS_MARK)
     try:
-        step("mount", fs.mount_argv(dev, MOUNTPOINT))
+        step("mount", fs.mount_argv(dev, MOUNTPOINT, log_dev=log_dev))
     except HarnessError as e:
         raise _refused_options(guest, fs, e) from None
     if fs.fill:
@@ -311,7 +342,7 @@ def _record_in(
     oracle_path = f"{GUEST_DIR}/oracle.json"
     oracle: dict[str, Any] = {}
     marks = (
-        ["--mark-cmd", "dmsetup", "--dm-name", DM_NAME]
+        ["--mark-cmd", "dmsetup", "--dm-name", ",".join(marker.names)]
         if marker.per_sync
         else ["--mark-cmd", "none"]
     )

@@ -456,6 +456,13 @@ def materialize(log: Log, state: CrashState, out: Path, size: int) -> Path:
     return out
 
 
+def combined(*identities: str) -> str:
+    """One identity of several images checked together (a filesystem and its log
+    device), as long as the first's."""
+    joined = ":".join(identities).encode()
+    return hashlib.sha256(joined).hexdigest()[: len(identities[0])]
+
+
 def image_digest(path: Path) -> str:
     with path.open("rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()

@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from harness.config import settings
 from harness.config.base import ScenarioBase
-from harness.config.crash import CheckSpec, CrashSpec, FsSpec, check_recovery
+from harness.config.crash import CheckSpec, CrashSpec, FsSpec, check_devices, check_recovery
 from harness.config.settings import problem
 
 
@@ -36,6 +36,7 @@ class LogCheckScenario(ScenarioBase):
     @model_validator(mode="after")
     def _recovery_modes(self) -> LogCheckScenario:
         check_recovery(self.fs, self.check)
+        check_devices(self.fs, self.crash, self.check, "check-log")
         return self
 
     @model_validator(mode="after")

@@ -20,6 +20,7 @@ from harness.config.crash import (
     CheckSpec,
     CrashSpec,
     FsSpec,
+    check_devices,
     check_method,
     check_ordered,
     check_recovery,
@@ -204,6 +205,7 @@ class SearchScenario(ScenarioBase):
     @model_validator(mode="after")
     def _recovery_modes(self) -> SearchScenario:
         check_recovery(self.fs, self.check)
+        check_devices(self.fs, self.crash, self.check, "search")
         check_method(self.fs, self.crash)
         check_ordered(self.fs, self.workload.ordered_metadata)
         return self

@@ -16,16 +16,24 @@ MiB = 1 << 20
 
 
 @dataclass(frozen=True)
-class LogDevice:
-    """A journal or log kept on a device of its own (``fs.devices = 2``): how it is made,
-    named to the filesystem's mkfs and mount, and to the host checker. ``{dev}`` stands
-    for the log device's path (a guest device, or the host's image file)."""
+class SecondDevice:
+    """The second device of a filesystem made on two (``fs.devices = 2``): its journal or
+    log, or a mirror; how it is made, named to the filesystem's mkfs and mount, and to
+    the host checker. ``{dev}`` stands for its path (a guest device, or the host's image
+    file)."""
 
-    size: int  # the log device's size
-    mkfs: tuple[str, ...]  # makes the log device (argv before it); () when the fs's mkfs does
+    role: str  # "journal", "log" or "mirror" (mkfs takes a mirror after the first device)
+    size: int  # 0: the filesystem device's size
+    mkfs: tuple[str, ...]  # makes the device (argv before it); () when the fs's mkfs does
     mkfs_flags: tuple[str, ...]  # the filesystem's mkfs options naming it
     mount_option: str  # always given: the superblock's device number is the recording's
-    check_flags: tuple[str, ...]  # the host checker's, before the image
+    # The host checker's flags, before the image; None: the checker cannot be told (btrfs
+    # check finds a filesystem's other devices among the block devices only), so the
+    # guest's checker, which sees only this state's two devices, is the one check.
+    check_flags: tuple[str, ...] | None
+    # Several states of one recording in a guest are devices of one filesystem id; only
+    # a filesystem that names the second device (journal_path=, logdev=) tells them apart.
+    alone: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,7 @@ class Filesystem:
     # What the checker must be told to read an image file, not a block device (the host's
     # checks are of files, the guest's of devices).
     file_flag: str = ""
-    log_device: LogDevice | None = None  # its journal or log may live on a second device
+    second_device: SecondDevice | None = None  # its journal or log may live on a second device
 
     @property
     def before_mount(self) -> tuple[str, ...]:
@@ -77,7 +85,8 @@ class Filesystem:
 # size the filesystem's mke2fs takes ("Using journal device's blocksize"); 4 KiB, as on
 # any disk of the lab's sizes. The superblock names the journal by device number, which
 # differs in every guest: journal_path= says where it is now.
-EXT_JOURNAL = LogDevice(
+EXT_JOURNAL = SecondDevice(
+    "journal",
     64 * MiB,
     ("mkfs.ext4", "-F", "-q", "-O", "journal_dev", "-b", "4096"),
     ("-J", "device={dev}"),
@@ -85,7 +94,14 @@ EXT_JOURNAL = LogDevice(
     ("-j", "{dev}"),
 )
 # xfs's external log: mkfs.xfs refuses a log below 64 MiB (xfsprogs 6.1).
-XFS_LOG = LogDevice(80 * MiB, (), ("-l", "logdev={dev},size=64m"), "logdev={dev}", ("-l", "{dev}"))
+XFS_LOG = SecondDevice(
+    "log", 80 * MiB, (), ("-l", "logdev={dev},size=64m"), "logdev={dev}", ("-l", "{dev}")
+)
+# btrfs over two devices, data and metadata mirrored; the kernel learns of the second at
+# mount from device= (no udev scan in the lab's guests), the checkers by scanning.
+BTRFS_MIRROR = SecondDevice(
+    "mirror", 0, (), ("-d", "raid1", "-m", "raid1"), "device={dev}", None, alone=True
+)
 
 
 def _ext(name: str, min_mib: int, journaled: bool) -> Filesystem:
@@ -101,7 +117,7 @@ def _ext(name: str, min_mib: int, journaled: bool) -> Filesystem:
         ("e2fsck", "-f", "-n"),
         ("e2fsck", "-f", "-y"),
         repaired=(0, 1, 2),
-        log_device=EXT_JOURNAL if journaled else None,
+        second_device=EXT_JOURNAL if journaled else None,
     )
 
 
@@ -122,7 +138,7 @@ FILESYSTEMS: dict[str, Filesystem] = {
         ("xfs_repair",),
         dirty_log="metadata changes in a log",
         file_flag="-f",
-        log_device=XFS_LOG,
+        second_device=XFS_LOG,
     ),
     "btrfs": Filesystem(
         "btrfs",
@@ -135,6 +151,7 @@ FILESYSTEMS: dict[str, Filesystem] = {
         ("btrfs", "--version"),
         ("btrfs", "check", "--readonly"),
         ("btrfs", "check", "--repair", "--force"),
+        second_device=BTRFS_MIRROR,
     ),
     # JFS logs metadata only; fsck.jfs replays the log, then -n checks without writing
     # (exit 0: clean). -f checks and repairs everything; 1 says it corrected errors.

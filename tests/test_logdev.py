@@ -13,7 +13,7 @@ import pytest
 from logbuilder import MKFS_MARK, LogBuilder
 
 from harness.config import scenario
-from harness.crashstate.checking import LogDevice
+from harness.crashstate.checking import SecondLog
 from harness.errors import HarnessError, InputError
 from harness.guest import opgen
 from harness.record.logwrites import open_log
@@ -26,9 +26,9 @@ def refused(name: str, *sets: str) -> str:
     return e.value.message + " " + (e.value.hint or "")
 
 
-def test_a_log_device_is_refused_where_the_filesystem_has_none() -> None:
-    said = refused("btrfs-fsync", "fs.devices=2", "crash.states=[{kind='mark'}]")
-    assert "fs.devices" in said and "btrfs" in said and "ext4" in said and "xfs" in said
+def test_a_second_device_is_refused_where_the_filesystem_has_none() -> None:
+    said = refused("f2fs-fsync", "fs.devices=2", "crash.states=[{kind='mark'}]")
+    assert "fs.devices" in said and "f2fs" in said and "ext4, xfs, btrfs" in said
     said = refused("ext4-nojournal-fsync", "fs.devices=2", "crash.states=[{kind='mark'}]")
     assert "without a journal" in said
     assert "fs.devices" in refused("ext4-ordered-fsync", "fs.devices=3")
@@ -45,17 +45,22 @@ def test_a_log_device_takes_states_at_marks_judged_by_a_read_write_mount() -> No
 
 def test_mkfs_mount_and_checkers_name_the_log_device() -> None:
     ext4 = scenario.load("ext4-logdev-fsync", []).fs
-    assert ext4.log_device is not None and ext4.log_device.mkfs[:1] == ("mkfs.ext4",)
+    assert ext4.second_device is not None and ext4.second_device.mkfs[:1] == ("mkfs.ext4",)
     assert ext4.mkfs_argv("/dev/a", "/dev/j")[-3:] == ["-J", "device=/dev/j", "/dev/a"]
-    assert "journal_path=/dev/j" in ext4.mount_argv("/dev/a", "/mnt", log_dev="/dev/j")[4]
-    assert ext4.log_device_flags("/x/j.img") == ["-j", "/x/j.img"]
+    assert "journal_path=/dev/j" in ext4.mount_argv("/dev/a", "/mnt", dev2="/dev/j")[4]
+    assert ext4.second_flags("/x/j.img") == ["-j", "/x/j.img"]
     xfs = scenario.load("xfs-logdev-fsync", []).fs
-    assert xfs.log_device is not None and xfs.log_device.mkfs == ()
+    assert xfs.second_device is not None and xfs.second_device.mkfs == ()
     assert "logdev=/dev/l,size=64m" in xfs.mkfs_argv("/dev/a", "/dev/l")
     assert xfs.all_mount_options("/dev/l")[-1] == "logdev=/dev/l"
-    assert xfs.log_device_flags("/dev/l") == ["-l", "/dev/l"]
+    assert xfs.second_flags("/dev/l") == ["-l", "/dev/l"]
+    btrfs = scenario.load("btrfs-raid1-fsync", []).fs
+    assert btrfs.second_size == btrfs.disk_size and btrfs.second_flags("/dev/m") == []
+    want = ["-d", "raid1", "-m", "raid1", "/dev/a", "/dev/m"]  # the mirror after the first
+    assert btrfs.mkfs_argv("/dev/a", "/dev/m")[-6:] == want
+    assert "device=/dev/m" in btrfs.all_mount_options("/dev/m")
     one = scenario.load("ext4-ordered-fsync", []).fs
-    assert one.log_device is None and one.mkfs_argv("/dev/a", "/dev/j")[-1] == "/dev/a"
+    assert one.second_device is None and one.mkfs_argv("/dev/a", "/dev/j")[-1] == "/dev/a"
 
 
 def test_a_mark_reaches_both_logs_while_both_devices_are_suspended(
@@ -90,7 +95,7 @@ def test_each_state_pairs_with_the_log_device_cut_at_its_mark(tmp_path: Path) ->
     with ExitStack() as stack:
         lg = stack.enter_context(open_log(fs.build(tmp_path / "fs")))
         jl = stack.enter_context(open_log(journal.build(tmp_path / "j")))
-        ld = LogDevice(jl, 4096)
+        ld = SecondLog(jl, 4096)
         states = crashstates.at_marks(lg)
         paired = {s.mark: ld.state(s).prefix for s in states}
         assert paired == {MKFS_MARK: 3, "crashlab:sync:1": 6}

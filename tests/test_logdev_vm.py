@@ -50,7 +50,7 @@ def test_a_commit_without_the_data_device_flush_is_caught(tmp_path: Path) -> Non
     )
     assert stock.returncode == 0, said(stock)
     assert set(outcomes(tmp_path / "a.sqlite")) == {"consistent"}
-    assert logs(tmp_path / "a.sqlite") == {"workload", "log-device"}
+    assert logs(tmp_path / "a.sqlite") == {"workload", "second-device"}
     mutant = scenario_run(
         tmp_path / "b.sqlite", "ext4-logdev-fsync", "--workload-file", str(HOLE),
         "--set", ORDERED, "--set", "kernel=+jbd2-extdev-no-fs-flush",

@@ -39,7 +39,7 @@ class Item:
     mark: str | None  # the last mark at or before the state
     exact: bool = False  # cut exactly at that mark: nothing after it is in the image
     oracle: str = ""  # the key of its oracle in check_batch's ``oracles``
-    log_image: Path | None = None  # fs.devices = 2: a copy of its log device's image
+    image2: Path | None = None  # fs.devices = 2: a copy of its log device's image
 
 
 T = TypeVar("T")
@@ -103,15 +103,15 @@ def check_batch(
     @contextlib.contextmanager
     def start(todo: Sequence[Item]) -> Iterator[Guest]:
         disks = tuple(Disk(it.image, f"s{i}") for i, it in enumerate(todo))
-        disks += tuple(Disk(it.log_image, f"l{i}") for i, it in enumerate(todo) if it.log_image)
+        disks += tuple(Disk(it.image2, f"l{i}") for i, it in enumerate(todo) if it.image2)
         spec = GuestSpec(disks=disks, command_timeout=timeout, cpus=cpus)
         with start_guest(spec) as guest:
             _prepare(guest, {it.oracle: oracles[it.oracle] for it in todo if it.oracle in oracles})
             yield guest
 
     def one(guest: Guest, i: int, it: Item) -> list[CheckResult]:
-        log_dev = guest.disk(f"l{i}") if it.log_image else ""
-        return _check_one(guest, f"s{i}", it, fs, it.oracle in oracles, timeout, modes, log_dev)
+        dev2 = guest.disk(f"l{i}") if it.image2 else ""
+        return _check_one(guest, f"s{i}", it, fs, it.oracle in oracles, timeout, modes, dev2)
 
     def failed(it: Item, kind: Outcome, text: str) -> list[CheckResult]:
         return [CheckResult("guest", "mount+verify", kind, None, 0.0, text)]
@@ -144,18 +144,18 @@ def _check_one(
     verify: bool,
     timeout: float,
     modes: Sequence[str] = (),
-    log_dev: str = "",
+    dev2: str = "",
 ) -> list[CheckResult]:
     request = contract.CheckRequest(
         dev=guest.disk(serial),
         fs=str(fs.type),
-        mount_opts=",".join(fs.all_mount_options(log_dev)),
+        mount_opts=",".join(fs.all_mount_options(dev2)),
         timeout=timeout,
         oracle=oracle_path(it.oracle) if verify else "",
         mark=(it.mark or "") if verify else "",
         exact=it.exact and verify,
         modes=[m for m in modes if m != recovery.RW],
-        fsck_flags=fs.log_device_flags(log_dev),
+        fsck_flags=fs.second_flags(dev2),
     )
     # Each mode is a mount and an umount more, each bounded by the timeout.
     r = guestserve.ask(guest, SERVER, request.to_json(), timeout * (4 + 2 * len(modes)) + 30)

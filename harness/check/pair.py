@@ -34,14 +34,19 @@ from harness.outcome import Outcome
 
 
 def host_check(
-    fs: str, image: Path, log_image: Path, scratch: Path, *, timeout: float | None = None
+    fs: str, image: Path, image2: Path, scratch: Path, *, timeout: float | None = None
 ) -> CheckResult:
-    """Check the pair ``image`` + ``log_image`` in userspace; neither is changed."""
+    """Check the pair ``image`` + ``image2`` in userspace; neither is changed."""
     scratch.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     spec = filesystems.get(fs)
+    if spec.second_device is None or spec.second_device.check_flags is None:
+        return CheckResult(
+            "host", spec.checker, Outcome.SKIPPED, None, 0.0,
+            note=f"{spec.checker} finds the second device by scanning: judged in the guest",
+        )  # fmt: skip
     try:
-        with _copies(scratch, image, log_image) as (img, log):
+        with _copies(scratch, image, image2) as (img, log):
             return _check(spec, img, log, functools.partial(proc.run, check=False, timeout=timeout))
     except HarnessError as e:
         outcome = Outcome.TIMEOUT if isinstance(e, CommandTimeout) else Outcome.HARNESS_ERROR
@@ -64,8 +69,8 @@ def _copies(scratch: Path, *images: Path) -> Iterator[list[Path]]:
 
 
 def _check(spec: filesystems.Filesystem, img: Path, log: Path, run: Runner) -> CheckResult:
-    assert spec.log_device is not None
-    flags = [f.format(dev=log) for f in spec.log_device.check_flags]
+    assert spec.second_device is not None and spec.second_device.check_flags is not None
+    flags = [f.format(dev=log) for f in spec.second_device.check_flags]
     phases: dict[str, float] = {}
     out: list[str] = []
     ext = spec.name in EXT

@@ -104,8 +104,9 @@ class FsSpec(Settings):
         1,
         ge=1,
         le=2,
-        description="2: the journal or log on a second device, each on its own "
-        "dm-log-writes with its own volatile cache (ext3/ext4 -J device=, xfs -l logdev=)",
+        description="2: a second device, each on its own dm-log-writes with its own volatile "
+        "cache: the journal or log (ext3/ext4 -J device=, xfs -l logdev=), or a mirror "
+        "(btrfs -d raid1 -m raid1)",
     )
 
     @model_validator(mode="after")
@@ -135,12 +136,12 @@ class FsSpec(Settings):
                 "fs.type = 'ext4', or drop fast_commit from fs.mkfs_options",
                 key="mkfs_options",
             )
-        if self.devices == 2 and self.log_device is None:
-            can = [str(t) for t in FsType if filesystems.get(t).log_device]
+        if self.devices == 2 and self.second_device is None:
+            can = [str(t) for t in FsType if filesystems.get(t).second_device]
             raise problem(
                 f"{self.type}"
                 + ("" if self.journaled else " without a journal")
-                + " keeps no journal or log on a second device",
+                + " is made on one device only",
                 f"fs.devices = 1, or fs.type one of {', '.join(can)} (with a journal)",
                 key="devices",
             )
@@ -167,34 +168,42 @@ class FsSpec(Settings):
         return "fast_commit" in words
 
     @property
-    def log_device(self) -> filesystems.LogDevice | None:
-        """The second device's journal or log (``devices = 2``), else None."""
+    def second_device(self) -> filesystems.SecondDevice | None:
+        """The second device (``devices = 2``), else None."""
         if self.devices < 2 or not self.journaled:
             return None
-        return filesystems.get(self.type).log_device
+        return filesystems.get(self.type).second_device
 
-    def all_mount_options(self, log_dev: str = "") -> tuple[str, ...]:
+    @property
+    def second_size(self) -> int:
+        sd = self.second_device
+        return (sd.size or self.disk_size) if sd else 0
+
+    def all_mount_options(self, dev2: str = "") -> tuple[str, ...]:
         """Mount options with the data mode folded in, ready for ``mount -o``; with the
-        log device's path when there is one (``log_dev``)."""
+        second device's path when there is one (``dev2``)."""
         mode = (f"data={self.data_mode}",) if self.data_mode else ()
-        ld = self.log_device
-        named = (ld.mount_option.format(dev=log_dev),) if ld and log_dev else ()
+        ld = self.second_device
+        named = (ld.mount_option.format(dev=dev2),) if ld and dev2 else ()
         return mode + self.mount_options + named
 
-    def log_device_flags(self, log_dev: str) -> list[str]:
-        """What the checker is told of the log device at ``log_dev`` ([] without one)."""
-        ld = self.log_device
-        return [f.format(dev=log_dev) for f in ld.check_flags] if ld and log_dev else []
+    def second_flags(self, dev2: str) -> list[str]:
+        """What the checker is told of the second device at ``dev2`` ([] without one,
+        or when the checker finds it by scanning)."""
+        sd = self.second_device
+        flags = (sd.check_flags or ()) if sd and dev2 else ()
+        return [f.format(dev=dev2) for f in flags]
 
-    def mkfs_argv(self, dev: str, log_dev: str = "") -> list[str]:
-        ld = self.log_device
-        flags = [f.format(dev=log_dev) for f in ld.mkfs_flags] if ld and log_dev else []
-        return [*filesystems.get(self.type).mkfs, *flags, *self.mkfs_options, dev]
+    def mkfs_argv(self, dev: str, dev2: str = "") -> list[str]:
+        sd = self.second_device
+        flags = [f.format(dev=dev2) for f in sd.mkfs_flags] if sd and dev2 else []
+        mirror = [dev2] if sd and dev2 and sd.role == "mirror" else []
+        return [*filesystems.get(self.type).mkfs, *flags, *self.mkfs_options, dev, *mirror]
 
     def mount_argv(
-        self, dev: str, target: str, extra: Sequence[str] = (), log_dev: str = ""
+        self, dev: str, target: str, extra: Sequence[str] = (), dev2: str = ""
     ) -> list[str]:
-        opts = [*self.all_mount_options(log_dev), *extra]
+        opts = [*self.all_mount_options(dev2), *extra]
         return [
             "mount",
             "-t",
@@ -328,7 +337,7 @@ class CheckSpec(Settings):
 
 def check_devices(fs: FsSpec, crash: CrashSpec, check: CheckSpec, kind: str = "crash") -> None:
     """What a log device (``fs.devices = 2``) can be checked with: states cut at marks
-    (the one cut of two logs they order, harness/crashstate/checking.py: LogDevice), in a
+    (the one cut of two logs they order, harness/crashstate/checking.py: SecondDevice), in a
     guest, recovered by a read-write mount."""
     if fs.devices < 2:
         return

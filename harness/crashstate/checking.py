@@ -43,7 +43,7 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class LogDevice:
+class SecondLog:
     """``fs.devices = 2``: the journal's or log's own device, recorded in a log of its own
     with the same marks. A state of the filesystem's log cut exactly at a mark pairs with
     this log cut at the same mark: both devices as a power cut at that moment left them,
@@ -88,7 +88,7 @@ class Source:
     # (exact or not). A recovery log's states (recoverycrash.py) must still satisfy the
     # cut whose recovery they interrupt; their own marks say nothing to the oracle.
     judged_as: crashstates.CrashState | None = None
-    log_device: LogDevice | None = None
+    second_device: SecondLog | None = None
 
     def judge(self, state: crashstates.CrashState) -> crashstates.CrashState:
         """The state whose mark and exactness the oracle reads for ``state``."""
@@ -302,8 +302,10 @@ def _with_guests(
     is yielded at once, one whose twin is in a batch when the twin's verdict is known."""
     cpus = guestpool.vcpus(sc.check.guests)
     total = sum(len(s.states) for s in sources)
-    pairs = any(s.log_device for s in sources)  # two disks a state
+    pairs = any(s.second_device for s in sources)  # two disks a state
     wanted = sc.check.guest_batch // 2 if pairs else sc.check.guest_batch
+    if pairs and (made := fs.second_device) and made.alone:
+        wanted = 1  # one filesystem id a guest (filesystems.SecondDevice.alone)
     batch_size = guestpool.batch_size(max(1, wanted), cpus, total, sc.check.guests)
     done = [0]
 
@@ -334,7 +336,8 @@ def _with_guests(
                 for state in _timed(rp.walk(replay.replay_order(src.states)), cut):
                     progress(f"replay + host check ({fs.type})", done[0], total)
                     yield from settle(pool.ready())
-                    ld = src.log_device.image(state, fast / "ld.img") if src.log_device else None
+                    sd = src.second_device
+                    ld = sd.image(state, fast / "ld.img") if sd else None
                     identity = _identity(rp, ld) if ledger.active else None
                     t = ledger.tag(src, state, identity)
                     if (earlier := ledger.earlier(t)) is not None:
@@ -355,19 +358,19 @@ def _with_guests(
         yield from settle(pool.finish())
 
 
-def _identity(rp: replay.Replayer, log_image: Path | None) -> str:
+def _identity(rp: replay.Replayer, image2: Path | None) -> str:
     """The state's image identity; with a log device, of both images together."""
-    if log_image is None:
+    if image2 is None:
         return rp.identity
-    return replay.combined(rp.identity, replay.image_digest(log_image))
+    return replay.combined(rp.identity, replay.image_digest(image2))
 
 
 def _host(
-    sc: Scenario, fs: FsSpec, rp: replay.Replayer, log_image: Path | None, scratch: Path
+    sc: Scenario, fs: FsSpec, rp: replay.Replayer, image2: Path | None, scratch: Path
 ) -> check.CheckResult:
-    if log_image is None:
+    if image2 is None:
         return parallel.checked(rp, fs.type, scratch, sc.check.timeout)
-    return pair.host_check(fs.type, rp.image, log_image, scratch, timeout=sc.check.timeout)
+    return pair.host_check(fs.type, rp.image, image2, scratch, timeout=sc.check.timeout)
 
 
 def _timed(it: Iterator[T], spent: list[float]) -> Iterator[T]:
@@ -388,7 +391,7 @@ def _add_rebuilt(
 ) -> None:
     image = fast / "rebuilt.img"
     image.unlink(missing_ok=True)
-    ld = src.log_device.image(t.state, fast / "rebuilt-ld.img") if src.log_device else None
+    ld = src.second_device.image(t.state, fast / "rebuilt-ld.img") if src.second_device else None
     try:
         replay.materialize(src.log, t.state, image, src.size)
         host = None
@@ -437,7 +440,7 @@ class _Batch:
         t: Checked,
         image: Path,
         host: check.CheckResult | None,
-        log_image: Path | None = None,
+        image2: Path | None = None,
     ) -> None:
         state, judge = t.state, src.judge(t.state)
         copy = self.folder / f"{len(self.items)}.img"
@@ -445,9 +448,9 @@ class _Batch:
         if sc.crash.corrupt == "zero-durable-block":
             zero_durable_block(copy, fs.type, src.oracle, judge.mark, judge.exact)
         log_copy = None
-        if log_image is not None:
+        if image2 is not None:
             log_copy = self.folder / f"{len(self.items)}.log.img"
-            check.copy_image(log_image, log_copy)
+            check.copy_image(image2, log_copy)
         self.items.append(
             guestcheck.Item(state.id, copy, judge.mark, judge.exact, src.key, log_copy)
         )

@@ -75,11 +75,11 @@ class OneLog(Generic[R]):
         self.log = self._stack.enter_context(logwrites.open_log(rdir / "log.raw"))
         lg = self.log
         stats = add_log(run.store, run.run_id, lg)
-        self.log_device: states.LogDevice | None = None
-        if sc.fs.log_device:
-            ld_log = self._stack.enter_context(logwrites.open_log(rdir / record.LOG_DEVICE_LOG))
-            add_log(run.store, run.run_id, ld_log, role="log-device")
-            self.log_device = states.LogDevice(ld_log, int(self.meta["log_device_size"]))
+        self.second_device: states.SecondLog | None = None
+        if sc.fs.second_device:
+            log2 = self._stack.enter_context(logwrites.open_log(rdir / record.SECOND_LOG))
+            add_log(run.store, run.run_id, log2, role="second-device")
+            self.second_device = states.SecondLog(log2, int(self.meta["second_device_size"]))
         if self.start_after is None:  # a check-log run chose its own start
             targets = self.oracle.get("targets") or ()
             after = sc.crash.after_mark
@@ -138,7 +138,7 @@ class OneLog(Generic[R]):
             self.run.dir,
             self.run.progress,
             self.reuse(),
-            self.log_device,
+            self.second_device,
         ):
             yield c.state, c
         if self.recovery_crash():
@@ -237,10 +237,10 @@ def check_states(
     rdir: Path,
     progress: Progress,
     reuse: reuse.Reuse | None = None,
-    log_device: states.LogDevice | None = None,
+    second_device: states.SecondLog | None = None,
 ) -> Iterator[states.Checked]:
     """The states of one log, checked (``states.check_sources``)."""
-    src = states.Source(lg, todo, oracle, size, log_device=log_device)
+    src = states.Source(lg, todo, oracle, size, second_device=second_device)
     yield from states.check_sources(sc, fs, [src], rdir, progress, reuse)
 
 

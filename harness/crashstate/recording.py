@@ -81,7 +81,7 @@ def recorded(
     """The recorded log's metadata and oracle: kept from an earlier attempt of this run
     (resume), else recorded now in a guest."""
     meta_path = rdir / "recording.json"
-    logs = [rdir / "log.raw", *([rdir / record.LOG_DEVICE_LOG] if sc.fs.log_device else [])]
+    logs = [rdir / "log.raw", *([rdir / record.SECOND_LOG] if sc.fs.second_device else [])]
     if meta_path.exists() and all(p.exists() for p in logs):
         oracle_path = rdir / "oracle.json"
         oracle = json.loads(oracle_path.read_text()) if oracle_path.exists() else {}
@@ -102,7 +102,7 @@ def recorded(
         "guest_kernel": rec.guest_kernel,
         "accelerator": rec.accelerator,
         **({"workload": rec.workload_info} if rec.workload_info else {}),
-        **({"log_device_size": sc.fs.log_device.size} if sc.fs.log_device else {}),
+        **({"second_device_size": sc.fs.second_size} if sc.fs.second_device else {}),
     }
     meta_path.write_text(json.dumps(meta))
     (rdir / "dut.raw").unlink(missing_ok=True)

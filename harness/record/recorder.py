@@ -27,7 +27,7 @@ from harness.record import blklogwrites, fiojob, fsstress, guestfiles, guestmsg,
 from harness.vm.backend import Disk, Guest, GuestSpec, start_guest
 
 DM_NAME = "crashlab-lw"
-DM_LOG_NAME = "crashlab-lw-log"  # fs.devices = 2: the journal's or log's own device
+DM_SECOND_NAME = "crashlab-lw-log"  # fs.devices = 2: the journal's or log's own device
 MOUNTPOINT = "/mnt/test"
 GUEST_DIR = "/tmp/crashlab"
 MKFS_MARK = "crashlab:mkfs"
@@ -74,7 +74,7 @@ class Recording:
     workload_output: str = ""
     notes: list[str] = field(default_factory=list)
     workload_info: dict[str, Any] = field(default_factory=dict)  # e.g. which fsstress ran
-    log_device_log: Path | None = None  # fs.devices = 2: the log device's own log
+    second_log: Path | None = None  # fs.devices = 2: the log device's own log
 
 
 RECORDERS = ("dm-log-writes", "qemu-blklogwrites")
@@ -105,9 +105,10 @@ def record(
     dut = workdir / "dut.raw"
     logdev = workdir / "log.raw"
     files = [(dut, fs.disk_size), (logdev, max(4 * fs.disk_size, 1 << 30))]
-    ld = fs.log_device
+    ld = fs.second_device
     if ld:
-        files += [(workdir / LOG_DEVICE_DUT, ld.size), (workdir / LOG_DEVICE_LOG, 1 << 30)]
+        second_log = max(4 * fs.second_size, 1 << 30)
+        files += [(workdir / SECOND_DUT, fs.second_size), (workdir / SECOND_LOG, second_log)]
     for path, size in files:
         path.unlink(missing_ok=True)
         with open(path, "wb") as f:
@@ -117,8 +118,8 @@ def record(
         disks = (Disk(dut, "dut"), log_disk(logdev, "log"))
         if ld:
             disks += (
-                Disk(workdir / LOG_DEVICE_DUT, "dut2"),
-                log_disk(workdir / LOG_DEVICE_LOG, "log2"),
+                Disk(workdir / SECOND_DUT, "dut2"),
+                log_disk(workdir / SECOND_LOG, "log2"),
             )
     else:
         disks = (Disk(dut, "dut", blklogwrites=logdev),)
@@ -141,8 +142,8 @@ def record(
             fiojob.check_marks(list(lg.marks.values()), oracle)
     trim_log(logdev)
     if ld:
-        trim_log(workdir / LOG_DEVICE_LOG)
-        (workdir / LOG_DEVICE_DUT).unlink()
+        trim_log(workdir / SECOND_LOG)
+        (workdir / SECOND_DUT).unlink()
     return Recording(
         log_path=logdev,
         device_size=fs.disk_size,
@@ -152,12 +153,12 @@ def record(
         accelerator=accelerator,
         workload_output=output,
         workload_info=info,
-        log_device_log=workdir / LOG_DEVICE_LOG if ld else None,
+        second_log=workdir / SECOND_LOG if ld else None,
     )
 
 
-LOG_DEVICE_DUT = "dut2.raw"
-LOG_DEVICE_LOG = "log2.raw"  # beside log.raw in a run's directory
+SECOND_DUT = "dut2.raw"
+SECOND_LOG = "log2.raw"  # beside log.raw in a run's directory
 
 
 class Marker:
@@ -165,7 +166,7 @@ class Marker:
 
     per_sync = False  # can the workload mark every fsync itself?
     names: tuple[str, ...] = ()  # its dm-log-writes devices, the workload's --dm-name
-    log_dev: str = ""  # set up with fs.devices = 2: the log device's path
+    dev2: str = ""  # set up with fs.devices = 2: the log device's path
 
     def setup(self, step: Step, guest: Guest) -> str:
         raise NotImplementedError
@@ -224,7 +225,7 @@ class DmMarker(Marker):
 
     def __init__(self, guest: Guest, two: bool = False) -> None:
         self.guest = guest
-        self.names = (DM_NAME, DM_LOG_NAME) if two else (DM_NAME,)
+        self.names = (DM_NAME, DM_SECOND_NAME) if two else (DM_NAME,)
 
     def setup(self, step: Step, guest: Guest) -> str:
         made = []
@@ -232,7 +233,7 @@ class DmMarker(Marker):
             dev = step("resolve", ["readlink", "-f", guest.disk(dut)]).strip()
             logdev = step("resolve", ["readlink", "-f", guest.disk(log)]).strip()
             made.append(create_log_writes(step, name, dev, logdev))
-        self.log_dev = made[1] if len(made) > 1 else ""
+        self.dev2 = made[1] if len(made) > 1 else ""
         return made[0]
 
     def mark(self, step: Step, text: str) -> None:
@@ -322,17 +323,17 @@ def _record_in(
 
     install_scripts(guest)
     dev = marker.setup(step, guest)
-    ld, log_dev = fs.log_device, marker.log_dev
+    ld, dev2 = fs.second_device, marker.dev2
     if ld and ld.mkfs:
-        step("mkfs", [*ld.mkfs, log_dev])
-    step("mkfs", fs.mkfs_argv(dev, log_dev))
+        step("mkfs", [*ld.mkfs, dev2])
+    step("mkfs", fs.mkfs_argv(dev, dev2))
     marker.mark(step, MKFS_MARK)
     if workload.type == "fsstress":
         # fstests' own mark too: its replay-log (--end-mark mkfs) and `scenario check-log
         # --after-mark mkfs` find generic/482's start point in the lab's log.
         marker.mark(step, FSTESTS_MKFS_MARK)
     try:
-        step("mount", fs.mount_argv(dev, MOUNTPOINT, log_dev=log_dev))
+        step("mount", fs.mount_argv(dev, MOUNTPOINT, dev2=dev2))
     except HarnessError as e:
         raise _refused_options(guest, fs, e) from None
     if fs.fill:

@@ -140,7 +140,9 @@ def _read_result(path: Path) -> dict[str, str | None]:
 
 def _died(child: proc.Child) -> str:
     tail = " | ".join(child.read_output().strip().splitlines()[-3:])
-    return f"HarnessError: the element's process exited {child.returncode}: {tail}"[:1000]
+    # No output at all: its log could not be written either (a full disk, the soak finds).
+    said = tail or "no output, and no result file"
+    return f"HarnessError: the element's process exited {child.returncode}: {said}"[:1000]
 
 
 def _run_of(db: Path, pid: int) -> str | None:

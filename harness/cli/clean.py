@@ -14,7 +14,7 @@ from typing import Any
 
 from harness import paths, proc
 from harness.campaign import schedule
-from harness.cli import ui
+from harness.cli import soak, ui
 from harness.errors import InputError
 from harness.image import build as image
 from harness.store import prune
@@ -67,6 +67,7 @@ def register(sub: Any) -> None:
     pr.add_argument("--dry-run", action="store_true", help="only say what would go")
     pr.add_argument("--json", action="store_true")
     pr.set_defaults(func=cmd_prune)
+    soak.register(lsub)
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:

@@ -72,7 +72,7 @@ def _processes() -> dict[int, list[str]]:
     return out
 
 
-def _is_lab_guest(argv: list[str]) -> bool:
+def is_lab_guest(argv: list[str]) -> bool:
     return Path(argv[0]).name.startswith("qemu-system") and any("crashlab" in a for a in argv[1:])
 
 
@@ -94,7 +94,7 @@ def _settled(path: Path) -> bool:
 def guests(procs: dict[int, list[str]]) -> list[Leftover]:
     found = []
     for pid, argv in sorted(procs.items()):
-        if not _is_lab_guest(argv) or _run_by_libvirt(argv):
+        if not is_lab_guest(argv) or _run_by_libvirt(argv):
             continue
         parent = procs.get(_parent(pid), [])
         if not (parent and Path(parent[0]).name.startswith("python")):

@@ -11,6 +11,8 @@ campaigns/devices.toml; CI's time goes to the known answers.)"""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,17 @@ def logs(db: Path) -> set[str]:
         return {r for (r,) in con.execute("SELECT role FROM run_logs")}
 
 
+def lost_state(db: Path) -> str:
+    with sqlite3.connect(db) as con:
+        (sid,) = con.execute("SELECT state_id FROM verdicts WHERE outcome = 'data_loss'").fetchone()
+    return str(sid)
+
+
+def lab(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "harness", *argv]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
 def test_a_commit_without_the_data_device_flush_is_caught(tmp_path: Path) -> None:
     stock = scenario_run(
         tmp_path / "a.sqlite", "ext4-logdev-fsync", "--workload-file", str(HOLE), "--set", ORDERED
@@ -66,6 +79,12 @@ def test_the_stock_kernels_overwrite_loss_and_its_fix(tmp_path: Path) -> None:
     )
     assert stock.returncode == 1, said(stock)
     assert outcomes(tmp_path / "a.sqlite").get("data_loss") == 1, said(stock)
+    lost = lost_state(tmp_path / "a.sqlite")
+    # Both images rebuilt from their own logs; triage, which takes one log apart, says so.
+    rep = lab(tmp_path, "reproduce", lost, "--db", "a.sqlite", "-o", "s.img")
+    assert rep.returncode == 0 and (tmp_path / "s.img.2").stat().st_size > 0, said(rep)
+    tri = lab(tmp_path, "triage", lost, "--db", "a.sqlite")
+    assert tri.returncode == 2 and "two devices" in tri.stderr, said(tri)
     fixed = scenario_run(
         tmp_path / "b.sqlite", "ext4-logdev-fsync", "--workload-file", str(OVERWRITE),
         "--fs-patch", str(FIX),

@@ -114,6 +114,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         markup=False,
     )
     console.print(f"image: {path}", markup=False)
+    if second := info.get("second_image"):
+        # Its journal, log or mirror: the mount and the checker take both (docs/verdicts.md 24).
+        console.print(f"second device's image: {second}", markup=False)
     for line in inspect_lines(path, info.get("fs")):
         console.print(line, markup=False, soft_wrap=True)
     return 0

@@ -126,6 +126,11 @@ Rules, per mark n (``marks[i]`` in the oracle file):
    directory's fsync, and no cut is judged exact (a call in flight at a mark may be
    partly in it).
 
+24. Two devices (``fs.devices = 2``: an external journal or log, or a mirror): the
+   oracle is unchanged; the states are both devices' logs cut at one mark
+   (``crashstate/checking.py``: ``SecondLog``), so each mark's requirement is read as for
+   one device.
+
 Profiles: ``posix`` (rules without 1's name promise), ``fsync-names`` (the journaled
 filesystems' default) and ``ordered-metadata`` (and rule 18). A run's oracle says its
 profile and, per mark, what each weaker one requires (``floors``); a failed check says

@@ -63,6 +63,29 @@ def test_a_failed_create_or_fsync_promises_nothing(
     assert "a" not in body["marks"][-1]["files"] and "d" in body["marks"][-1]["dirs"]
 
 
+def test_an_op_on_a_name_the_full_disk_never_made_is_not_called(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A workload file names its files itself: its write after a create the full disk
+    # refused would fail with ENOENT (found by the f2fs FGGC steps, 2026-12-07).
+    real, calls = opgen.perform, []
+
+    def perform(root: str, op: Op, *args: Any) -> None:
+        calls.append(op.kind)
+        if op.kind == "create" and calls.count("create") == 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(root, op, *args)
+
+    monkeypatch.setattr(opgen, "perform", perform)
+    ops = [Op("create", "a"), Op("write", "a", data=b"x" * 10), Op("fsync", "a"),
+           Op("create", "a"), Op("write", "a", data=b"y" * 10), Op("fsync", "a")]  # fmt: skip
+    body = opgen.execute(str(tmp_path), ops, tolerate=FULL)
+    assert body["complete"], body["error"]
+    assert [e.get("failed") for e in body["ops"][:6]] == ["ENOSPC", "ENOENT", "ENOENT"] + [None] * 3
+    assert calls[:4] == ["create", "create", "write", "fsync"]  # the two never called
+    assert body["marks"][0]["files"]["a"]["sha256"] == hashlib.sha256(b"y" * 10).hexdigest()
+
+
 def test_a_failed_fsync_places_no_mark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     failing(monkeypatch, {"fsync": 0})
     body = opgen.execute(str(tmp_path), [Op("create", "b"), Op("fsync", "b")], tolerate=FULL)

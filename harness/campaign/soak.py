@@ -57,6 +57,7 @@ class Night:
     twice: int = 0
     lost: int = 0
     integrity: str = ""
+    disk_before: int = 0  # bytes before the night's prune: what it left without a budget
     disk: int = 0
     peak_rss: int = 0  # bytes, the campaign process's
     left: list[str] = field(default_factory=list)
@@ -260,6 +261,8 @@ def _after(s: Soak, night: Night, campaign: Path, seen: dict[str, str]) -> None:
         str(s.db),
     ]
     night.digest = subprocess.run(digest, cwd=paths.REPO, env=env, capture_output=True).returncode
+    with _env(env):
+        night.disk_before = sum(prune.usage().values())
     pr = [*LAB, "lab", "prune", "--db", str(s.db)]
     subprocess.run(pr, cwd=paths.REPO, env=env, capture_output=True)
     st = soakcheck.Store(s.db, night.problems)

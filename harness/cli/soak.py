@@ -72,14 +72,15 @@ def _line(n: soak.Night) -> str:
 def _table(nights: list[soak.Night]) -> Table:
     t = Table(title="soak")
     for col in ("night", "faults", "starts", "exit", "s", "elements", "verdicts", "twice",
-                "lost", "integrity", "disk", "peak MiB", "left"):  # fmt: skip
+                "lost", "integrity", "disk before", "disk", "peak MiB", "left"):  # fmt: skip
         t.add_column(col)
     for n in nights:
         t.add_row(
             str(n.n), ", ".join(n.faults) or "-", str(n.starts),
             ",".join(str(s) for s in n.statuses), f"{n.seconds:.0f}",
             " ".join(f"{k} {v}" for k, v in sorted(n.elements.items())), str(n.verdicts),
-            str(n.twice), str(n.lost), n.integrity, prune.human(n.disk),
+            str(n.twice), str(n.lost), n.integrity, prune.human(n.disk_before),
+            prune.human(n.disk),
             str(n.peak_rss >> 20), str(len(n.left)),
         )  # fmt: skip
     return t

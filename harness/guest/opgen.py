@@ -30,7 +30,7 @@ from typing import Any
 
 from ..model import opfile
 from ..model.generate import Generator, family_seed
-from ..model.ops import ENDS, HANDLE_OPS, PERSIST_OPS, WRITE_OPS, Op
+from ..model.ops import ENDS, HANDLE_OPS, PERSIST_OPS, SPECS, WRITE_OPS, Op
 from ..model.oracle import FORMAT, MARK_PREFIX, Tracker, UsageError, load_oracle, verify
 from . import procs, runner
 from .syscalls import perform
@@ -113,9 +113,17 @@ class Execution:
         self.fds: dict[str, int] = {}  # a workload file's held descriptors
         self.held: dict[int, dict[str, int]] = {}  # each racing process's own
         self.lock = threading.Lock()
+        self.unmade: set[str] = set()  # names whose making op the full disk failed
 
     def step(self, op: Op) -> None:
-        """One op in turn: its call, then the model and its mark."""
+        """One op in turn: its call, then the model and its mark. An op of a workload file
+        on a name whose making op the full disk failed is not called (it would fail with
+        ENOENT): it is recorded failed, as the call would have been, and changes nothing."""
+        makes = SPECS[op.kind].makes
+        made = getattr(op, makes) if makes else ""
+        if self.unmade & ({op.path, op.dst} - {"", made}):
+            self.log.append({"i": len(self.log), **op.describe(), "failed": "ENOENT"})
+            return
         self.track.before(op)
         entry = {"i": len(self.log), **op.describe()}
         self.log.append(entry)
@@ -128,7 +136,10 @@ class Execution:
                 ) from None
             entry["failed"] = errno.errorcode.get(e.errno or 0, str(e.errno))
             self.failed(op)
+            if made:
+                self.unmade.add(made)
             return
+        self.unmade.discard(made)
         self.track.after(op)
         self.place_mark(op, entry)
 

@@ -42,6 +42,7 @@ from harness.image import build
 from harness.store import prune
 
 LAB = [sys.executable, "-m", "harness"]  # the lab's CLI, as the scheduled service runs it
+FULL_SECONDS = 10  # how long the cache stays full: a guest's writes meet it (QEMU pauses)
 
 
 @dataclass
@@ -79,6 +80,7 @@ class Soak:
     seed: int = 1
     cache_size: str = "8G"
     night_timeout: float = 3600.0
+    extra: float = 0.25  # each fault's chance on a night beyond its own (plan)
 
     @property
     def cache(self) -> Path:
@@ -88,15 +90,15 @@ class Soak:
         return {**os.environ, "CRASHLAB_CACHE": str(self.cache), prune.BUDGET_ENV: str(self.budget)}
 
 
-def plan(nights: int, faults: list[str], seed: int) -> list[list[str]]:
+def plan(nights: int, faults: list[str], seed: int, extra: float = 0.25) -> list[list[str]]:
     """The faults of each night: none on the first; every fault once, in turn, from the
-    second; then each other fault on a night with probability 1/4 (seeded)."""
+    second; then each other fault on a night with probability ``extra`` (seeded)."""
     rng = random.Random(seed)
     out: list[list[str]] = [[] for _ in range(nights)]
     for i, f in enumerate(faults):
         out[1 + i % max(1, nights - 1)].append(f)
     for night in out[1:]:
-        night += [f for f in faults if f not in night and rng.random() < 0.25]
+        night += [f for f in faults if f not in night and rng.random() < extra]
     return out
 
 
@@ -125,7 +127,7 @@ def run(s: Soak, on_night: Any = None) -> list[Night]:
     out: list[Night] = []
     seen: dict[str, str] = {}
     with cache_fs(s):
-        for n, faults in enumerate(plan(s.nights, s.faults, s.seed), 1):
+        for n, faults in enumerate(plan(s.nights, s.faults, s.seed, s.extra), 1):
             night = _night(s, n, faults, seen, out[0].seconds if out else 0.0)
             seen = soakcheck.Store(s.db).verdicts()
             out.append(night)
@@ -224,8 +226,8 @@ def _fire(
     if fault == "kill":
         night.did.append(soakfaults.kill_harness(p.pid))
     elif fault == "full-cache":
-        night.did.append(f"filled {soakfaults.fill(s.cache)} for 20 s")
-        time.sleep(20)
+        night.did.append(f"filled {soakfaults.fill(s.cache)} for {FULL_SECONDS} s")
+        time.sleep(FULL_SECONDS)
         (s.cache / soakfaults.BALLAST).unlink(missing_ok=True)
     elif fault == "dask-worker":
         for _ in range(120):

@@ -39,6 +39,8 @@ def register(lsub: Any) -> None:
     s.add_argument("--db", type=Path, required=True, help="the soak's store (a fresh file)")
     s.add_argument("--work", type=Path, default=None, help="its folder (default beside --db)")
     s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--extra", type=float, default=0.25,
+                   help="each fault's chance on a night beyond its own (0: each once)")  # fmt: skip
     s.add_argument("--json", type=Path, default=None, help="also write the nights here")
     s.set_defaults(func=cmd_soak)
 
@@ -53,6 +55,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
     s = soak.Soak(
         campaign, args.nights, faults, prune.budget(args.budget), args.db.resolve(),
         (args.work or args.db.resolve().parent / "soak").resolve(), args.seed, args.cache_size,
+        extra=args.extra,
     )  # fmt: skip
     s.work.mkdir(parents=True, exist_ok=True)
     nights = soak.run(s, on_night=lambda n: console.print(_line(n), markup=False))

@@ -155,6 +155,7 @@ def _check_one(
         mark=(it.mark or "") if verify else "",
         exact=it.exact and verify,
         modes=[m for m in modes if m != recovery.RW],
+        dev2=dev2,
         fsck_flags=fs.second_flags(dev2),
     )
     # Each mode is a mount and an umount more, each bounded by the timeout.

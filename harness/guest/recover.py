@@ -32,7 +32,7 @@ def _must(argv: list[str], timeout: float) -> str:
 
 
 @contextlib.contextmanager
-def overlay(dev: str, timeout: float) -> Iterator[str]:
+def overlay(dev: str, timeout: float, name: str = OVERLAY) -> Iterator[str]:
     """A device-mapper snapshot of ``dev`` whose writes go to a sparse file in memory:
     what a mode's mount writes (ext4 replays on a read-only mount) never reaches ``dev``."""
     for module in ("loop", "dm-snapshot"):  # no udev here to load them on first use
@@ -45,28 +45,41 @@ def overlay(dev: str, timeout: float) -> Iterator[str]:
         loop = _must(["losetup", "--find", "--show", cow], timeout)
         try:
             table = f"0 {sectors} snapshot {dev} {loop} N 8"
-            _must(["dmsetup", "create", OVERLAY, "--table", table], timeout)
+            _must(["dmsetup", "create", name, "--table", table], timeout)
             try:
-                yield f"/dev/mapper/{OVERLAY}"
+                yield f"/dev/mapper/{name}"
             finally:
-                runner.run(["blockdev", "--setrw", f"/dev/mapper/{OVERLAY}"], timeout)
-                _must(["dmsetup", "remove", OVERLAY], timeout)
+                runner.run(["blockdev", "--setrw", f"/dev/mapper/{name}"], timeout)
+                _must(["dmsetup", "remove", name], timeout)
         finally:
             runner.run(["losetup", "-d", loop], timeout)
 
 
-def mount_argv(a: contract.CheckRequest, mode: str, dev: str) -> list[str]:
-    opts = recovery.mount_options(mode, [o for o in a.mount_opts.split(",") if o])
+def mount_argv(a: contract.CheckRequest, mode: str, dev: str, dev2: str = "") -> list[str]:
+    """The mode's mount of ``dev``; with a second device (``a.dev2``, named in the mount
+    options), that device as ``dev2`` (its overlay)."""
+    given = [o for o in a.mount_opts.split(",") if o]
+    if a.dev2 and dev2:
+        given = [o.replace(a.dev2, dev2) for o in given]
+    opts = recovery.mount_options(mode, given)
     return ["mount", "-t", a.fs, *(["-o", ",".join(opts)] if opts else []), dev, a.mountpoint]
 
 
 def before(a: contract.CheckRequest, mode: str, verify: Verify) -> contract.ModeFacts:
-    """One mode that runs before the read-write mount, on its own overlay."""
+    """One mode that runs before the read-write mount, on its own overlay; a second
+    device (a journal, a log, a mirror) gets one too, and is read-only with the state's
+    in ``ro-device`` (fstests' generic/766: a read-only external log)."""
     try:
-        with overlay(os.path.realpath(a.dev), a.timeout) as dev:
+        with contextlib.ExitStack() as stack:
+            dev = stack.enter_context(overlay(os.path.realpath(a.dev), a.timeout))
+            dev2 = ""
+            if a.dev2:
+                real2 = os.path.realpath(a.dev2)
+                dev2 = stack.enter_context(overlay(real2, a.timeout, OVERLAY + "-2"))
             if mode == recovery.RO_DEVICE:
-                _must(["blockdev", "--setro", dev], a.timeout)
-            return _mounted(a, mode, dev, verify)
+                for d in filter(None, (dev, dev2)):
+                    _must(["blockdev", "--setro", d], a.timeout)
+            return _mounted(a, mode, dev, verify, dev2=dev2)
     except Exception:  # the overlay, or a bug of ours: the lab's, never a finding
         return contract.ModeFacts(mode=mode, error=contract.excerpt(traceback.format_exc()))
 
@@ -87,8 +100,9 @@ def _mounted(
     dev: str,
     verify: Verify,
     first: dict[str, str] | None = None,
+    dev2: str = "",
 ) -> contract.ModeFacts:
-    m = run(mount_argv(a, mode, dev), a.timeout)
+    m = run(mount_argv(a, mode, dev, dev2), a.timeout)
     if m.rc != 0:
         return contract.ModeFacts(mode=mode, mount=m)
     try:

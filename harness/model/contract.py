@@ -279,7 +279,9 @@ class CheckRequest(Message):
     # Recovery modes beside the read-write mount (model/recovery.py): each before it on
     # an overlay, ``remount`` after it.
     modes: list[str] = field(default_factory=list)
-    # fs.devices = 2: what the checker is told of the log device (e2fsck -j, xfs_repair -l)
+    # fs.devices = 2: the second device (named in mount_opts; a mode's overlay replaces
+    # it there), and what the checker is told of it (e2fsck -j, xfs_repair -l)
+    dev2: str = ""
     fsck_flags: list[str] = field(default_factory=list)
     version: int = VERSION
 

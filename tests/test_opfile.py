@@ -276,3 +276,12 @@ def test_the_op_generator_draws_the_bug_ops_behind_their_switch(tmp_path: Path) 
     o = {"format": oracle.FORMAT, **body}
     assert oracle.verify(str(tmp_path), o, o["final_mark"], exact=True).ok
     assert generate.Generator(7, 8, 20000, extended=True).next(oracle.Model()) == drawn[0]
+
+
+def test_f2fs_gc_is_an_f2fs_op_that_keeps_every_byte() -> None:
+    # The FGGC known bug's trigger (campaigns/known-bugs/f2fs-fggc-node-marks.ops).
+    ops = opfile.parse("create a\nwrite a 0 4K\nsync\nf2fs_gc\nfsync a\n", "f2fs")
+    assert ops[3] == {"op": "f2fs_gc", "line": 4}
+    with pytest.raises(opfile.OpFileError) as e:
+        opfile.parse("f2fs_gc\n", "ext4")
+    assert "f2fs" in str(e.value) and "fs.type=f2fs" in (e.value.hint or str(e.value))

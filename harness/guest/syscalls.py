@@ -15,6 +15,7 @@ import errno
 import fcntl
 import mmap
 import os
+import struct
 
 from ..model.ops import FALLOC_FLAGS, SHUTDOWN_FLAGS, SYNC_OPS, SYNCED_WRITES, UTIMES_BASE, Op
 from . import runner
@@ -218,6 +219,8 @@ def perform(root: str, op: Op, noop_sync: bool = False, fds: dict[str, int] | No
         os.sync()
     elif k == "defrag":
         defrag(p)
+    elif k == "f2fs_gc":
+        f2fs_gc(root)
     elif k in ("syncfs", "sync_file_range"):
         fd = os.open(p if op.path else root, os.O_RDONLY)
         try:
@@ -226,6 +229,23 @@ def perform(root: str, op: Op, noop_sync: bool = False, fds: dict[str, int] | No
             os.close(fd)
     else:
         raise ValueError(f"unknown op {k!r}")
+
+
+F2FS_IOC_GARBAGE_COLLECT = 0x4004F506  # _IOW(0xf5, 6, __u32)
+
+
+def f2fs_gc(root: str) -> None:
+    """One foreground GC round (sync = 1), as ``f2fs_io gc 1``. No victim to collect
+    (ENODATA) or none freed (EAGAIN) is GC's answer, not a failed call: the op promises
+    nothing and changes no content either way."""
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        fcntl.ioctl(fd, F2FS_IOC_GARBAGE_COLLECT, struct.pack("=I", 1))
+    except OSError as e:
+        if e.errno not in (errno.ENODATA, errno.EAGAIN):
+            raise
+    finally:
+        os.close(fd)
 
 
 def defrag(path: str) -> None:

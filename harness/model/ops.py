@@ -103,6 +103,10 @@ TABLE: tuple[Spec, ...] = (
        requires=("_require_scratch_reflink", '_require_xfs_io_command "reflink"')),
     _S("defrag", ("path",), "EXT4_IOC_MOVE_EXT (e4defrag)", "{e4defrag} {p}{quiet_all}",
        on_file=True, keeps_content=True, fs=("ext4",), requires=("_require_defrag",)),
+    # f2fs's foreground garbage collection (`f2fs_io gc 1`): the section with the fewest
+    # valid blocks moved, no content changed, no promise made.
+    _S("f2fs_gc", (), "ioctl(F2FS_IOC_GARBAGE_COLLECT), sync", "{f2fs_io} gc 1 {p}",
+       keeps_content=True, fs=("f2fs",), requires=("_require_f2fs_io_command gc",)),
     # Metadata alone.
     _S("chmod", ("path", "perm"), "chmod(2)", "chmod {perm} {p}", meta=True),
     _S("chown", ("path", "uid", "gid"), "chown(2)", "chown {uid}:{gid} {p}", meta=True),

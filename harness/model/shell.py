@@ -31,6 +31,7 @@ class Dialect:
     setfattr: str
     btrfs: str
     e4defrag: str
+    f2fs_io: str
     quiet: str  # a helper's chatter, sent where the test's output is not compared
     quiet_all: str
 
@@ -38,12 +39,12 @@ class Dialect:
 FSTESTS = Dialect(
     root="$SCRATCH_MNT", io="$XFS_IO_PROG", renameat2="$here/src/renameat2",
     setfattr="$SETFATTR_PROG", btrfs="$BTRFS_UTIL_PROG subvolume", e4defrag="$E4DEFRAG_PROG",
-    quiet=" >> $seqres.full", quiet_all=" >> $seqres.full 2>&1",
+    f2fs_io="$F2FS_IO_PROG", quiet=" >> $seqres.full", quiet_all=" >> $seqres.full 2>&1",
 )  # fmt: skip
 # renameat2(2) has no coreutils form on Debian 12: fstests' own helper, from its tree.
 SCRIPT = Dialect(
     root='"$M"', io="xfs_io", renameat2="src/renameat2", setfattr="setfattr",
-    btrfs="btrfs subvolume", e4defrag="e4defrag", quiet="", quiet_all="",
+    btrfs="btrfs subvolume", e4defrag="e4defrag", f2fs_io="f2fs_io", quiet="", quiet_all="",
 )  # fmt: skip
 
 
@@ -70,7 +71,8 @@ def spell(op: Op, dialect: Dialect) -> str:
     flags = {"dwrite": "-d ", "osync_write": "-s ", "odsync_write": "-D "}.get(op.kind, "")
     fields = {
         "io": dialect.io, "renameat2": dialect.renameat2, "setfattr": dialect.setfattr,
-        "btrfs": dialect.btrfs, "e4defrag": dialect.e4defrag, "quiet": dialect.quiet,
+        "btrfs": dialect.btrfs, "e4defrag": dialect.e4defrag, "f2fs_io": dialect.f2fs_io,
+        "quiet": dialect.quiet,
         "quiet_all": dialect.quiet_all, "flags": flags, "pattern": f"0x{PATTERN:x}",
         "p": at(dialect, op.path), "dst": at(dialect, op.dst), "off": op.offset, "n": n,
         "size": op.size,

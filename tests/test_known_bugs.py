@@ -34,8 +34,7 @@ def test_every_bug_of_the_catalogue_parses_and_makes_its_elements() -> None:
     camp = config_campaign.load(CATALOGUE)
     assert len(camp.bugs) >= 8
     for bug in camp.bugs:
-        fs = "btrfs" if bug.scenario.startswith("btrfs") else "ext4"
-        ops = opfile.parse((CATALOGUE.parent / bug.workload).read_text(), fs)
+        ops = opfile.parse((CATALOGUE.parent / bug.workload).read_text(), bug.fs)
         assert opfile.persistence_points(ops) >= 1, bug.name
     roles = {(e.bug or ("", ""))[1] for e in camp.elements}
     assert roles == {"buggy", "fixed", "image"}

@@ -311,20 +311,6 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path: Path) -
     assert r["verdicts"] == r["expected_verdicts"] and r["campaigns"] == 1
 
 
-@pytest.mark.vm
-def test_ci_campaign_for_real(tmp_path: Path, guest_image: object) -> None:
-    db = tmp_path / "lab.sqlite"
-    env = {**os.environ, "CRASHLAB_RESULTS": str(tmp_path)}
-    cmd = [sys.executable, "-m", "harness", "campaign", "run", "campaigns/ci.toml", "--db", str(db)]
-    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
-    assert r.returncode in (0, 1), r.stdout + r.stderr
-    assert "2/2 done" in r.stdout
-    with Store.open(db) as st:
-        assert st.execute("SELECT count(*) FROM runs WHERE status = 'done'")[0][0] == 2
-        run_ids = [str(x[0]) for x in st.execute("SELECT id FROM runs")]
-    assert all((tmp_path / "runs" / f"{rid}.log").is_file() for rid in run_ids)
-
-
 def test_status_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 

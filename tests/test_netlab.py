@@ -254,16 +254,17 @@ def test_an_address_that_does_not_answer_exits_2(
 
 @pytest.mark.vm
 def test_a_ci_campaign_across_hosts(guest_image: object, tmp_path: Path) -> None:
-    """campaigns/ci.toml (two ext2-fsync elements with real guests) across the two worker
-    namespaces, each booting from the image shipped into its own cache; one worker's link
-    cut as it begins its element: that element runs again on the other host."""
-    f, db = paths.REPO / "campaigns" / "ci.toml", tmp_path / "lab.sqlite"
+    """campaigns/ci-hosts.toml (two ext4 elements, each a real recording guest) across the
+    two worker namespaces, each booting from the image shipped into its own cache; one
+    worker's link cut as it begins its element: that element runs again on the other
+    host."""
+    f, db = paths.REPO / "campaigns" / "ci-hosts.toml", tmp_path / "lab.sqlite"
     with netlab.netlab(
         tmp_path / "hosts", ship_from=paths.cache_dir(), image_hash=campaign_dask.image_hash()
     ) as lab:
         r, seen = run_campaign(lab, f, db, cut=lab.workers[0], timeout=3600)
         logs = lab.logs()
-        print(f"\nci.toml across hosts, one link cut: {seen}")
+        print(f"\nci-hosts.toml across hosts, one link cut: {seen}")
         out = r.stdout + r.stderr
         assert seen.get("cut_key") and "Traceback" not in out, out[-3000:] + logs
         assert r.returncode in (0, 1), out[-3000:] + logs

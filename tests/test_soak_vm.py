@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,8 @@ def test_seven_nights_with_faults_lose_and_leave_nothing(tmp_path: Path) -> None
         "--nights", "7", "--faults", ",".join(FAULTS), "--extra", "0", "--budget", "2G",
         "--cache-size", "3G", "--db", str(tmp_path / "lab.sqlite"), "--json", str(out),
     ]  # fmt: skip
-    p = subprocess.run(argv, cwd=paths.REPO, capture_output=True, text=True, timeout=3000)
+    env = {**os.environ, "CRASHLAB_RESULTS": str(tmp_path / "results")}
+    p = subprocess.run(argv, cwd=paths.REPO, env=env, capture_output=True, text=True, timeout=3000)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
     nights = json.loads(out.read_text())
     assert len(nights) == 7 and nights[0]["faults"] == []
@@ -55,3 +57,8 @@ def test_seven_nights_with_faults_lose_and_leave_nothing(tmp_path: Path) -> None
         assert not n["elements"].get("pending") and not n["elements"].get("running"), n
     # Every night's verdicts are there the morning after, and each night added its own.
     assert nights[-1]["verdicts"] > nights[0]["verdicts"] > 0
+    # Each finished run wrote its log beside the results, as a user's campaign does.
+    with sqlite3.connect(tmp_path / "lab.sqlite") as con:
+        done = [r for (r,) in con.execute("SELECT id FROM runs WHERE status = 'done'")]
+    assert len(done) >= 7
+    assert all((tmp_path / "results" / "runs" / f"{r}.log").is_file() for r in done)

@@ -8,74 +8,57 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from harness import proc
+from harness.store import db as store
 from harness.vm import leftovers
 
 
 @dataclass
 class Store:
-    """The night's view of the store, read with plain SQL (the harness may be dead)."""
+    """The night's view of the store, opened afresh for each question (the harness that
+    wrote it may have been killed)."""
 
     path: Path
     problems: list[str] = field(default_factory=list)
 
-    def _rows(self, sql: str, *args: object) -> list[tuple[Any, ...]]:
-        with sqlite3.connect(self.path) as con:
-            return list(con.execute(sql, args))
+    def _open(self) -> store.Store:
+        return store.Store.open(self.path, create=False)
 
     def integrity(self) -> str:
-        said = ", ".join(str(r[0]) for r in self._rows("PRAGMA integrity_check"))
+        with self._open() as st:
+            said = st.integrity()
         if said != "ok":
             self.problems.append(f"integrity_check: {said}")
         return said
 
     def last_campaign(self, name: str) -> str | None:
-        rows = self._rows(
-            "SELECT id FROM campaigns WHERE name = ? ORDER BY started_at DESC, rowid DESC LIMIT 1",
-            name,
-        )
-        return str(rows[0][0]) if rows else None
+        with self._open() as st:
+            found = st.campaign_nights(name, 1)
+        return found[0] if found else None
 
     def elements(self, campaign: str) -> dict[str, int]:
-        rows = self._rows(
-            "SELECT status, count(*) FROM campaign_elements WHERE campaign_id = ? GROUP BY 1",
-            campaign,
-        )
-        counts = {str(s): int(n) for s, n in rows}
+        with self._open() as st:
+            counts = st.element_counts(campaign)
         unsettled = counts.get("pending", 0) + counts.get("running", 0)
         if unsettled:
             self.problems.append(f"campaign {campaign}: {unsettled} elements never settled")
         return counts
 
     def twice(self, campaign: str) -> int:
-        """Runs two elements claim, and elements done whose run is not done: each a
-        result counted twice or counted without being there."""
-        shared = self._rows(
-            "SELECT run_id FROM campaign_elements WHERE run_id IS NOT NULL"
-            " GROUP BY run_id HAVING count(*) > 1"
-        )
-        hollow = self._rows(
-            "SELECT e.key FROM campaign_elements e LEFT JOIN runs r ON r.id = e.run_id"
-            " WHERE e.campaign_id = ? AND e.status = 'done' AND coalesce(r.status, '') != 'done'",
-            campaign,
-        )
-        n = len(shared) + len(hollow)
-        if n:
-            self.problems.append(f"counted twice or hollow: {shared + hollow}")
-        return n
+        with self._open() as st:
+            found = st.counted_twice(campaign)
+        if found:
+            self.problems.append(f"counted twice or hollow: {found}")
+        return len(found)
 
     def verdicts(self) -> dict[str, str]:
-        return {
-            f"{r}/{s}": str(o)
-            for r, s, o in self._rows("SELECT run_id, state_id, outcome FROM verdicts")
-        }
+        with self._open() as st:
+            return st.every_verdict()
 
     def kept(self, before: dict[str, str], now: dict[str, str]) -> int:
         """Verdicts of earlier nights missing or changed now: nothing may be lost."""

@@ -173,6 +173,37 @@ class StoreCampaigns:
         )
         return [str(r[0]) for r in rows]
 
+    def integrity(self) -> str:
+        """``PRAGMA integrity_check``'s answer, one line ("ok" when whole)."""
+        return ", ".join(str(r[0]) for r in self._conn.execute("PRAGMA integrity_check"))
+
+    def element_counts(self, cid: str) -> dict[str, int]:
+        """Campaign ``cid``'s elements by status."""
+        rows = self._conn.execute(
+            "SELECT status, count(*) FROM campaign_elements WHERE campaign_id = ? GROUP BY 1",
+            (cid,),
+        )
+        return {str(s): int(n) for s, n in rows}
+
+    def counted_twice(self, cid: str) -> list[str]:
+        """Runs two elements claim (any campaign), and campaign ``cid``'s elements done
+        whose run is not done: a result counted twice, or counted without being there."""
+        shared = self._conn.execute(
+            "SELECT run_id FROM campaign_elements WHERE run_id IS NOT NULL"
+            " GROUP BY run_id HAVING count(*) > 1"
+        )
+        hollow = self._conn.execute(
+            "SELECT e.key FROM campaign_elements e LEFT JOIN runs r ON r.id = e.run_id"
+            " WHERE e.campaign_id = ? AND e.status = 'done' AND coalesce(r.status, '') != 'done'",
+            (cid,),
+        )
+        return [str(r[0]) for r in [*shared, *hollow]]
+
+    def every_verdict(self) -> dict[str, str]:
+        """Every state's verdict: ``RUN/STATE`` -> outcome."""
+        rows = self._conn.execute("SELECT run_id, state_id, outcome FROM verdicts")
+        return {f"{r}/{s}": str(o) for r, s, o in rows}
+
     def pending_overrides(self) -> list[list[str]]:
         """The ``--set`` overrides of every element an unfinished campaign has still to
         run (what a running or resumable campaign will need)."""

@@ -65,7 +65,7 @@ def test_a_nofsync_findings_workload_is_minimised_by_re_recording(
         pytest.skip("guest image not built")
     monkeypatch.setenv("CRASHLAB_WORK", str(tmp_path / "work"))
     db = tmp_path / "lab.sqlite"
-    sc = scenario.load("ext4-nofsync", ["workload.ops=10", "crash.max_states=4"])
+    sc = scenario.load("ext4-nofsync", ["workload.ops=6", "crash.max_states=3"])
     run = lifecycle.execute(sc, db=db)
     with Store.open(db, create=False) as st:
         lost = [s for s in st.run_detail(run.run_id).states if s.outcome == "data_loss"]

@@ -36,6 +36,7 @@ def add_run(
     seed: int = 1,
     fsck: float = 0.1,
     ops: int = 50,
+    ids: str = "fua",
 ) -> str:
     params = {"fs": {"type": fs, **({"data_mode": mode} if mode else {})}, "workload": {"ops": ops}}
     run_id = store.begin_run(
@@ -50,7 +51,7 @@ def add_run(
     store.add_log(log, run_id=run_id)
     for i, o in enumerate(outcomes):
         state = CrashState(
-            f"fua-{i:03d}",
+            f"{ids}-{i:03d}",
             log.hash,
             "fua" if i % 2 else "mark",
             prefix=10 * i + 5,

@@ -74,6 +74,32 @@ def test_what_changed_since_last_night(lab: Path) -> None:
     assert "**needs a person**" in text and "fua-003 repaired -> data_loss" in text
 
 
+def test_a_kernel_update_between_nights_is_news_by_its_counts(tmp_path: Path) -> None:
+    # A new kernel records the workload anew: other cuts, other state ids, so no state
+    # pairs with last night's; the element's findings are compared by their counts.
+    db = tmp_path / "lab.sqlite"
+    with Store.open(db) as st:
+        for cid, day, kernel, outcomes, ids in (
+            ("n1n1n1n1n1n1", "1", "6.1.0-55-amd64", [C, C, C], "old"),
+            ("n2n2n2n2n2n2", "2", "6.1.0-56-amd64", [C, L, C], "new"),
+        ):
+            st.begin_campaign(cid, "camp", "camp.toml", "h", "{}", f"2026-01-0{day}T01:00", "h", 1)
+            st.add_campaign_elements(
+                cid, [("ext4-ordered-fsync", 0, "ext4-ordered-fsync", "[]", 1)]
+            )
+            run = add_run(st, "ext4-ordered-fsync", "ext4", None, outcomes, kernel=kernel, ids=ids)
+            st.update_element(
+                element_update(cid, "ext4-ordered-fsync", status="done", run_id=run, seconds=60.0)
+            )
+        d = digest.build(st, "camp")
+    assert d.worse == [] and d.needs_a_person
+    (element, outcome, before, after, why), *rest = d.more
+    assert element.startswith("ext4-ordered-fsync")
+    assert (outcome, before, after, rest) == ("data_loss", 0, 1, [])
+    assert "6.1.0-55-amd64 -> 6.1.0-56-amd64" in why
+    assert "data_loss 0 -> 1 states" in digest.markdown(d)
+
+
 def test_the_first_night_compares_nothing(tmp_path: Path) -> None:
     db = tmp_path / "lab.sqlite"
     with Store.open(db) as st:

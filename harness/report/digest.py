@@ -3,14 +3,17 @@ last two nights of one campaign, in the words a person reads over coffee.
 
 - clusters of search findings new tonight (each with its ``docs/findings/known.toml``
   label when it has one) and gone since last night;
-- crash states whose verdict got worse, per paired element (``campaign_diff``);
+- crash states whose verdict got worse, per paired element (``campaign_diff``); where
+  the element's recording changed (a kernel update between the nights: other cuts, other
+  state ids), the finding outcomes it has more of;
 - recovery phases slower or faster beyond last night's own noise: the change is more
   than twice the standard error of last night's mean (its states are the repetitions)
   *and* more than 20 %;
 - the elements that failed, were quarantined or could not run, with their reason;
 - the night's wall time and the lab's disk use (``prune.usage``).
 
-``needs_a_person``: a new unlabelled cluster, a worse verdict or a harness failure --
+``needs_a_person``: a new unlabelled cluster, a worse verdict (or more findings), or a
+harness failure --
 the command's exit status (1) and the JUnit's failures say so; known clusters seen
 again, clusters gone and a faster phase do not.
 """
@@ -25,11 +28,13 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from harness.errors import InputError
+from harness.outcome import Outcome, is_finding
 from harness.report import campaign_diff, known, search
 from harness.store import prune
 from harness.store.db import Store
 
 BAND = 0.2  # a recovery phase within ±20 % of last night is never news
+FINDINGS = {str(o) for o in Outcome if is_finding(o)}
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,9 @@ class Digest:
     new: list[dict[str, str]] = field(default_factory=list)  # cluster symptoms
     gone: list[dict[str, str]] = field(default_factory=list)
     worse: list[tuple[str, str, str | None, str | None]] = field(default_factory=list)
+    # element, outcome, count last night, tonight, what changed between (a kernel): more
+    # findings where the recordings differ and so pair no state by id
+    more: list[tuple[str, str, int, int, str]] = field(default_factory=list)
     phases: list[Phase] = field(default_factory=list)
     failures: list[tuple[str, str, str]] = field(default_factory=list)  # element, status, why
     seconds: float = 0.0
@@ -63,7 +71,7 @@ class Digest:
 
     @property
     def needs_a_person(self) -> bool:
-        return bool(self.unknown_new or self.worse or self.failures)
+        return bool(self.unknown_new or self.worse or self.more or self.failures)
 
 
 def nights(store: Store, name: str) -> tuple[str, str | None]:
@@ -93,6 +101,7 @@ def build(store: Store, name: str) -> Digest:
     if previous:
         for pair in campaign_diff.diff_campaigns(store, previous, night).pairs:
             d.worse += [(pair.cell, c.state_id, c.before, c.after) for c in pair.diff.worse]
+            d.more += [] if pair.diff.worse else _more_findings(pair)
             d.phases += _beyond_noise(store, pair)
     d.disk = prune.usage()
     return d
@@ -105,6 +114,18 @@ def _clusters(store: Store, cid: str) -> dict[tuple[str, ...], dict[str, str]]:
             for c in search.clusters(store, r.run_id):
                 out[tuple(c.symptom.get(k, "") for k in search.KEY)] = c.symptom
     return out
+
+
+def _more_findings(pair: campaign_diff.Pair) -> list[tuple[str, str, int, int, str]]:
+    """Finding outcomes an element has more of tonight. A kernel update between the
+    nights records the workload anew: its states are other cuts, with other ids, so no
+    state pairs with last night's and only the counts compare (``diff.RunDiff``)."""
+    why = "; ".join(pair.diff.notes)
+    return [
+        (pair.cell, o, a, b, why)
+        for o, (a, b) in sorted(pair.diff.outcomes.items())
+        if b > a and o in FINDINGS
+    ]
 
 
 def _beyond_noise(store: Store, pair: campaign_diff.Pair) -> list[Phase]:
@@ -134,7 +155,9 @@ def markdown(d: Digest) -> str:
         ("New finding clusters", [_sym(s) for s in d.new]),
         ("Clusters gone", [_sym(s) for s in d.gone]),
         ("Verdicts worse than last night",
-         [f"{e}: state {s} {b or '-'} -> {a or '-'}" for e, s, b, a in d.worse]),
+         [f"{e}: state {s} {b or '-'} -> {a or '-'}" for e, s, b, a in d.worse]
+         + [f"{e}: {o} {b} -> {a} states ({why or 'the recordings differ'})"
+            for e, o, b, a, why in d.more]),
         ("Recovery time beyond last night's noise",
          [f"{p.element}: {p.phase} {p.before:.3f} s -> {p.after:.3f} s ({p.ratio:.2f} x)"
           for p in d.phases]),
@@ -152,7 +175,7 @@ def mail(d: Digest, to: str) -> bytes:
     m = EmailMessage()
     m["To"] = to
     m["Subject"] = f"[crashlab] {d.name}: " + (
-        f"{len(d.unknown_new)} new, {len(d.worse)} worse, {len(d.failures)} failures"
+        f"{len(d.unknown_new)} new, {len(d.worse) + len(d.more)} worse, {len(d.failures)} failures"
         if d.needs_a_person
         else "nothing new"
     )
@@ -165,7 +188,11 @@ def junit(d: Digest) -> bytes:
     suite = ET.Element("testsuite", name=f"crashlab digest {d.name}")
     cases: Sequence[tuple[str, list[str]]] = [
         ("new clusters", [_sym(s) for s in d.unknown_new]),
-        ("verdicts", [f"{e}: {s} {b} -> {a}" for e, s, b, a in d.worse]),
+        (
+            "verdicts",
+            [f"{e}: {s} {b} -> {a}" for e, s, b, a in d.worse]
+            + [f"{e}: {o} {b} -> {a} states ({why})" for e, o, b, a, why in d.more],
+        ),
         ("harness", [f"{e}: {st}: {why}" for e, st, why in d.failures]),
     ]
     for case, problems in cases:
@@ -185,6 +212,8 @@ def to_json(d: Digest) -> dict[str, Any]:
         "gone": d.gone,
         "worse": [dict(zip(("element", "state", "before", "after"), w, strict=True))
                   for w in d.worse],
+        "more": [dict(zip(("element", "outcome", "before", "after", "why"), m, strict=True))
+                 for m in d.more],
         "phases": [{**p.__dict__, "ratio": p.ratio} for p in d.phases],
         "failures": [dict(zip(("element", "status", "why"), f, strict=True)) for f in d.failures],
         "seconds": d.seconds, "disk": d.disk,

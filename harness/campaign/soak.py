@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -152,7 +153,7 @@ def _night(s: Soak, n: int, faults: list[str], seen: dict[str, str], expect: flo
             soakfaults.corrupt_kept_log(s.cache / "work" / "runs", rng) or "no kept log yet"
         )
     if "kernel-gone" in faults:
-        first = text.split('scenario = "', 1)[1].split('"', 1)[0]
+        first = str(tomllib.loads(text)["run"][0]["scenario"])
         text = soakfaults.gone_element(text, first)
         night.did.append(f"an element on {soakfaults.GONE_KERNEL}, a kernel no archive serves")
     campaign = s.work / f"{s.campaign.stem}.toml"  # one name: every night is the same campaign

@@ -59,7 +59,7 @@ from harness.errors import CrashlabError, InputError, NotRun, ToolMissing
 from harness.experiments import lifecycle
 from harness.experiments.lifecycle import Stalled, stall_budget
 from harness.store.campaigns import ElementUpdate, element_update
-from harness.store.db import Store, canonical_json, pid_alive, utc_now
+from harness.store.db import RunStatus, Store, canonical_json, pid_alive, utc_now
 
 # With no history at all, a guess for the ETA only (never a stall budget).
 DEFAULT_EXPECTED = 240.0
@@ -105,6 +105,10 @@ class ElementContext:
     db: Path
     progress: ProgressFn
     budget: float | None
+    # The run an earlier attempt of this element began (None: none), the only one it
+    # may resume; ``began`` records the run an attempt uses the moment it has one.
+    run_id: str | None = None
+    began: Callable[[str], None] = lambda run_id: None
 
 
 Runner = Callable[[Element, ElementContext], str]  # returns the run id
@@ -167,11 +171,20 @@ def failure(e: BaseException, budget: float | None) -> str:
 
 
 def run_scenario_element(el: Element, ctx: ElementContext) -> str:
-    """The default runner: the scenario on the run lifecycle, which resumes an unfinished
-    run of the same element."""
+    """The default runner: the scenario on the run lifecycle, resuming the element's own
+    unfinished run (never another campaign's run of the same scenario and seed: a night
+    would re-judge, and claim, the night before's); done only with a finished run."""
 
     sc = scenario.load(el.scenario, scenario.seeded(el.overrides, el.seed))
-    return lifecycle.execute(sc, db=ctx.db, progress=ctx.progress).run_id
+    report = lifecycle.execute(
+        sc,
+        db=ctx.db,
+        fresh=ctx.run_id is None,
+        only=ctx.run_id,
+        began=ctx.began,
+        progress=ctx.progress,
+    )
+    return lifecycle.finished(report)
 
 
 class Engine:
@@ -334,8 +347,17 @@ class Engine:
     def _attempt(
         self, st: Store, cid: str, el: Element, plan: Plan, report: CampaignReport
     ) -> None:
+        own = self._row(st, cid, el).run_id
+        if own is not None and st.run(own).status == RunStatus.DONE:
+            # Its run finished but the harness died before the element was marked done.
+            st.update_element(self._done(cid, el, own, 0.0))
+            return
         budget = self._begin(st, cid, el, plan, report)
-        ctx = ElementContext(self.db, self.view.progress, budget)
+
+        def began(run_id: str) -> None:
+            st.update_element(element_update(cid, el.key, run_id=run_id))
+
+        ctx = ElementContext(self.db, self.view.progress, budget, own, began)
         t0 = time.monotonic()
         try:
             with stall_budget(budget):

@@ -193,9 +193,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sc = scenario.load(job.scenario, scenario.seeded(job.overrides, job.seed))
         backend.select(sc.backend, sc.libvirt_uri)
         db = path.parent / "lab.sqlite"
-        result["run_id"] = _finished_earlier(db, sc, job) or (
-            lifecycle.execute(sc, db=db, budget=job.budget).run_id
-        )
+        result["run_id"] = _finished_earlier(db, sc, job)
+        if result["run_id"] is None:
+            report = lifecycle.execute(sc, db=db, budget=job.budget)
+            result["run_id"] = report.run_id  # kept unfinished: the next attempt resumes it
+            lifecycle.finished(report)
     except (lifecycle.Stalled, Exception) as e:
         result["error"] = failure(e, job.budget)
     except KeyboardInterrupt:

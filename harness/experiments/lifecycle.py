@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 from harness import filesystems, outcome, waivers
 from harness.config.crash import FsSpec
-from harness.errors import NotRun
+from harness.errors import HarnessError, NotRun
 from harness.experiments import registry
 from harness.image.build import Image, require_image
 from harness.kernel.boot import booting
@@ -199,6 +199,7 @@ class Report:
     account: outcome.Account = field(default_factory=outcome.Account)
     seconds: float = 0.0
     not_resumed: str | None = None  # why an unfinished run was not taken up
+    final: RunStatus = RunStatus.RUNNING  # the status the run was left in
     # What was stored as the run's summary (the kind's own part included), for the
     # end-of-run report: the store is closed by the time it is printed.
     summary: dict[str, Any] = field(default_factory=dict)
@@ -217,11 +218,15 @@ def execute(
     *,
     db: Path,
     fresh: bool = False,
+    only: str | None = None,
+    began: Callable[[str], None] | None = None,
     budget: float | None = None,
     progress: Progress = no_progress,
 ) -> Report:
     """Run scenario ``sc`` to the end (or resume it); every result is in ``db`` as soon
-    as it is known.
+    as it is known. ``fresh``: a new run; ``only``: resume no unfinished run but this
+    one (a campaign element's own: two campaigns of one store never share a run);
+    ``began`` is told the run's id before its first step.
 
     :raise InputError: bad input found late (an unknown kind, a kernel without an option
         the scenario needs).
@@ -234,7 +239,7 @@ def execute(
         if k is not None:
             require_kernel(k, registry.variant(sc), sc)
         cls.preflight(sc)
-        return _execute(sc, kind.run_kind, cls, db, fresh, budget, progress)
+        return _execute(sc, kind.run_kind, cls, db, (fresh, only), budget, progress, began)
 
 
 def require_kernel(k: Kernel, variant: registry.Variant, sc: Any) -> None:
@@ -265,9 +270,10 @@ def _execute(
     run_kind: str,
     cls: type[Experiment],
     db: Path,
-    fresh: bool,
+    resume: tuple[bool, str | None],
     budget: float | None,
     progress: Progress,
+    began: Callable[[str], None] | None,
 ) -> Report:
     started = time.monotonic()
     seed = sc.seed  # the one seed: --seed and a campaign's seeds are `seed=N` overrides
@@ -275,7 +281,9 @@ def _execute(
     params = sc.resolved()
     env = run_env(img, guest=cls.needs_guest(sc))
     with Store.open(db) as st:
-        run_id, resumed, not_resumed = _begin(st, sc, run_kind, params, seed, env, fresh)
+        run_id, resumed, not_resumed = _begin(st, sc, run_kind, params, seed, env, resume)
+        if began is not None:
+            began(run_id)
         run = Run(sc, st, db, run_id, seed, img, resumed, progress)
         exp = cls(run)
         report = Report(run_id, db, sc, exp, resumed, 0, 0, not_resumed=not_resumed)
@@ -306,8 +314,24 @@ def _execute(
         # kept): running the command again resumes it and redoes only those items.
         retry = a.harness > 0 and exp.retries_harness_items
         status = RunStatus.FAILED if retry else RunStatus.DONE
-        st.finish_run(run_id, RunStatus.INTERRUPTED if exp.more_to_do else status, report.summary)
+        report.final = RunStatus.INTERRUPTED if exp.more_to_do else status
+        st.finish_run(run_id, report.final, report.summary)
     return report
+
+
+def finished(report: Report) -> str:
+    """The run id of a run that judged every item: what a campaign element is done with.
+
+    :raise HarnessError: items the lab failed to judge (harness_error, timeout) leave the
+        run unfinished; the element's next attempt resumes it and redoes only those.
+    """
+    if report.final is RunStatus.FAILED:
+        raise HarnessError(
+            f"run {report.run_id} left {report.account.harness} item(s) the lab failed to"
+            " judge (harness_error, timeout, panic): unfinished",
+            hint="the next attempt resumes the run and redoes only those items",
+        )
+    return report.run_id
 
 
 def account(exp: Experiment) -> outcome.Account:
@@ -334,13 +358,15 @@ def _begin(
     params: Mapping[str, Any],
     seed: int,
     env: RunEnv,
-    fresh: bool,
+    resume: tuple[bool, str | None],
 ) -> tuple[str, bool, str | None]:
     """The run to use: an unfinished one of the same scenario, parameters, seed and
-    guest image (verdicts of two kernels never share a run), else a new one."""
+    guest image (verdicts of two kernels never share a run; ``resume``: none when fresh,
+    only the one named when one is), else a new one."""
     not_resumed = None
+    fresh, only = resume
     if not fresh:
-        found = st.find_resumable_run(sc.name, params, seed)
+        found = st.find_resumable_run(sc.name, params, seed, only=only)
         if found is not None:
             row = st.run(found)
             if row.image_hash in (None, env.image_hash):

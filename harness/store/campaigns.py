@@ -194,7 +194,9 @@ class StoreCampaigns:
         )
         hollow = self._conn.execute(
             "SELECT e.key FROM campaign_elements e LEFT JOIN runs r ON r.id = e.run_id"
-            " WHERE e.campaign_id = ? AND e.status = 'done' AND coalesce(r.status, '') != 'done'",
+            " WHERE e.campaign_id = ? AND e.status = 'done' AND coalesce(r.status, '') != 'done'"
+            # done with no run: a kernel that cannot run the element says so (NotRun)
+            " AND (e.run_id IS NOT NULL OR coalesce(e.last_error, '') NOT LIKE 'not run:%')",
             (cid,),
         )
         return [str(r[0]) for r in [*shared, *hollow]]

@@ -262,9 +262,10 @@ class Store(StoreItems, StoreReads, StoreQueries, StoreCampaigns):
         return {r[0] for r in rows if not is_harness(Outcome(r[1]))}
 
     def find_resumable_run(
-        self, scenario: str, params: Mapping[str, Any], seed: int | None
+        self, scenario: str, params: Mapping[str, Any], seed: int | None, only: str | None = None
     ) -> str | None:
-        """The newest unfinished run with the same scenario, parameters and seed.
+        """The newest unfinished run with the same scenario, parameters and seed (``only``:
+        that run, if it is one).
 
         A run still ``running`` counts only if its process is gone (killed, or the host
         rebooted); a live one on this host is someone else's run in progress. On another
@@ -273,8 +274,8 @@ class Store(StoreItems, StoreReads, StoreQueries, StoreCampaigns):
         rows = self._conn.execute(
             "SELECT id, status, host, pid FROM runs WHERE scenario = ? AND params = ?"
             " AND seed IS ? AND status IN ('running', 'interrupted', 'failed')"
-            " ORDER BY started_at DESC, rowid DESC",
-            (scenario, canonical_json(params), seed),
+            " AND (? IS NULL OR id = ?) ORDER BY started_at DESC, rowid DESC",
+            (scenario, canonical_json(params), seed, only, only),
         ).fetchall()
         here = socket.gethostname()
         for run_id, status, host, pid in rows:

@@ -216,9 +216,10 @@ def spawn(
     output: Path | None = None,
     die_with_parent: bool = False,
     grace: float = 10.0,
+    cwd: Path | None = None,
 ) -> Iterator[Child]:
-    """Start ``argv`` (stdin closed, stdout and stderr to ``output`` or discarded) and stop
-    it when the block ends, however it ends.
+    """Start ``argv`` (stdin closed, stdout and stderr to ``output`` or discarded; in
+    ``cwd``) and stop it when the block ends, however it ends.
 
     ``die_with_parent``: the kernel SIGTERMs the child when we die, even by SIGKILL, so a
     killed harness leaves no server holding a port (Linux's PR_SET_PDEATHSIG).
@@ -234,6 +235,7 @@ def spawn(
             stdout=out,
             stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent if die_with_parent else None,
+            cwd=cwd,
         )
     child = Child(args, popen, output)
     try:

@@ -18,6 +18,15 @@ from harness.record.logwrites import Log, open_log
 from tests.synth import make_store
 
 
+@pytest.fixture(autouse=True)
+def _no_terminal_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest-xdist's workers run with COLUMNS=80 and LINES=24 in their environment, which
+    the lab's console takes as a user's choice: a test of piped output (or of a command's,
+    in a child) sees what a pipe would, as without workers."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+
 @pytest.fixture(scope="session")
 def guest_image() -> image.Image:
     img = image.cached()

@@ -16,7 +16,8 @@ from harness.vm import accel, libvirt_accel, libvirtd
 from tests.test_cli import scenario
 from tests.test_vm import crashlab_domains
 
-pytestmark = pytest.mark.vm
+# exclusive: asserts on every QEMU or libvirt domain of the host (make test runs it alone).
+pytestmark = [pytest.mark.vm, pytest.mark.exclusive]
 
 URI = libvirtd.DEFAULT_URI
 

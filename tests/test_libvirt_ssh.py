@@ -35,7 +35,8 @@ from harness.vm.libvirt import LibvirtGuest
 from tests.test_libvirt_storage import dir_pool, volumes
 from tests.test_vm import crashlab_domains
 
-pytestmark = pytest.mark.vm
+# exclusive: asserts on every QEMU or libvirt domain of the host (make test runs it alone).
+pytestmark = [pytest.mark.vm, pytest.mark.exclusive]
 
 SSHD = Path("/usr/sbin/sshd")
 

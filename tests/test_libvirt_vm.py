@@ -15,7 +15,8 @@ from harness.vm import backend, overlays
 from harness.vm.backend import GuestSpec, start_guest
 from tests.test_vm import crashlab_domains
 
-pytestmark = pytest.mark.vm
+# exclusive: asserts on every QEMU or libvirt domain of the host (make test runs it alone).
+pytestmark = [pytest.mark.vm, pytest.mark.exclusive]
 
 
 def test_two_libvirt_guests_on_one_image_at_once(guest_image: image.Image) -> None:

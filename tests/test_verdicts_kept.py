@@ -148,7 +148,7 @@ def test_resume_never_mixes_guest_images(tmp_path: Path) -> None:
 
         def begin(image_hash: str, fresh: bool = False) -> tuple[str, bool, str | None]:
             env = RunEnv(image_hash=image_hash)
-            return lifecycle._begin(st, _scenario(), CrashReplay, params, 1, env, fresh)
+            return lifecycle._begin(st, _scenario(), CrashReplay, params, 1, env, (fresh, None))
 
         run_id, resumed, why = begin("new")
         assert run_id != old and not resumed and why is not None and "old" in why

@@ -17,7 +17,8 @@ from harness.image import build as image
 from harness.vm import backend
 from harness.vm.backend import Disk, GuestSpec, start_guest
 
-pytestmark = pytest.mark.vm
+# exclusive: asserts on every QEMU or libvirt domain of the host (make test runs it alone).
+pytestmark = [pytest.mark.vm, pytest.mark.exclusive]
 
 
 @pytest.fixture(params=["qemu", "libvirt"])
@@ -169,6 +170,21 @@ def test_hang_is_a_timeout_not_a_failure() -> None:
         with pytest.raises(GuestTimeout):
             guest.run(["sleep", "600"], timeout=3)
         assert time.monotonic() - start < 30
+
+
+def test_a_work_directory_too_long_for_a_socket_name(tmp_path: Path) -> None:
+    """QEMU's sockets are in the guest's work directory; under a long TMPDIR (pytest's with
+    xdist workers, a lab host of tests/netlab.py) their paths pass the 107 bytes a socket's
+    name holds, and QEMU would not start ("Path must be less than 108 bytes")."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    assert len(str(deep / "qmp.sock")) > 107
+    backend.select("qemu")
+    try:
+        with start_guest(GuestSpec(workdir=deep)) as guest:
+            assert guest.run(["echo", "hi"], check=True).out == "hi\n"  # the agent's socket
+            assert guest.qmp("query-status")["status"] == "running"  # QMP's
+    finally:
+        backend._selected = None
 
 
 def test_many_disks_behind_bridges(guest_image: image.Image, tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 from harness import proc
 from harness.errors import InputError
 from harness.image.build import Image
-from harness.kernel import initrd, mutant
+from harness.kernel import initrd, mutant, store
 from harness.kernel.entry import Step, fresh, install, timed
 from harness.kernel.store import OPTIONS, Kernel, parse_config
 
@@ -38,6 +38,11 @@ def add(spec: str, img: Image, on_step: Step = lambda what, s: None) -> Kernel:
     kind, _, arg = spec.partition(":")
     if not arg:
         raise InputError(f"kernel source {spec!r}: expected KIND:VALUE", hint=HINT)
+    with store.adding():
+        return _add(kind, arg, spec, img, on_step)
+
+
+def _add(kind: str, arg: str, spec: str, img: Image, on_step: Step) -> Kernel:
     if kind == "deb":
         return _deb(arg, on_step)
     if kind == "tree":
@@ -160,7 +165,8 @@ def from_tree(
     if source is None:
         digest = hashlib.sha256(config.read_bytes()).hexdigest()
         source = {"kind": "tree", "path": str(path), "config_sha256": digest}
-    return _finish(fresh(rel), rel, modules, bz, config, source, on_step)
+    with store.adding():
+        return _finish(fresh(rel), rel, modules, bz, config, source, on_step)
 
 
 def _finish(

@@ -27,14 +27,16 @@ def booting(name: str | None) -> Iterator[Kernel | None]:
         return
     if "/" in name:  # --fs-patch FILE (a release never has a '/'): built, cached by hash
         mutant.check_patch(Path(name))
-        k = add.add(f"patch:{name}", build.require_image())
+        with store.adding():
+            k = add.add(f"patch:{name}", build.require_image())
         with build.booting(k.boot_image):
             yield k
         return
     if name.startswith("+"):  # "+MUTANT": a mutant of the image's kernel, whichever it is
         name = str(build.require_image().manifest.get("kernel")) + name
-    found = [k for k in store.cached() if k.name == name]
-    k = found[0] if found else _fetch(name, build.require_image())
+    with store.adding():  # looked up again once another process has added it
+        found = [k for k in store.cached() if k.name == name]
+        k = found[0] if found else _fetch(name, build.require_image())
     with build.booting(None if k.is_image_kernel else k.boot_image):
         yield k
 

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import fcntl
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,33 @@ OPTIONS = (
 
 def kernels_dir() -> Path:
     return paths.cache_dir() / "kernels"
+
+
+_held = 0  # how deep this process is in ``adding`` (the lock is taken once)
+
+
+@contextmanager
+def adding() -> Iterator[None]:
+    """Within: this process alone adds entries to the kernel cache. Two runs, tests or
+    Dask workers of one host wanting the same uncached kernel would both build it in one
+    ``.partial`` directory, each deleting the other's; the second now waits and finds the
+    entry made. Re-entrant within a process (``booting`` holds it around ``add``)."""
+    global _held
+    if _held:
+        _held += 1
+        try:
+            yield
+        finally:
+            _held -= 1
+        return
+    paths.cache_dir().mkdir(parents=True, exist_ok=True)
+    with (paths.cache_dir() / "kernels.lock").open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        _held = 1
+        try:
+            yield
+        finally:
+            _held = 0
 
 
 def parse_config(text: str) -> dict[str, str]:

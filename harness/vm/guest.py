@@ -347,7 +347,7 @@ def workdir_for(spec: GuestSpec) -> Iterator[Path]:
         spec.workdir.mkdir(parents=True, exist_ok=True)
         yield spec.workdir
         return
-    # Unix socket paths must stay short (108 bytes): keep them under /tmp.
+    # Its sockets' names may be long: qemu.SockDir makes them fit.
     with tempfile.TemporaryDirectory(prefix="crashlab-vm-") as tmp:
         yield Path(tmp)
 

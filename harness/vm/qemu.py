@@ -9,6 +9,7 @@ boot retry) is in ``harness.vm.guest``.
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import time
 from collections.abc import Iterator, Sequence
@@ -36,10 +37,12 @@ def qemu_argv(image: Image, spec: GuestSpec, accelerator: str, workdir: Path) ->
         cpus=spec.cpus,
     )
     argv += [
+        # Relative: QEMU runs in the work directory, whose path may be longer than a
+        # socket's name can be (see SockDir).
         "-qmp",
-        f"unix:{workdir / 'qmp.sock'},server=on,wait=off",
+        "unix:qmp.sock,server=on,wait=off",
         "-chardev",
-        f"socket,id=qga,path={workdir / 'qga.sock'},server=on,wait=off",
+        "socket,id=qga,path=qga.sock,server=on,wait=off",
         "-device",
         "virtio-serial-pci,id=vser",
         "-device",
@@ -108,14 +111,38 @@ def _blklogwrites_args(i: int, d: Disk) -> list[str]:
     ]
 
 
+# A unix socket's name holds 107 bytes (sun_path). A work directory under a long TMPDIR
+# (pytest's under xdist, a lab host of tests/netlab.py) left QEMU exiting with "Path must
+# be less than 108 bytes".
+SUN_PATH = 107
+
+
+class SockDir:
+    """The work directory's sockets by names that fit: the path itself when short enough,
+    else the same file through this process's descriptor of the directory
+    (``/proc/self/fd/N/qga.sock``), held as long as the guest lives."""
+
+    def __init__(self, workdir: Path, stack: contextlib.ExitStack):
+        self.workdir = workdir
+        self._fd: int | None = None
+        if len(str(workdir / "qmp.sock")) > SUN_PATH:
+            self._fd = os.open(workdir, os.O_PATH | os.O_DIRECTORY)
+            stack.callback(os.close, self._fd)
+
+    def name(self, sock: str) -> str:
+        return str(self.workdir / sock) if self._fd is None else f"/proc/self/fd/{self._fd}/{sock}"
+
+
 class QemuGuest(AgentGuest):
     def __init__(self, image: Image, spec: GuestSpec, accelerator: str, workdir: Path):
-        super().__init__(spec, accelerator, workdir / "console.log", Agent(workdir / "qga.sock"))
+        self._children = contextlib.ExitStack()
+        self.socks = SockDir(workdir, self._children)
+        agent = Agent(Path(self.socks.name("qga.sock")))
+        super().__init__(spec, accelerator, workdir / "console.log", agent)
         self.image = image
         self.workdir = workdir
         self.argv = qemu_argv(image, spec, accelerator, workdir)
         self.proc: proc.Child | None = None
-        self._children = contextlib.ExitStack()
         self._ports: dict[str, str] = {}  # serial -> the root port a hot-plugged disk is in
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -127,7 +154,9 @@ class QemuGuest(AgentGuest):
         # The launching thread is the guest's owner for its whole life (start_guest's
         # block), so the signal cannot come from a worker thread ending early.
         self.proc = self._children.enter_context(
-            proc.spawn(self.argv, output=self.workdir / "qemu.out", die_with_parent=True)
+            proc.spawn(
+                self.argv, output=self.workdir / "qemu.out", die_with_parent=True, cwd=self.workdir
+            )
         )
         self._wait_for_socket(self.workdir / "qga.sock", 10)
         # The socket file exists from QEMU's bind(), a moment before its listen(): a refused
@@ -151,8 +180,11 @@ class QemuGuest(AgentGuest):
         return self.proc.alive()
 
     def _gone(self) -> str:
+        """How QEMU ended, with its last word (why it would not start: a lock, an option)."""
         assert self.proc is not None
-        return f"QEMU exit status {self.proc.returncode}"
+        said = self.proc.read_output().strip().splitlines()
+        last = f": {said[-1][:300]}" if said else ""
+        return f"QEMU exit status {self.proc.returncode}{last}"
 
     def _failure_text(self) -> str:
         out = self.proc.read_output() if self.proc is not None else ""
@@ -199,7 +231,7 @@ class QemuGuest(AgentGuest):
         """A fresh QMP connection, closed at the block's end."""
         from qemu.qmp.legacy import QEMUMonitorProtocol
 
-        qmp = QEMUMonitorProtocol(str(self.workdir / "qmp.sock"))
+        qmp = QEMUMonitorProtocol(self.socks.name("qmp.sock"))
         qmp.connect()
         return contextlib.closing(qmp)
 

@@ -26,13 +26,12 @@ image: setup
 doctor: setup
 	$(SCENARIO) doctor
 
-# Two workers, each test taken by whichever is free (worksteal): a test with a guest under
-# TCG keeps about one core busy, so two at once nearly halve the time on a 2-core host.
-# The tests that look at every QEMU or libvirt domain of the host run alone after them.
+# Two workers: a test with a guest under TCG keeps about one core busy, so two at once
+# nearly halve the time on a 2-core host. The tests marked exclusive (they look at every
+# libvirt domain of the host) all go to one worker, one after the other (loadgroup).
 TEST_WORKERS ?= 2
 test: image
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not exclusive"
-	$(PY) -m pytest -m exclusive
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint: setup vagrant-validate
 	$(VENV)/bin/ruff check harness faults tests bench

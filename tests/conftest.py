@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,14 +18,21 @@ from harness.image import build as image
 from harness.record.logwrites import Log, open_log
 from tests.synth import make_store
 
+# pytest-xdist's workers run with COLUMNS=80 and LINES=24 in their environment, which the
+# lab's console takes as a user's choice -- and the commands' module-level consoles take
+# it at import, during collection, before any fixture: dropped here, first, so a test of
+# piped output (or of a command's, in a child) sees what a pipe would, as without workers.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
-@pytest.fixture(autouse=True)
-def _no_terminal_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    """pytest-xdist's workers run with COLUMNS=80 and LINES=24 in their environment, which
-    the lab's console takes as a user's choice: a test of piped output (or of a command's,
-    in a child) sees what a pipe would, as without workers."""
-    monkeypatch.delenv("COLUMNS", raising=False)
-    monkeypatch.delenv("LINES", raising=False)
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked exclusive share one xdist worker (``--dist loadgroup``), so they run
+    one after the other: each may look at every libvirt domain or orphaned QEMU of the
+    host, which only they make or clean."""
+    for item in items:
+        if item.get_closest_marker("exclusive"):
+            item.add_marker(pytest.mark.xdist_group("exclusive"))
 
 
 @pytest.fixture(scope="session")

@@ -46,6 +46,10 @@ def dir_pool(conn: Any, *, active: bool = True) -> Iterator[tuple[str, Path]]:
         shutil.rmtree(d, ignore_errors=True)
 
 
+# exclusive: libvirt pools and volumes others list (one at a time with the others).
+pytestmark = pytest.mark.exclusive
+
+
 def volumes(conn: Any, name: str) -> set[str]:
     """The pool's volumes as its directory holds them now: libvirt refreshes its list
     after an upload, so an upload while a guest runs lists that guest's transient root

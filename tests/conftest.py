@@ -26,15 +26,6 @@ os.environ.pop("COLUMNS", None)
 os.environ.pop("LINES", None)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked exclusive share one xdist worker (``--dist loadgroup``), so they run
-    one after the other: each may look at every libvirt domain or orphaned QEMU of the
-    host, which only they make or clean."""
-    for item in items:
-        if item.get_closest_marker("exclusive"):
-            item.add_marker(pytest.mark.xdist_group("exclusive"))
-
-
 @pytest.fixture(scope="session")
 def guest_image() -> image.Image:
     img = image.cached()

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import cloudpickle
 import dask
+import distributed.config  # its defaults in dask.config first (see dask.config.set below)
 import pytest
 import test_store
 from test_dask import BIN, not_a_scheduler, scheduler  # noqa: F401 -- the fixture
@@ -272,6 +273,9 @@ def test_failures_and_dead_workers_keep_their_meaning(
     f = small_campaign(tmp_path, 1)
     f.write_text("max_failures = 2\nmax_interruptions = 2\n" + f.read_text())
     camp, db = config_campaign.load(f), tmp_path / "lab.sqlite"
+    # distributed's defaults are in dask.config from the import above: a set made before
+    # them would drop the whole "distributed" section on exit (KeyError in the next test
+    # of the same process, seen with xdist's other order).
     once = dask.config.set({"distributed.scheduler.allowed-failures": 0})
     with once, distributed.client("local:1") as c:
         why = "timeout: stalled past its budget of 600 s"

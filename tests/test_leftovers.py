@@ -18,7 +18,7 @@ from harness import proc
 from harness.cli.main import main
 from harness.vm import leftovers, overlays
 
-# exclusive: `lab clean` looks at every QEMU of the host (one at a time with the others).
+# exclusive: `lab clean` looks at every QEMU of the host (make test runs it alone).
 pytestmark = pytest.mark.exclusive
 
 QEMU = ["qemu-system-x86_64", "-machine", "none", "-display", "none", "-S", "-nodefaults"]

@@ -19,9 +19,6 @@ from harness.vm.backend import HOTPLUG_PORTS, Disk, GuestSpec
 from harness.vm.libvirt import LibvirtBackend, _target, domain_xml
 from harness.vm.qemu import QemuBackend, qemu_argv
 
-# exclusive: defines libvirt domains others count (one at a time with the others).
-pytestmark = pytest.mark.exclusive
-
 
 @pytest.fixture
 def img(tmp_path: Path) -> Image:

@@ -16,9 +16,6 @@ from harness.vm import accel, libvirt_accel, libvirtd
 from harness.vm.accel import ProbeResult
 from harness.vm.libvirt_accel import Boot
 
-# exclusive: defines libvirt domains others count (one at a time with the others).
-pytestmark = pytest.mark.exclusive
-
 CAPS = Path(__file__).parent / "data" / "libvirt"
 URI = "qemu:///system"
 

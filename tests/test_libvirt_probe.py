@@ -16,7 +16,7 @@ from harness.vm import accel, libvirt_accel, libvirtd
 from tests.test_cli import scenario
 from tests.test_vm import crashlab_domains
 
-# exclusive: asserts on every libvirt domain of the host (one at a time with the others).
+# exclusive: asserts on every libvirt domain of the host (make test runs it alone).
 pytestmark = [pytest.mark.vm, pytest.mark.exclusive]
 
 URI = libvirtd.DEFAULT_URI

@@ -35,7 +35,7 @@ from harness.vm.libvirt import LibvirtGuest
 from tests.test_libvirt_storage import dir_pool, volumes
 from tests.test_vm import crashlab_domains
 
-# exclusive: asserts on every libvirt domain of the host (one at a time with the others).
+# exclusive: asserts on every libvirt domain of the host (make test runs it alone).
 pytestmark = [pytest.mark.vm, pytest.mark.exclusive]
 
 SSHD = Path("/usr/sbin/sshd")

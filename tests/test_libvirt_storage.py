@@ -46,9 +46,6 @@ def dir_pool(conn: Any, *, active: bool = True) -> Iterator[tuple[str, Path]]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-# exclusive: libvirt pools and volumes others list (one at a time with the others).
-pytestmark = pytest.mark.exclusive
-
 
 def volumes(conn: Any, name: str) -> set[str]:
     """The pool's volumes as its directory holds them now: libvirt refreshes its list

@@ -15,7 +15,7 @@ from harness.vm import backend, overlays
 from harness.vm.backend import GuestSpec, start_guest
 from tests.test_vm import crashlab_domains
 
-# exclusive: asserts on every libvirt domain of the host (one at a time with the others).
+# exclusive: asserts on every libvirt domain of the host (make test runs it alone).
 pytestmark = [pytest.mark.vm, pytest.mark.exclusive]
 
 

@@ -19,7 +19,7 @@ from harness.image import build as image
 from harness.vm import backend
 from harness.vm.backend import Disk, GuestSpec, start_guest
 
-# exclusive: asserts on every libvirt domain of the host (one at a time with the others).
+# exclusive: asserts on every libvirt domain of the host (make test runs it alone).
 pytestmark = [pytest.mark.vm, pytest.mark.exclusive]
 
 

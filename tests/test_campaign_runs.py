@@ -12,67 +12,34 @@ harness_error while a file exists.
 from __future__ import annotations
 
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-import harness.experiments
 from harness.campaign.runner import ElementStatus, Engine
 from harness.config import campaign as config_campaign
 from harness.experiments import lifecycle, registry
 from harness.store.db import RunEnv, Store
-from tests.test_registry import TOY_SETTINGS
+from tests.test_registry import TOY_KIND, write_toy
 
-FLAKY_KIND = '''
-from pathlib import Path
-from types import SimpleNamespace
-
-from harness.experiments import lifecycle
-from harness.experiments.registry import Kind, Variant
-from harness.experiments.toy import settings
-
-BROKEN = Path(__file__).parent / "BROKEN"  # while it exists, the lab fails item i1
-
-
-class Flaky(lifecycle.Observed):
-    def prepare(self) -> None:
-        pass
-
-    def items(self):
-        return [SimpleNamespace(id=f"i{n}") for n in range(self.sc.items)]
-
-    def check(self, todo):
-        for it in todo:
-            yield it, "harness_error" if it.id == "i1" and BROKEN.exists() else "consistent"
-
-    def commit(self, item, result) -> None:
-        self.run.store.record_observation(self.run.run_id, item.id, {}, {}, result)
-
-
-KIND = Kind(
-    name="toy",
-    settings=settings.ToyScenario,
-    run_kind="toy",
-    experiments={"toy": Variant(Flaky, lambda console, r: None)},
-    settable=settings.SETTABLE,
+# The toy of tests/test_registry.py, with one item the lab fails while a file exists.
+_TOY_CHECK = 'yield it, "repaired" if n == 0 else "data_loss" if n % 2 == 0 else "consistent"'
+assert _TOY_CHECK in TOY_KIND
+FLAKY_KIND = (
+    TOY_KIND.replace(
+        _TOY_CHECK, 'yield it, "harness_error" if n == 1 and BROKEN.exists() else "consistent"'
+    )
+    .replace("from types import", "from pathlib import Path\nfrom types import", 1)
+    .replace("\nclass Toy(", '\nBROKEN = Path(__file__).parent / "BROKEN"\n\n\nclass Toy(')
 )
-'''
 
 
 @pytest.fixture
 def broken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """The flaky kind in a folder of its own, failing until the returned file goes."""
-    pkg = tmp_path / "kinds" / "toy"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "settings.py").write_text(textwrap.dedent(TOY_SETTINGS))
-    (pkg / "kind.py").write_text(textwrap.dedent(FLAKY_KIND))
-    monkeypatch.setattr(
-        harness.experiments, "__path__", [*harness.experiments.__path__, str(pkg.parent)]
-    )
+    pkg = write_toy(tmp_path, monkeypatch, FLAKY_KIND)
     monkeypatch.setattr(lifecycle, "require_image", lambda: SimpleNamespace(hash="img"))
     monkeypatch.setattr(lifecycle, "run_env", lambda img, **_: RunEnv(image_hash=img.hash))
     forget_toy()

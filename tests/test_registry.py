@@ -123,17 +123,24 @@ KIND = Kind(
 '''
 
 
-@pytest.fixture
-def toy_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A kind written into a folder of its own, found beside the lab's."""
+def write_toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> Path:
+    """The toy kind (its settings, ``kind`` as its kind.py) written into a folder of its
+    own, found beside the lab's; the folder."""
     pkg = tmp_path / "kinds" / "toy"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "settings.py").write_text(textwrap.dedent(TOY_SETTINGS))
-    (pkg / "kind.py").write_text(textwrap.dedent(TOY_KIND))
+    (pkg / "kind.py").write_text(textwrap.dedent(kind))
     monkeypatch.setattr(
         harness.experiments, "__path__", [*harness.experiments.__path__, str(pkg.parent)]
     )
+    return pkg
+
+
+@pytest.fixture
+def toy_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A kind written into a folder of its own, found beside the lab's."""
+    write_toy(tmp_path, monkeypatch, TOY_KIND)
     registry.kinds.cache_clear()
     yield tmp_path
     registry.kinds.cache_clear()

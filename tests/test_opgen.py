@@ -400,6 +400,17 @@ def test_failed_op_stops_the_run_and_keeps_settled_marks(tmp_path: Path) -> None
     assert [mk["files"] for mk in body["marks"]] == [{}]  # a was touched by the failed op
 
 
+def test_a_setxattr_the_filesystem_refuses_is_recorded_failed(tmp_path: Path) -> None:
+    """setxattr's own answer (E2BIG here: past the VFS's 64 KiB; ENOSPC on ext4's small
+    blocks) fails the op, not the recording: the attribute is absent at the next mark."""
+    big = Op("setxattr", "a", name="user.big", data=b"x" * 70000)
+    body = opgen.execute(str(tmp_path), [Op("create", "a"), big, Op("sync")])
+    assert body["complete"] is True, body.get("error")
+    (entry,) = [e for e in body["ops"] if e["op"] == "setxattr"]
+    assert entry["failed"] == "E2BIG"
+    assert "user.big" not in json.dumps(body["marks"][-1]["files"]["a"])
+
+
 def test_rename_onto_another_link_of_the_same_file_is_a_no_op(tmp_path: Path) -> None:
     body = opgen.execute(
         str(tmp_path), [Op("create", "a"), Op("link", "a", dst="b"), Op("rename", "a", dst="b")]

@@ -38,10 +38,6 @@ from .syscalls import perform
 # Ops that change a file's bytes: after one failed, the file is read back (``failed``).
 BYTES_OPS = frozenset({*WRITE_OPS, "truncate", "falloc", "rewrite"})
 FULL_DISK = frozenset({errno.ENOSPC, errno.EDQUOT})  # what a filled disk fails an op with
-# What an op may answer on any disk, recorded as failed (it changed nothing) rather than
-# stopping the recording: setxattr(2)'s ENOSPC is "no room to store the attribute" (a
-# 3,000-byte value on ext4's 1 KiB blocks), E2BIG a value past the VFS's limit.
-OWN_ANSWERS = {"setxattr": frozenset({errno.ENOSPC, errno.E2BIG})}
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -134,8 +130,8 @@ class Execution:
         try:
             perform(self.root, op, self.how.noop_sync, self.fds)
         except OSError as e:
-            tolerated = self.how.tolerate | OWN_ANSWERS.get(op.kind, frozenset())
-            if e.errno not in tolerated or op.kind in HANDLE_OPS:
+            answers = {getattr(errno, a) for a in SPECS[op.kind].answers}  # on any disk
+            if e.errno not in self.how.tolerate | answers or op.kind in HANDLE_OPS:
                 raise OpFailed(
                     f"op {entry['i']} {op.kind} {op.path!r}: {e.strerror}", e.errno
                 ) from None

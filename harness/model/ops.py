@@ -52,6 +52,8 @@ class Spec:
     requires: tuple[str, ...] = ()  # the fstests _require lines its test needs
     no_shell: str = ""  # why no shell command can do it
     ends: bool = False  # the filesystem takes no op after it: the workload's last
+    # errno names the call answers on any disk, recorded as the op failed (rule 22)
+    answers: tuple[str, ...] = ()
 
     def usage(self) -> str:
         return " ".join([self.name, *(a.upper() for a in self.args)])
@@ -112,7 +114,8 @@ TABLE: tuple[Spec, ...] = (
     _S("chown", ("path", "uid", "gid"), "chown(2)", "chown {uid}:{gid} {p}", meta=True),
     _S("utimes", ("path",), "utimensat(2)", "touch -m -a -d @{time} {p}", meta=True),
     _S("setxattr", ("path", "name", "length"), "setxattr(2)",
-       "{setfattr} -n {name} -v 0x{value} {p}", on_file=True, requires=("_require_attrs",)),
+       "{setfattr} -n {name} -v 0x{value} {p}", on_file=True, requires=("_require_attrs",),
+       answers=("ENOSPC", "E2BIG")),
     _S("removexattr", ("path", "name"), "removexattr(2)", "{setfattr} -x {name} {p}",
        on_file=True, requires=("_require_attrs",)),
     # Persistence points.
